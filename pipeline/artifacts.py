@@ -1,0 +1,145 @@
+"""Artifact store: one folder per stage of a run, written atomically, with a manifest.
+
+Layout (DESIGN.md §2)::
+
+    <root>/runs/<run_id>/<stage>/part-00000.parquet
+    <root>/runs/<run_id>/<stage>/quarantine/part-00000.parquet
+    <root>/runs/<run_id>/<stage>/<extra files>           (e.g. export's sft_pairs.jsonl)
+    <root>/runs/<run_id>/<stage>/_manifest.json
+
+A stage is written into a temporary sibling folder and renamed into place only when complete,
+so a crashed or retried task never leaves a half-written artifact and never appends to an old
+one. ``<root>`` is a local path (fsspec URIs are accepted where the filesystem supports rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .records import QUARANTINE_SCHEMA, QuarantineRow, to_table
+
+MANIFEST = "_manifest.json"
+PART_ROWS = 50_000  # rows per Parquet part
+
+
+class ArtifactError(RuntimeError):
+    """Raised when an artifact is missing, incomplete or does not match its declared schema."""
+
+
+@dataclass
+class StageArtifact:
+    """A complete stage folder on disk."""
+    path: str
+    manifest: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    def read_table(self, quarantine: bool = False) -> pa.Table:
+        folder = os.path.join(self.path, "quarantine") if quarantine else self.path
+        return read_parquet_dir(folder)
+
+    def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
+        return self.read_table(quarantine).to_pylist()
+
+
+def read_parquet_dir(folder: str) -> pa.Table:
+    """Read all ``part-*.parquet`` files of a folder in name order into one table."""
+    parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
+    if not parts:
+        raise ArtifactError(f"no Parquet parts in {folder}")
+    return pa.concat_tables([pq.read_table(os.path.join(folder, p)) for p in parts])
+
+
+def _write_parts(folder: str, table: pa.Table) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    names = []
+    n_parts = max(1, -(-table.num_rows // PART_ROWS))
+    for i in range(n_parts):
+        name = f"part-{i:05d}.parquet"
+        pq.write_table(table.slice(i * PART_ROWS, PART_ROWS), os.path.join(folder, name), compression="zstd")
+        names.append(name)
+    return names
+
+
+class ArtifactStore:
+    """Reads and writes the stage artifacts of one run.
+
+    Args:
+        root: folder under which ``runs/<run_id>/`` lives.
+        run_id: the run's id (letters, digits, ``-``, ``_``, ``.``; raises ``ValueError`` otherwise,
+            so a run id from a DAG param can never escape the root).
+    """
+
+    def __init__(self, root: str, run_id: str):
+        if not run_id or not all(c.isalnum() or c in "-_." for c in run_id) or run_id.startswith("."):
+            raise ValueError(f"invalid run id {run_id!r}: use letters, digits, '-', '_' and '.'")
+        self.root = os.path.abspath(root)
+        self.run_id = run_id
+        self.run_dir = os.path.join(self.root, "runs", run_id)
+
+    def stage_dir(self, stage: str) -> str:
+        return os.path.join(self.run_dir, stage)
+
+    def load(self, stage: str) -> StageArtifact | None:
+        """The complete artifact of ``stage``, or ``None`` if it was never written."""
+        path = self.stage_dir(stage)
+        mpath = os.path.join(path, MANIFEST)
+        if not os.path.exists(mpath):
+            return None
+        with open(mpath, encoding="utf-8") as f:
+            manifest = json.load(f)
+        if manifest.get("status") != "complete":
+            return None
+        return StageArtifact(path, manifest)
+
+    def require(self, stage: str) -> StageArtifact:
+        art = self.load(stage)
+        if art is None:
+            raise ArtifactError(
+                f"stage '{stage}' has no complete artifact in {self.run_dir}; run it first "
+                f"(skillpipe run --run-id {self.run_id} --stages {stage})")
+        return art
+
+    def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],
+              manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None) -> StageArtifact:
+        """Write a stage atomically: temp folder, then rename over any previous version."""
+        final = self.stage_dir(stage)
+        os.makedirs(self.run_dir, exist_ok=True)
+        tmp = os.path.join(self.run_dir, f".{stage}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            files = _write_parts(tmp, table)
+            qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
+            files += ["quarantine/" + n for n in _write_parts(os.path.join(tmp, "quarantine"), qtable)]
+            for name, data in (extra_files or {}).items():
+                if os.path.isabs(name) or ".." in name.split("/"):
+                    raise ValueError(f"extra file name escapes the stage folder: {name!r}")
+                p = os.path.join(tmp, name)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as f:
+                    f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                files.append(name)
+            manifest = dict(manifest, status="complete", files=sorted(files),
+                            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+            old = None
+            if os.path.exists(final):
+                old = os.path.join(self.run_dir, f".{stage}.old-{uuid.uuid4().hex[:8]}")
+                os.rename(final, old)
+            os.rename(tmp, final)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+        return StageArtifact(final, manifest)

@@ -1,0 +1,213 @@
+"""The record types that flow between stages, and their declared Arrow schemas.
+
+Every Parquet artifact of the pipeline has one of the schemas below; nothing is inferred.
+Text columns are ``large_string`` (observations and prompts can be long), steps are a nested
+``list<struct>``. Writing a row with a field that is not in the schema raises ``KeyError``
+(see :func:`to_table`), so a typo never becomes a silently empty column.
+
+Step convention (same as SkillRL's rollout dumps, spec §2): ``steps[0]`` is the reset state
+(``action`` is ``None``, ``observation`` the first observation); for ``k >= 1`` ``steps[k].action``
+is the action the agent took and ``steps[k].observation`` what the environment answered. The SFT
+pair for action ``k`` therefore shows ``steps[k-1].observation`` and ``steps[k-1].admissible_actions``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+TEXT = pa.large_string()
+
+STEP_TYPE = pa.struct([
+    ("index", pa.int32()),
+    ("action", TEXT),                       # None for the reset step
+    ("observation", TEXT),
+    ("admissible_actions", pa.list_(TEXT)),  # empty when the source has none
+    ("reward", pa.float64()),
+    ("done", pa.bool_()),
+    ("thought", TEXT),                      # reasoning recorded in the source, if any
+    ("line", pa.int32()),                   # 1-based line in the source file (None if unknown)
+])
+
+
+@dataclass
+class Step:
+    """One step of a trajectory (see module docstring for the index convention)."""
+    index: int
+    action: str | None
+    observation: str
+    admissible_actions: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    thought: str | None = None
+    line: int | None = None
+
+
+TRAJECTORY_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()),
+    ("env", pa.string()),                   # alfworld | webshop | search | textworld
+    ("env_instance", pa.string()),          # env folder / game file / session: the unit of train/val split
+    ("task", TEXT),
+    ("category", pa.string()),              # from pipeline.envs classifier; "other" when unknown
+    ("outcome", pa.string()),               # success | failure
+    ("reward", pa.float64()),               # final episode reward (env units)
+    ("steps", pa.list_(STEP_TYPE)),
+    ("source_uri", pa.string()),
+    ("source_format", pa.string()),
+    ("record_index", pa.int32()),           # index of the record inside the source file
+    ("source_line", pa.int32()),            # 1-based first line of the record in the source
+    ("removed_step_indices", pa.list_(pa.int32())),  # filled by dedupe
+    ("metadata", TEXT),                     # JSON object with reader-specific extras
+])
+
+
+@dataclass
+class Trajectory:
+    """One episode of an agent in an environment, normalised from any input format."""
+    trajectory_id: str
+    env: str
+    env_instance: str
+    task: str
+    category: str
+    outcome: str
+    reward: float
+    steps: list[Step]
+    source_uri: str
+    source_format: str
+    record_index: int
+    source_line: int | None = None
+    removed_step_indices: list[int] = field(default_factory=list)
+    metadata: str = "{}"
+
+    @property
+    def success(self) -> bool:
+        return self.outcome == "success"
+
+    @property
+    def actions(self) -> list[str]:
+        """Recorded actions, i.e. ``steps[1:]`` actions (length ``len(steps) - 1``)."""
+        return [s.action or "" for s in self.steps[1:]]
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Trajectory":
+        row = dict(row)
+        row["steps"] = [Step(**s) for s in row["steps"]]
+        row["removed_step_indices"] = list(row.get("removed_step_indices") or [])
+        return cls(**row)
+
+
+MISTAKE_TYPE = pa.struct([("trigger_condition", TEXT), ("bad_action", TEXT)])
+REFINED_STEP_TYPE = pa.struct([("step_index", pa.int32()), ("action", TEXT),
+                               ("critical_observation", TEXT), ("reasoning", TEXT)])
+
+MEMORY_SCHEMA = pa.schema([
+    ("memory_id", pa.string()),
+    ("trajectory_id", pa.string()),
+    ("env", pa.string()),
+    ("category", pa.string()),
+    ("outcome", pa.string()),
+    ("task", TEXT),
+    ("contextual_description", TEXT),
+    ("refined_trajectory", pa.list_(REFINED_STEP_TYPE)),   # successes only; empty for failures
+    ("planning_pattern", TEXT),                            # successes only
+    ("mistakes_to_avoid", pa.list_(MISTAKE_TYPE)),         # failures only
+    ("model", pa.string()),
+    ("prompt_sha", pa.string()),
+])
+
+SKILL_SCHEMA = pa.schema([
+    ("skill_id", pa.string()),
+    ("kind", pa.string()),                  # general | task_specific | mistake
+    ("category", pa.string()),              # task-specific category; "" otherwise
+    ("title", TEXT),
+    ("principle", TEXT),
+    ("when_to_apply", TEXT),
+    ("description", TEXT),                  # mistakes only
+    ("why_it_happens", TEXT),               # mistakes only
+    ("how_to_avoid", TEXT),                 # mistakes only
+    ("source_memory_ids", pa.list_(pa.string())),
+    ("source_trajectory_ids", pa.list_(pa.string())),
+    ("bank_version", pa.string()),
+    ("model", pa.string()),
+    ("prompt_sha", pa.string()),
+])
+
+THINK_TYPE = pa.struct([("step_index", pa.int32()), ("think", TEXT)])
+
+DISTILLED_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()),
+    ("env", pa.string()),
+    ("category", pa.string()),
+    ("thinks", pa.list_(THINK_TYPE)),       # one per recorded action (+ synthetic done), 0-based
+    ("synthetic_done", pa.bool_()),
+    ("skill_ids_used", pa.list_(pa.string())),
+    ("memory_ids", pa.list_(pa.string())),
+    ("bank_version", pa.string()),
+    ("model", pa.string()),
+    ("prompt_sha", pa.string()),
+])
+
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", TEXT)])
+
+SFT_PAIR_SCHEMA = pa.schema([
+    ("pair_id", pa.string()),
+    ("trajectory_id", pa.string()),
+    ("step_id", pa.string()),
+    ("step_index", pa.int32()),             # index of the target action in trajectory.steps
+    ("env", pa.string()),
+    ("env_instance", pa.string()),
+    ("category", pa.string()),
+    ("messages", pa.list_(MESSAGE_TYPE)),   # system?, user, assistant
+    ("instruction", TEXT),                  # alpaca form (LLaMA-Factory)
+    ("output", TEXT),
+    ("action", TEXT),
+    ("think", TEXT),
+    ("synthetic", pa.bool_()),              # the synthetic ALFWorld `done` turn
+    ("memory_ids", pa.list_(pa.string())),
+    ("skill_ids_used", pa.list_(pa.string())),
+    ("bank_version", pa.string()),
+    ("source_uri", pa.string()),
+    ("source_line", pa.int32()),
+    ("model", pa.string()),
+    ("prompt_sha", pa.string()),
+    ("flags", pa.list_(pa.string())),       # validation rules whose policy is "flag"
+    ("split", pa.string()),                 # train | val (set by export)
+])
+
+QUARANTINE_SCHEMA = pa.schema([
+    ("stage", pa.string()),
+    ("reason", pa.string()),                # short machine-readable reason, e.g. "not_admissible"
+    ("detail", TEXT),                       # human-readable explanation
+    ("item_id", pa.string()),               # trajectory/pair/memory id, or "" for unreadable input
+    ("source_uri", pa.string()),
+    ("line", pa.int32()),                   # 1-based line in the source, when known
+    ("raw", TEXT),                          # the raw input or raw LLM output that failed
+])
+
+
+@dataclass
+class QuarantineRow:
+    """A row that a stage could not use, kept with the reason (nothing is dropped silently)."""
+    stage: str
+    reason: str
+    detail: str = ""
+    item_id: str = ""
+    source_uri: str = ""
+    line: int | None = None
+    raw: str = ""
+
+
+def to_table(rows: Iterable[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Build a table with exactly ``schema``; raises ``KeyError`` on an unknown or missing field."""
+    rows = list(rows)
+    names = set(schema.names)
+    for r in rows:
+        extra = set(r) - names
+        missing = names - set(r)
+        if extra or missing:
+            raise KeyError(f"row fields do not match schema: unknown={sorted(extra)} missing={sorted(missing)}")
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -1,0 +1,182 @@
+"""Run one stage or the whole pipeline: the single entry point of the CLI and the Airflow DAG.
+
+A stage module (``pipeline/stages/<name>.py``) defines::
+
+    NAME: str                      # e.g. "dedupe"
+    INPUTS: tuple[str, ...]        # upstream stage names it reads
+    SCHEMA: pyarrow.Schema         # of its output rows
+    USES_LLM: bool
+    def prompt_files(ctx) -> list[str]       # template files hashed into the fingerprint
+    def run(ctx: StageContext) -> StageOutput
+
+The runner computes the stage fingerprint *before* running (inputs + config + prompt templates
++ model + code version); when a complete artifact with the same fingerprint exists the stage is
+skipped. After running it checks the count invariant (units in = units out + quarantined), and
+writes Parquet, quarantine and manifest atomically.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import __version__
+from .artifacts import ArtifactStore, StageArtifact
+from .config import PipelineConfig, to_dict
+from .lineage import content_hash, file_sha256
+from .records import QuarantineRow, to_table
+
+STAGES = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
+
+
+class CountMismatch(RuntimeError):
+    """A stage lost or invented rows: units in != units out + quarantined."""
+
+
+@dataclass
+class StageOutput:
+    """What a stage returns.
+
+    ``units_in`` counts what the stage consumed after any expansion (e.g. validate expands
+    trajectories into candidate pairs); ``units_out`` counts how many of those ended up used
+    (defaults to ``len(rows)``; aggregate reports memories used, since its rows are skills).
+    """
+    rows: list[dict[str, Any]]
+    quarantine: list[QuarantineRow]
+    rows_in: int
+    units_in: int | None = None
+    units_out: int | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    extra_files: dict[str, bytes | str] = field(default_factory=dict)
+
+
+@dataclass
+class StageResult:
+    """Small reference returned to callers (and pushed to Airflow XCom)."""
+    stage: str
+    uri: str
+    rows: int
+    fingerprint: str
+    skipped: bool = False
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def xcom(self) -> dict[str, Any]:
+        return {"uri": self.uri, "rows": self.rows, "fingerprint": self.fingerprint}
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may use. Upstream artifacts are read on demand."""
+    store: ArtifactStore
+    config: PipelineConfig
+    input_path: str = ""
+    env: str = "auto"
+    llm_factory: Callable[[], Any] | None = None
+    _llm: Any = None
+
+    def upstream(self, stage: str) -> StageArtifact:
+        return self.store.require(stage)
+
+    @property
+    def llm(self):
+        """The LLM client; the embedded server is started on first use only."""
+        if self._llm is None:
+            if self.llm_factory is None:
+                raise RuntimeError("this run has no LLM endpoint configured")
+            self._llm = self.llm_factory()
+        return self._llm
+
+
+def stage_module(name: str):
+    if name not in STAGES:
+        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
+    return importlib.import_module(f"pipeline.stages.{name}")
+
+
+def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
+    if not mod.INPUTS:  # parse reads files
+        from .formats.discover import list_input_files
+        return [{"uri": p, "sha256": file_sha256(p)} for p in list_input_files(ctx.input_path)]
+    return [{"uri": ctx.upstream(s).path, "fingerprint": ctx.upstream(s).fingerprint} for s in mod.INPUTS]
+
+
+def fingerprint(ctx: StageContext, name: str, model_id: str = "") -> tuple[str, dict[str, Any]]:
+    """Stage fingerprint and the facts it was computed from (stored in the manifest)."""
+    mod = stage_module(name)
+    prompts = {os.path.basename(p): file_sha256(p) for p in mod.prompt_files(ctx)}
+    facts = {
+        "stage": name,
+        "inputs": _input_fingerprint(ctx, mod),
+        "env": ctx.env,
+        "config": to_dict(ctx.config),
+        "prompts": prompts,
+        "model": model_id if mod.USES_LLM else "",
+        "code_version": __version__,
+    }
+    # The LLM transport settings (URL, concurrency, timeouts) do not change results: keep them
+    # out so pointing at a replica of the same model does not rerun everything.
+    facts["config"]["llm"] = {k: facts["config"]["llm"][k] for k in ("model", "temperature", "max_tokens", "seed")}
+    return content_hash(facts, n=32), facts
+
+
+def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = False,
+              log: Callable[[str], None] = print) -> StageResult:
+    """Run stage ``name`` of the run in ``ctx`` unless an identical artifact exists.
+
+    Raises:
+        ArtifactError: an upstream stage has no complete artifact.
+        CountMismatch: the stage's counts do not reconcile (a bug: nothing is written).
+    """
+    mod = stage_module(name)
+    fp, facts = fingerprint(ctx, name, model_id)
+    existing = ctx.store.load(name)
+    if existing and existing.fingerprint == fp and not force:
+        log(f"[{name}] unchanged (fingerprint {fp[:12]}): skipped")
+        return StageResult(name, existing.path, existing.manifest["counts"]["out"], fp, True, existing.manifest)
+
+    t0 = time.monotonic()
+    llm_before = ctx._llm.stats_snapshot() if (mod.USES_LLM and ctx._llm is not None) else None
+    out: StageOutput = mod.run(ctx)
+    wall = time.monotonic() - t0
+
+    units_in = out.rows_in if out.units_in is None else out.units_in
+    units_out = len(out.rows) if out.units_out is None else out.units_out
+    if units_in != units_out + len(out.quarantine):
+        raise CountMismatch(f"[{name}] units in {units_in} != out {units_out} + quarantined {len(out.quarantine)}")
+    reasons = Counter(q.reason for q in out.quarantine)
+    llm_stats = {}
+    if mod.USES_LLM and ctx._llm is not None:
+        llm_stats = ctx._llm.stats_delta(llm_before)
+    manifest = {
+        "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,
+        "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
+                   "out": len(out.rows), "quarantined": len(out.quarantine),
+                   "quarantine_reasons": dict(sorted(reasons.items()))},
+        "counters": out.counters, "llm": llm_stats, "wall_s": round(wall, 3),
+    }
+    table = to_table(out.rows, mod.SCHEMA)
+    art = ctx.store.write(name, table, out.quarantine, manifest, out.extra_files)
+    log(f"[{name}] in={out.rows_in} out={len(out.rows)} quarantined={len(out.quarantine)} "
+        f"{dict(reasons) if reasons else ''} ({wall:.1f}s)")
+    return StageResult(name, art.path, len(out.rows), fp, False, art.manifest)
+
+
+def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
+    """One dict per written stage for the summary table (from the manifests on disk)."""
+    rows = []
+    for s in stages:
+        art = store.load(s)
+        if art is None:
+            continue
+        m = art.manifest
+        rows.append({"stage": s, **m["counts"], "llm": m.get("llm", {}), "wall_s": m.get("wall_s", 0.0),
+                     "path": art.path})
+    return rows
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
