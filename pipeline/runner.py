@@ -153,6 +153,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         llm_stats = ctx._llm.stats_delta(llm_before)
     manifest = {
         "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,
+        "input_path": ctx.input_path if not mod.INPUTS else "",
         "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
                    "out": len(out.rows), "quarantined": len(out.quarantine),
                    "quarantine_reasons": dict(sorted(reasons.items()))},
@@ -180,3 +181,52 @@ def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+
+def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig, env: str = "auto",
+                 stages: tuple[str, ...] | list[str] | None = None, force: bool = False,
+                 log: Callable[[str], None] = print) -> list[StageResult]:
+    """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root``.
+
+    Later stages read earlier stages' artifacts from the same run, so ``stages=["distill"]``
+    reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
+    opened lazily and closed at the end.
+    """
+    import contextlib
+    from .llm.provider import llm_factory, model_id_for
+
+    names = list(stages or STAGES)
+    for n in names:
+        stage_module(n)  # fail fast on a typo
+    names.sort(key=STAGES.index)
+    store = ArtifactStore(root, run_id)
+    results = []
+    with contextlib.ExitStack() as stack:
+        ctx = StageContext(store, config, input_path=input_path, env=env,
+                           llm_factory=llm_factory(config.llm, store.run_dir, stack))
+        model = ""
+        if any(stage_module(n).USES_LLM for n in names):
+            model = model_id_for(config.llm)
+        for n in names:
+            results.append(run_stage(n, ctx, model_id=model, force=force, log=log))
+    return results
+
+
+def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: str = "auto",
+             config_path: str | None = None, llm_base_url: str = "", llm_model: str = "",
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one stage for an orchestrator task and return the small XCom reference
+    ``{uri, rows, fingerprint}``. Same code path as ``skillpipe run --stages <stage>``."""
+    from .config import load_config
+    cfg = load_config(config_path)
+    if llm_base_url:
+        cfg.llm.base_url = llm_base_url
+    if llm_model:
+        cfg.llm.model = llm_model
+    (result,) = run_pipeline(root, run_id, input_path, cfg, env=env, stages=[stage], log=log)
+    return result.xcom()
+
+
+def safe_run_id(raw: str) -> str:
+    """Map an orchestrator run id (e.g. ``manual__2026-11-30T10:00:00+00:00``) to a folder-safe id."""
+    return "".join(c if (c.isalnum() or c in "-_.") else "-" for c in raw).strip(".-") or "default"

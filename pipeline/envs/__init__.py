@@ -1,0 +1,61 @@
+"""Per-environment knowledge: task categories, environment detection, prompt constants.
+
+``classify(env, task, hint)`` is the one category function used by every stage (the reference
+had four that disagree: spec §7). Each env module exposes ``ENV``, ``CATEGORIES``, ``HEADER``,
+``TURN_INSTRUCTION`` and ``classify(task, hint=None)``.
+"""
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+from . import alfworld, search, webshop
+
+OTHER = "other"
+
+REGISTRY: dict[str, ModuleType] = {m.ENV: m for m in (alfworld, webshop, search)}
+
+
+def get(env: str) -> ModuleType:
+    """The env module for ``env``; raises ``KeyError`` naming the known envs."""
+    try:
+        return REGISTRY[env]
+    except KeyError:
+        raise KeyError(f"unknown env {env!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def classify(env: str, task: str, hint: str | None = None) -> str:
+    """Category of ``task`` in ``env`` (hint: ALFWorld game file / Search data_source).
+
+    Returns an explicit ``"other"`` for an env without a classifier, so an unknown env is
+    visible in counts instead of raising mid-run.
+    """
+    mod = REGISTRY.get(env)
+    return mod.classify(task, hint) if mod else OTHER
+
+
+# Signals in raw text, strongest first. ALFWorld commands are distinctive; WebShop uses
+# click[...] and the store's buttons; Search/QA uses finish[...]/lookup[...] or <search> tags.
+_ALFWORLD = re.compile(r"ALFRED|TextWorld|\bgo to \w+ \d+|\btake \w+ \d+ from\b|in/on|Your task is to:")
+_WEBSHOP = re.compile(r"(?i)\bwebshop\b|click\[|\[Buy Now\]|\[Back to Search\]")
+_SEARCH = re.compile(r"(?i)finish\[|lookup\[|<search>|<answer>|Episode finished, reward")
+
+
+def detect_env(text: str, hint: str | None = None) -> str:
+    """Guess the environment of a record from its raw text.
+
+    Args:
+        text: any raw text of the record (prompt, transcript, observations).
+        hint: an explicit env (``"alfworld"``, ...); a known value wins; ``"auto"``/``None`` = detect.
+
+    Returns ``"alfworld"``, ``"webshop"``, ``"search"`` or ``"other"``.
+    """
+    if hint and hint in REGISTRY:
+        return hint
+    if _WEBSHOP.search(text):
+        return "webshop"
+    if _ALFWORLD.search(text):
+        return "alfworld"
+    if _SEARCH.search(text):
+        return "search"
+    return OTHER

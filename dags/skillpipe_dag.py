@@ -1,0 +1,83 @@
+"""
+### skillpipe
+
+Agent rollout traces → skill bank → distilled SFT pairs (SkillRL method), one task per stage.
+Every task calls `pipeline.runner.run_task`, the same entry point as `skillpipe run --stages X`,
+and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
+With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
+stops it, whatever happens in between.
+"""
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import Param, dag, setup, task, teardown
+
+STAGES = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
+
+
+def _args(params: dict, llm: dict) -> dict:
+    from pipeline.runner import safe_run_id
+    from airflow.sdk import get_current_context
+    run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
+    return dict(root=params["root"] or os.getcwd(), run_id=run_id, input_path=params["input_path"],
+                env=params["env"], config_path=params["config"] or None,
+                llm_base_url=llm["base_url"], llm_model=llm["model"])
+
+
+@dag(
+    dag_id="skillpipe",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["skillpipe", "sft"],
+    doc_md=__doc__,
+    params={
+        "input_path": Param("data/samples", type="string", description="trace file or folder"),
+        "env": Param("auto", enum=["auto", "alfworld", "webshop", "search"], description="environment"),
+        "run_id": Param("", type="string", description="artifact run id (empty: the Airflow run id)"),
+        "root": Param("", type="string", description="folder holding runs/ (empty: worker cwd)"),
+        "config": Param("", type="string", description="YAML config path (empty: defaults)"),
+        "llm_base_url": Param("", type="string", description="OpenAI-compatible endpoint (empty: embedded)"),
+        "llm_model": Param("", type="string", description="model name at that endpoint"),
+    },
+)
+def skillpipe():
+    @setup
+    @task
+    def start_llm(params=None) -> dict:
+        """Start the embedded LLM server unless an endpoint is configured."""
+        if params["llm_base_url"]:
+            return {"base_url": params["llm_base_url"], "model": params["llm_model"], "state_dir": ""}
+        from pipeline.llm.server import start_detached
+        from pipeline.runner import safe_run_id
+        from airflow.sdk import get_current_context
+        state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
+                                 params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
+        info = start_detached(state_dir)
+        return {"base_url": info["base_url"], "model": "", "state_dir": state_dir}
+
+    @teardown
+    @task
+    def stop_llm(llm: dict) -> None:
+        """Stop the embedded LLM server (runs even when a stage failed)."""
+        if llm["state_dir"]:
+            from pipeline.llm.server import stop_detached
+            stop_detached(llm["state_dir"])
+
+    def stage_task(name: str):
+        @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py).")
+        def _run(llm: dict, upstream: dict | None = None, params=None) -> dict:
+            from pipeline.runner import run_task
+            return run_task(name, **_args(params, llm))
+        return _run
+
+    llm = start_llm()
+    ref = None
+    for name in STAGES:
+        ref = stage_task(name)(llm, ref)
+    ref >> stop_llm(llm)
+
+
+skillpipe()

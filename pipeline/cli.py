@@ -1,0 +1,154 @@
+"""`skillpipe` command line: run stages, inspect artifacts, serve the embedded LLM.
+
+Examples::
+
+    skillpipe run --input data/samples --run-id sample            # whole pipeline, embedded LLM
+    skillpipe run --run-id sample --stages distill,validate,export  # rerun later stages of a run
+    skillpipe inspect runs/sample/export                           # schema, counts, sample rows
+    skillpipe inspect runs/sample/export --lineage pair-0123abcd    # one SFT pair back to its source
+    skillpipe serve-llm --port 8080                                # embedded endpoint, foreground
+
+The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.runner`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .runner import STAGES
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="skillpipe: turn agent rollout traces into a skill bank and SFT pairs (SkillRL method).")
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+def _parse_stages(stages: str | None) -> list[str] | None:
+    if not stages:
+        return None
+    names = [s.strip() for s in stages.split(",") if s.strip()]
+    bad = [s for s in names if s not in STAGES]
+    if bad:
+        raise typer.BadParameter(f"unknown stage(s) {', '.join(bad)}; choose from {', '.join(STAGES)}")
+    return names
+
+
+def _previous_input(root: str, run_id: str) -> str:
+    from .artifacts import ArtifactStore
+    art = ArtifactStore(root, run_id).load("parse")
+    return art.manifest.get("input_path", "") if art else ""
+
+
+@app.command()
+def run(
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="trace file or folder (default: the run's previous input)"),
+    env: str = typer.Option("auto", help="environment: auto | alfworld | webshop | search"),
+    run_id: str = typer.Option("default", "--run-id", help="run id; outputs go to ROOT/runs/RUN_ID/<stage>/"),
+    root: str = typer.Option(".", help="folder that holds runs/"),
+    stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (sections as in pipeline/config.py)"),
+    llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),
+    llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
+    llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
+    force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
+):
+    """Run the pipeline (or some stages of it) and print a summary table."""
+    from .artifacts import ArtifactError
+    from .config import load_config
+    from .runner import CountMismatch, run_pipeline
+
+    cfg = load_config(config)
+    if llm_base_url is not None:
+        cfg.llm.base_url = llm_base_url
+    if llm_model is not None:
+        cfg.llm.model = llm_model
+    if llm_api_key_env is not None:
+        cfg.llm.api_key_env = llm_api_key_env
+    names = _parse_stages(stages)
+    input_path = input or _previous_input(root, run_id)
+    if (names is None or "parse" in names) and not input_path:
+        raise typer.BadParameter("--input is required for a new run (no previous parse artifact)")
+    if input_path and not os.path.exists(input_path):
+        raise typer.BadParameter(f"input path does not exist: {input_path}")
+    t0 = time.monotonic()
+    try:
+        results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
+                               stages=names, force=force, log=lambda m: err.print(m, highlight=False))
+    except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
+        err.print(f"[bold red]error:[/] {e}")
+        raise typer.Exit(1)
+    print_summary(results, time.monotonic() - t0)
+
+
+def print_summary(results, wall: float) -> None:
+    """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, paths."""
+    t = Table(title="skillpipe run summary", show_lines=False)
+    for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens", "wall s", "status"):
+        t.add_column(col)
+    calls = tokens = 0
+    for r in results:
+        c = r.manifest.get("counts", {})
+        llm = r.manifest.get("llm") or {}
+        reasons = ", ".join(f"{k}={v}" for k, v in c.get("quarantine_reasons", {}).items())
+        n_in = str(c.get("in", ""))
+        if c.get("units_in") not in (None, c.get("in")):
+            n_in += f" (→{c['units_in']})"
+        tok = llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)
+        if not r.skipped:
+            calls += llm.get("calls", 0)
+            tokens += tok
+        llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
+        t.add_row(r.stage, n_in, str(c.get("out", "")), f"{c.get('quarantined', 0)} {reasons}".strip(),
+                  llm_s, f"{r.manifest.get('wall_s', 0):.1f}", "skipped (unchanged)" if r.skipped else "ran")
+    console.print(t)
+    console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
+    for r in results:
+        console.print(f"  {r.stage:9s} {r.uri}")
+    export = next((r for r in results if r.stage == "export"), None)
+    if export:
+        for f in ("sft_train.jsonl", "sft_val.jsonl", "skill_bank.json", "DATASET_CARD.md"):
+            p = os.path.join(export.uri, f)
+            if os.path.exists(p):
+                console.print(f"  output: {p}")
+
+
+@app.command()
+def inspect(
+    path: str = typer.Argument(..., help="a stage folder (runs/<id>/<stage>), its quarantine folder, or a .parquet file"),
+    rows: int = typer.Option(3, help="sample rows to show"),
+    quarantine: bool = typer.Option(False, help="show the stage's quarantine artifact"),
+    lineage: Optional[str] = typer.Option(None, help="PAIR_ID: walk one SFT pair back to its sources"),
+):
+    """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
+    from .inspect import describe, lineage_report
+    try:
+        if lineage:
+            console.print(lineage_report(path, lineage))
+        else:
+            console.print(describe(path, rows=rows, quarantine=quarantine))
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        err.print(f"[bold red]error:[/] {e}")
+        raise typer.Exit(1)
+
+
+@app.command("serve-llm")
+def serve_llm(port: int = typer.Option(8080, help="loopback port"),
+              ctx_size: int = typer.Option(8192, help="context window in tokens")):
+    """Start the embedded OpenAI-compatible endpoint (SmolLM2-135M-Instruct) in the foreground."""
+    from .llm.server import serve_foreground
+    serve_foreground(port=port, ctx_size=ctx_size)
+
+
+def main():  # pragma: no cover - console entry
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

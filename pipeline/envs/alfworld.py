@@ -1,0 +1,76 @@
+"""ALFWorld: task categories and the prompt constants shared by SFT export and the GRPO rollout.
+
+Category rule: the spec's "canonical fix" (reference/skillrl_sft_pipeline_spec.md §7.1), which
+replaces the reference's four disagreeing substring classifiers (aggregation A, distillation D,
+online O, trainer T) with one word-boundary classifier; the ALFWorld game-file task type, when
+known, wins over the goal text.
+"""
+from __future__ import annotations
+
+import re
+
+ENV = "alfworld"
+
+#: ALFWorld's six task types (game-file folder prefixes; ``_simple`` dropped for pick_and_place).
+CATEGORIES = ("pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light",
+              "clean", "heat", "cool")
+
+#: First line of every SkillRL ALFWorld prompt (spec §2; /work/shared/tools/make_skillrl_rollouts.py HEADER).
+HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
+
+#: The turn instruction that closes every SkillRL ALFWorld prompt, verbatim (including the space
+#: before the second newline) from make_skillrl_rollouts.py ``TURN`` (spec §2, §3.1 step 9.3).
+TURN_INSTRUCTION = (
+    "Now it's your turn to take an action.\nYou should first reason step-by-step about the "
+    "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
+    "Once you've finished your reasoning, you should choose an admissible action for current "
+    "step and present it within <action> </action> tags.")
+
+#: Game-file folder prefix -> category (ALFWorld json_2.1.1 layout, e.g.
+#: ``train/pick_clean_then_place_in_recep-Plate-None-Cabinet-1/trial_...``).
+GAMEFILE_TYPES = {
+    "pick_and_place_simple": "pick_and_place",
+    "pick_two_obj_and_place": "pick_two_obj_and_place",
+    "look_at_obj_in_light": "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+}
+
+# Order matters (first match wins), exactly as in the spec's canonical fix.
+_RULES = (
+    (re.compile(r"^look at .+ under the\b|^examine the .+ with the\b"), "look_at_obj_in_light"),
+    (re.compile(r"\bclean\b"), "clean"),
+    (re.compile(r"\b(?:heat|hot)\b"), "heat"),
+    (re.compile(r"\b(?:cool|cold)\b"), "cool"),
+    (re.compile(r"\btwo\b"), "pick_two_obj_and_place"),
+)
+
+
+def category_from_gamefile(game_file: str | None) -> str | None:
+    """Category from an ALFWorld game-file path (any folder component), or ``None`` if unknown."""
+    for part in (game_file or "").replace("\\", "/").split("/"):
+        prefix = part.split("-", 1)[0]
+        if prefix in GAMEFILE_TYPES:
+            return GAMEFILE_TYPES[prefix]
+    return None
+
+
+def classify(task: str, hint: str | None = None) -> str:
+    """ALFWorld category of a goal such as ``"put a hot apple in fridge."``.
+
+    Args:
+        task: the goal text (the ``Your task is to:`` line, with or without that prefix).
+        hint: an ALFWorld game-file path; when it names a task type, it wins (spec §7.1).
+
+    Returns one of :data:`CATEGORIES`; any goal matching no rule is ``pick_and_place`` (the
+    spec's fallback, which is also ALFWorld's plain put task). Never raises.
+    """
+    from_file = category_from_gamefile(hint)
+    if from_file:
+        return from_file
+    goal = re.sub(r"^\s*your task is to:\s*", "", (task or "").strip().lower())
+    for pattern, category in _RULES:
+        if pattern.search(goal):
+            return category
+    return "pick_and_place"

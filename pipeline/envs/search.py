@@ -1,0 +1,58 @@
+"""Search (multi-hop QA with a retrieval tool): question categories and prompt constants.
+
+Category rule (spec §7.3): the ``data_source`` of the question decides first, as in the
+reference's aggregation classifier A (the distillation classifier D ignores it and never returns
+``entity_attribute_lookup``); only when the source is unknown do we fall back to D's question-text
+rules. Keywords are matched on word boundaries (the reference used substrings).
+"""
+from __future__ import annotations
+
+import re
+
+ENV = "search"
+
+CATEGORIES = ("comparison", "multi_hop_reasoning", "entity_attribute_lookup", "direct_retrieval")
+
+#: Multi-hop sources (spec §7.3 A): comparison or multi_hop_reasoning by the question text.
+MULTI_HOP_SOURCES = frozenset({"hotpotqa", "2wikimultihopqa", "musique", "bamboogle"})
+#: Single-hop sources: popqa is attribute lookup, the rest direct retrieval (spec §7.3 A).
+KNOWN_SOURCES = MULTI_HOP_SOURCES | {"popqa", "nq", "triviaqa"}
+
+HEADER = "You are an expert research agent answering questions with a search engine."
+TURN_INSTRUCTION = (
+    "Now it's your turn to take one action.\nFirst reason step-by-step inside <think> </think> tags.\n"
+    "Then either search with <search> query </search> or answer with <answer> answer </answer>.")
+
+_COMPARISON_A = re.compile(r"\b(?:both|are the|which of|same|common|more|less|older|younger|taller|shorter)\b")
+_COMPARISON_D = re.compile(r"\b(?:both|are the|which of|same|common|more than|less than|older|younger|taller|shorter)\b")
+_MULTI_HOP_D = re.compile(r" who is the | where was | when was the spouse| father of| mother of|directed by|starring ")
+
+
+def data_source_from_text(text: str | None) -> str | None:
+    """A known data source named in ``text`` (e.g. a file path ``.../hotpotqa.jsonl``), else ``None``."""
+    low = (text or "").lower()
+    # longest names first so "2wikimultihopqa" is not read as something shorter
+    for name in sorted(KNOWN_SOURCES, key=len, reverse=True):
+        if name in low:
+            return name
+    return None
+
+
+def classify(task: str, hint: str | None = None) -> str:
+    """Category of a question; ``hint`` is its ``data_source`` (nq, popqa, hotpotqa, ...).
+
+    Returns one of :data:`CATEGORIES`. Never raises.
+    """
+    q = (task or "").lower()
+    source = (hint or "").strip().lower()
+    if source in MULTI_HOP_SOURCES:
+        return "comparison" if _COMPARISON_A.search(q) else "multi_hop_reasoning"
+    if source == "popqa":
+        return "entity_attribute_lookup"
+    if source in KNOWN_SOURCES:
+        return "direct_retrieval"
+    if _COMPARISON_D.search(q):
+        return "comparison"
+    if _MULTI_HOP_D.search(" " + q + " "):
+        return "multi_hop_reasoning"
+    return "direct_retrieval"

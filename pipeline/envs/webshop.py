@@ -1,0 +1,64 @@
+"""WebShop: product categories and prompt constants.
+
+Category rule: the reference's aggregation/distillation keyword table (spec §7.2, variants A and
+D, same order: apparel -> footwear -> home_decor -> electronics -> accessories -> beauty_health
+-> other), but matched on **word boundaries** instead of substrings, so "laptop" no longer hits
+"top", "stainless steel" no longer hits "tee" and "bowl" no longer hits "bow" (spec §7.2
+"substring false positives", TV4). A keyword also matches its plural (``shoes``, ``watches``).
+"""
+from __future__ import annotations
+
+import re
+
+ENV = "webshop"
+
+#: Keyword table, in match order (spec §7.2 A/D).
+KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("apparel", ("shirt", "dress", "t-shirt", "polo", "pants", "jeans", "jacket", "coat", "sweater",
+                 "blouse", "skirt", "shorts", "underwear", "swimsuit", "swimwear", "hoodie", "vest",
+                 "cardigan", "suit", "blazer", "tee", "top")),
+    ("footwear", ("shoe", "boot", "sandal", "sneaker", "slipper", "loafer", "heel", "flat", "oxford",
+                  "pump", "moccasin", "flip-flop", "footwear")),
+    ("home_decor", ("pillow", "curtain", "rug", "mat", "blanket", "bedding", "towel", "lamp", "decor",
+                    "furniture", "cushion", "sheet", "tablecloth", "vase")),
+    ("electronics", ("phone", "laptop", "tablet", "computer", "headphone", "earphone", "earbud",
+                     "speaker", "charger", "cable", "mouse", "keyboard", "monitor", "camera",
+                     "smartwatch", "battery", "electronic", "device", "gadget")),
+    ("accessories", ("bag", "wallet", "belt", "hat", "cap", "scarf", "glove", "jewelry", "necklace",
+                     "bracelet", "ring", "earring", "sunglasses", "glasses", "watch", "purse",
+                     "backpack", "handbag", "tie", "bow")),
+    ("beauty_health", ("makeup", "cosmetic", "skincare", "lotion", "cream", "shampoo", "conditioner",
+                       "perfume", "cologne", "brush", "bathing", "soap", "body wash", "nail", "lipstick",
+                       "mascara", "foundation", "serum", "moisturizer")),
+)
+
+CATEGORIES = tuple(c for c, _ in KEYWORDS) + ("other",)
+
+#: First line of our WebShop agent prompt (our wording; the reference's differs, spec D-P7).
+HEADER = "You are an expert shopping agent operating in the WebShop online store."
+
+#: Turn instruction closing every WebShop prompt (our wording, same tag contract as ALFWorld).
+TURN_INSTRUCTION = (
+    "Now it's your turn to take one action for the current step.\nFirst reason step-by-step about "
+    "which product and options best match the shopping goal, inside <think> </think> tags.\n"
+    "Then give exactly one admissible action, such as search[query] or click[button], inside "
+    "<action> </action> tags.")
+
+# Letters/digits/hyphen on either side mean "inside a word": "t-shirt" must not yield "shirt" as
+# a separate hit for a different table row, and "flip-flop" stays one keyword.
+_PATTERNS = tuple(
+    (cat, re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(k) for k in kws) + r")(?:s|es)?(?![\w-])"))
+    for cat, kws in KEYWORDS)
+
+
+def classify(task: str, hint: str | None = None) -> str:
+    """WebShop category of a shopping goal (e.g. ``"i need a men's t-shirt ..."`` -> ``apparel``).
+
+    ``hint`` is accepted for registry symmetry and ignored (WebShop sessions carry no category).
+    Returns one of :data:`CATEGORIES`; ``"other"`` when no keyword matches. Never raises.
+    """
+    goal = (task or "").lower()
+    for category, pattern in _PATTERNS:
+        if pattern.search(goal):
+            return category
+    return "other"

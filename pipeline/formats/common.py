@@ -1,0 +1,124 @@
+"""Helpers shared by the readers: building trajectories with stable ids, quarantine rows,
+streaming JSON containers with line numbers, and attaching reasoning to the next real step.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+from .. import envs
+from ..lineage import trajectory_id
+from ..records import QuarantineRow, Step, Trajectory
+
+STAGE = "parse"
+RAW_LIMIT = 4000  # chars of raw input kept on a quarantine row (enough to see what went wrong)
+
+
+def bad(reason: str, detail: str, source_uri: str, line: int | None = None, raw: str = "",
+        item_id: str = "") -> QuarantineRow:
+    """A parse-stage quarantine row; ``raw`` is truncated to :data:`RAW_LIMIT` characters."""
+    return QuarantineRow(stage=STAGE, reason=reason, detail=detail, item_id=item_id,
+                         source_uri=source_uri, line=line, raw=(raw or "")[:RAW_LIMIT])
+
+
+def line_at(text: str, pos: int) -> int:
+    """1-based line number of character offset ``pos`` in ``text``."""
+    return text.count("\n", 0, pos) + 1
+
+
+def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, reward: float,
+                     steps: list[Step], source_uri: str, source_format: str, record_index: int,
+                     source_line: int | None, category_hint: str | None = None,
+                     category: str | None = None, metadata: dict[str, Any] | None = None) -> Trajectory:
+    """Normalise one record into a :class:`Trajectory` with a content-derived id.
+
+    The id hashes (source URI, record index, env, task, outcome, reward, each step's action,
+    observation and reward), so rereading the same file gives the same id (spec D-P6, D-P9).
+    ``category`` overrides the classifier; otherwise ``envs.classify(env, task, category_hint)``.
+    Step indices are renumbered 0..n-1 here so readers need not track them.
+    """
+    for i, s in enumerate(steps):
+        s.index = i
+    content = [env, task, outcome, reward, [[s.action, s.observation, s.reward] for s in steps]]
+    return Trajectory(
+        trajectory_id=trajectory_id(source_uri, record_index, content),
+        env=env, env_instance=env_instance, task=task,
+        category=category or envs.classify(env, task, category_hint),
+        outcome=outcome, reward=float(reward), steps=steps,
+        source_uri=source_uri, source_format=source_format, record_index=record_index,
+        source_line=source_line, removed_step_indices=[],
+        metadata=json.dumps(metadata or {}, ensure_ascii=False, sort_keys=True))
+
+
+class ThoughtBuffer:
+    """Collects reasoning-only turns (``think:`` / ``think[...]``) for the next real action.
+
+    Reasoning never becomes a step (it changes nothing in the environment); it is stored as the
+    ``thought`` of the next action step, several thoughts joined by newlines.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def add(self, text: str) -> None:
+        text = text.strip()
+        if text:
+            self.parts.append(text)
+
+    def take(self) -> str | None:
+        out = "\n".join(self.parts) or None
+        self.parts = []
+        return out
+
+
+_WS = re.compile(r"\s*")
+
+
+class JSONContainerError(ValueError):
+    def __init__(self, msg: str, pos: int):
+        super().__init__(msg)
+        self.pos = pos
+
+
+def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int]]:
+    """Yield ``(key_or_index, value, start_offset)`` for each member of a top-level JSON object
+    or array, decoding one member at a time.
+
+    A truncated or corrupt file still yields every member before the damage, then raises
+    :class:`JSONContainerError` with the offset where decoding failed (readers turn it into a
+    quarantine row with that line). Raises it too when the text is not an object or array.
+    """
+    dec = json.JSONDecoder()
+    pos = _WS.match(text, 0).end()
+    if pos >= len(text) or text[pos] not in "[{":
+        raise JSONContainerError("top level is not a JSON object or array", pos)
+    is_obj, close = text[pos] == "{", "}" if text[pos] == "{" else "]"
+    pos = _WS.match(text, pos + 1).end()
+    index = 0
+    if text.startswith(close, pos):
+        return
+    while True:
+        start = pos
+        try:
+            if is_obj:
+                key, pos = dec.raw_decode(text, pos)
+                pos = _WS.match(text, pos).end()
+                if not text.startswith(":", pos):
+                    raise JSONContainerError("expected ':' after object key", pos)
+                pos = _WS.match(text, pos + 1).end()
+                start = pos
+            else:
+                key = index
+            value, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise JSONContainerError(f"invalid JSON: {e.msg}", e.pos) from None
+        yield key, value, start
+        index += 1
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+        elif text.startswith(close, pos):
+            return
+        else:
+            raise JSONContainerError(f"expected ',' or '{close}'" if pos < len(text) else "unexpected end of file", pos)

@@ -1,0 +1,143 @@
+"""Input discovery, format sniffing and the reader registry.
+
+``read_file(path, fmt, env_hint)`` is the one entry point the parse stage uses: it never raises
+for bad input. An empty, binary, non-UTF-8 or unrecognised file becomes exactly one
+:class:`~pipeline.records.QuarantineRow`; a reader that fails part-way keeps what it already
+yielded and adds one quarantine row for the rest (DESIGN §2, §7: nothing is lost silently).
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from typing import Callable, Iterator
+
+from ..records import QuarantineRow, Trajectory
+from . import chat_json, react_alfworld_json, react_webshop_log, reflexion_txt, skillrl_txt
+from .common import bad
+
+Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
+
+#: format name -> reader ``read(path, env_hint)``.
+READERS: dict[str, Reader] = {
+    "skillrl_txt": skillrl_txt.read,
+    "react_alfworld_json": react_alfworld_json.read,
+    "reflexion_txt": reflexion_txt.read,
+    "react_webshop_log": react_webshop_log.read,
+    "chat_json": chat_json.read,
+}
+
+HEAD_BYTES = 64 * 1024
+_SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
+
+
+def list_input_files(path: str) -> list[str]:
+    """Input files under ``path``: the file itself, or every regular file below a folder.
+
+    Recursive, sorted by path, skipping hidden files and folders (``.name``) and documentation
+    (``SOURCE.md``, ``README*``). Paths keep the form of ``path`` (relative stays relative), so
+    trajectory ids do not depend on where the checkout lives. Raises ``FileNotFoundError`` when
+    ``path`` does not exist.
+    """
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"input path does not exist: {path}")
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            full = os.path.join(root, name)
+            if name.startswith(".") or _SKIP_NAMES.match(name) or not os.path.isfile(full):
+                continue
+            found.append(full)
+    return sorted(found)
+
+
+def detect_format(path: str, head: bytes) -> str | None:
+    """Format name of a file from its first bytes (content sniffing; the name is not trusted).
+
+    Returns a key of :data:`READERS`, or ``None`` for binary, undecodable or unknown content.
+    """
+    if not head.strip() or b"\x00" in head:
+        return None
+    text = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
+    start = text.lstrip()[:1]
+    if start in "{[":
+        if re.search(r'"(conversations|messages)"\s*:', text):
+            return "chat_json"
+        # ReAct prompt file: an object whose first value is a transcript string.
+        if start == "{" and re.match(r'\s*\{\s*"[^"]*"\s*:\s*"', text) and "Your task is to:" in text:
+            return "react_alfworld_json"
+        return None
+    if re.search(r"^Step -?\d+ \| Action: ", text, re.M) or text.startswith("=== Trajectory for"):
+        return "skillrl_txt"
+    if re.search(r"^-{5,}\s*\n\d+\s*\nAction: reset", text, re.M):
+        return "react_webshop_log"
+    if "STATUS: FAIL" in text or (re.search(r"^> ", text, re.M) and "Your task is to:" in text) \
+            or (text.startswith("Instruction:") and re.search(r"^Action: ", text, re.M)):
+        return "reflexion_txt"
+    return None
+
+
+def _check_text(path: str) -> QuarantineRow | None:
+    """Stream the file once: ``None`` if it is non-empty valid UTF-8 text, else the reason row."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, seen_text = 1, False
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            if b"\x00" in block:
+                return bad("binary_file", "file contains NUL bytes (binary data, not text)", path,
+                           line + block[:block.index(b"\x00")].count(b"\n"))
+            try:
+                seen_text = seen_text or bool(decoder.decode(block).strip())
+            except UnicodeDecodeError as e:
+                return bad("not_utf8", f"invalid UTF-8 at byte {e.start} of a block: {e.reason}", path,
+                           line + block[:e.start].count(b"\n"), block[max(0, e.start - 200):e.start].decode("utf-8", "replace"))
+            line += block.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return bad("not_utf8", "file ends inside a UTF-8 sequence", path, line)
+    if not seen_text:
+        return bad("empty_file", "file is empty or whitespace only", path, 1)
+    return None
+
+
+def read_file(path: str, fmt: str = "auto", env_hint: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
+    """Yield the trajectories of one input file, and quarantine rows for what could not be read.
+
+    Args:
+        path: a local file.
+        fmt: a key of :data:`READERS`, or ``"auto"`` to sniff the content.
+        env_hint: ``alfworld``/``webshop``/``search`` when the caller knows it; ``None``/``"auto"`` = detect.
+
+    Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
+    """
+    if fmt != "auto" and fmt not in READERS:
+        raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
+    hint = None if env_hint in (None, "", "auto") else env_hint
+    try:
+        problem = _check_text(path)
+    except OSError as e:
+        yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
+        return
+    if problem:
+        yield problem
+        return
+    if fmt == "auto":
+        with open(path, "rb") as f:
+            fmt = detect_format(path, f.read(HEAD_BYTES)) or ""
+        if not fmt:
+            yield bad("unrecognised_format", "content matches no known input format", path, 1)
+            return
+    n = 0
+    try:
+        for item in READERS[fmt](path, hint):
+            n += 1
+            yield item
+    except Exception as e:  # a reader bug or an unforeseen shape must not end the run
+        yield bad("reader_error", f"{fmt}: {type(e).__name__}: {e}", path)
+        return
+    if n == 0:
+        yield bad("no_records", f"no {fmt} records found", path, 1)

@@ -1,0 +1,57 @@
+"""Reader for the ReAct ALFWorld prompt file (``alfworld_3prompts*.json``): an object mapping
+``react_<type>_<k>`` / ``act_<type>_<k>`` to an expert transcript string.
+
+Every entry is a hand-curated successful demonstration (ReAct repo; see the data's SOURCE.md):
+outcome ``success``, the last step ``done`` with the ALFWorld win reward 10, metadata
+``"outcome_source": "curated"``. The ``react_`` and ``act_`` variants of one key replay the same
+game, so both get env_instance ``<type>_<k>`` and land on the same side of the train/val split.
+Observations carry no admissible actions in this source (left empty).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from ..records import QuarantineRow, Trajectory
+from .alfworld_transcript import parse_transcript
+from .common import JSONContainerError, bad, build_trajectory, iter_json_container, line_at
+
+FORMAT = "react_alfworld_json"
+WIN_REWARD = 10.0
+
+
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+         ) -> Iterator[Trajectory | QuarantineRow]:
+    """Yield one trajectory per transcript entry.
+
+    Quarantine reasons: ``bad_record`` (value not a string, or no action), ``invalid_json`` (the
+    file is cut or corrupt: entries before the damage are still read).
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    index = 0
+    try:
+        for key, value, pos in iter_json_container(text):
+            line = line_at(text, pos)
+            if not isinstance(value, str):
+                yield bad("bad_record", f"entry {key!r} is a {type(value).__name__}, expected a transcript string",
+                          path, line, str(value))
+            else:
+                t = parse_transcript([(line, ln) for ln in value.split("\n")])
+                if len(t.steps) < 2:
+                    yield bad("bad_record", f"entry {key!r} has no '> action' lines", path, line, value)
+                else:
+                    last = t.steps[-1]
+                    last.done, last.reward = True, WIN_REWARD
+                    m = re.match(r"(react|act)_(.+)$", str(key))
+                    meta = {"key": key, "variant": m[1] if m else "", "outcome_source": "curated"}
+                    if t.trailing_thought:
+                        meta["trailing_thought"] = t.trailing_thought
+                    yield build_trajectory(
+                        env=env_hint or "alfworld", env_instance=m[2] if m else str(key), task=t.task,
+                        outcome="success", reward=WIN_REWARD, steps=t.steps, source_uri=path,
+                        source_format=FORMAT, record_index=index, source_line=line, metadata=meta)
+            index += 1
+    except JSONContainerError as e:
+        yield bad("invalid_json", f"{e} (after {index} entries)", path, line_at(text, e.pos),
+                  text[max(0, e.pos - 200):e.pos + 200])

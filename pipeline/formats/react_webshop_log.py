@@ -1,0 +1,76 @@
+"""Reader for the ReAct WebShop episode log (``WebShop.ipynb`` output, see the data's SOURCE.md).
+
+Each episode sits between a ``-----------------`` line followed by its index and a closing
+``-------------`` line, and ends with a running-summary line ``<n> <avg> <success> <fail>``.
+The reward is the graded purchase score (``Your score (min 0.0, max 1.0): r``), 0 when nothing
+was bought; the outcome is ``success`` iff reward >= ``success_threshold`` (config
+``parse.success_threshold``, default 1.0: only a perfect match counts). env_instance is the
+WebShop session ``fixed_<index>``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from ..records import QuarantineRow, Trajectory
+from .common import bad, build_trajectory
+from .webshop_transcript import parse_episode
+
+FORMAT = "react_webshop_log"
+_RULE = re.compile(r"^-{5,}\s*$")
+_INDEX = re.compile(r"^(\d+)\s*$")
+_SUMMARY = re.compile(r"^\d+ [-+\d.eE]+ [-+\d.eE]+ [-+\d.eE]+\s*$")
+
+
+def _episodes(path: str):
+    """Stream ``(index, first_line, body, summary, closed)`` per episode from the file."""
+    current = None
+    pending_rule = False
+    with open(path, encoding="utf-8") as f:
+        for no, raw in enumerate(f, 1):
+            line = raw.rstrip("\n")
+            if current is None:
+                m = _INDEX.match(line)
+                if pending_rule and m:
+                    current = {"index": int(m[1]), "line": no, "body": [], "summary": None}
+                pending_rule = bool(_RULE.match(line))
+                continue
+            if _RULE.match(line):
+                yield current["index"], current["line"], current["body"], current["summary"], True
+                current, pending_rule = None, True  # a closing rule may be followed by an opening one
+                continue
+            if _SUMMARY.match(line):
+                current["summary"] = line.strip()
+            else:
+                current["body"].append((no, line))
+    if current is not None:
+        yield current["index"], current["line"], current["body"], current["summary"], False
+
+
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+         ) -> Iterator[Trajectory | QuarantineRow]:
+    """Yield one trajectory per episode.
+
+    Quarantine reasons: ``truncated_episode`` (file ends inside an episode with no summary
+    line), ``bad_record`` (an episode with no action after reset).
+    """
+    for record_index, (index, first, body, summary, closed) in enumerate(_episodes(path)):
+        raw = "\n".join(t for _, t in body)
+        if not closed and summary is None:
+            yield bad("truncated_episode", f"episode {index} is cut off (no summary line, no closing rule)",
+                      path, first, raw)
+            continue
+        ep = parse_episode(body)
+        if len(ep.steps) < 2:
+            yield bad("bad_record", f"episode {index} has no action after reset", path, first, raw)
+            continue
+        reward = ep.score if ep.score is not None else 0.0
+        meta = {"episode": index, "session": f"fixed_{index}", "summary": summary,
+                "purchased": ep.score is not None, "outcome_source": "score"}
+        if ep.trailing_thought:
+            meta["trailing_thought"] = ep.trailing_thought
+        yield build_trajectory(
+            env=env_hint or "webshop", env_instance=f"fixed_{index}", task=ep.task,
+            outcome="success" if reward >= success_threshold else "failure", reward=reward,
+            steps=ep.steps, source_uri=path, source_format=FORMAT, record_index=record_index,
+            source_line=first, metadata=meta)

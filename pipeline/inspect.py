@@ -1,0 +1,120 @@
+"""Human-readable views of artifacts: schema/counts/sample rows, and SFT-pair lineage."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .artifacts import MANIFEST, read_parquet_dir
+
+
+def _short(v: Any, n: int = 160) -> Any:
+    if isinstance(v, str) and len(v) > n:
+        return v[:n] + f"… (+{len(v) - n} chars)"
+    if isinstance(v, list):
+        return [_short(x, n) for x in v[:5]] + ([f"… (+{len(v) - 5} items)"] if len(v) > 5 else [])
+    if isinstance(v, dict):
+        return {k: _short(x, n) for k, x in v.items()}
+    return v
+
+
+def _load(path: str, quarantine: bool) -> tuple[pa.Table, dict]:
+    if os.path.isfile(path):
+        return pq.read_table(path), {}
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no such artifact: {path}")
+    manifest = {}
+    mpath = os.path.join(path, MANIFEST)
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as f:
+            manifest = json.load(f)
+    folder = os.path.join(path, "quarantine") if quarantine else path
+    return read_parquet_dir(folder), manifest
+
+
+def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
+    """Schema, row count, manifest counts and the first ``rows`` rows (long text shortened)."""
+    table, manifest = _load(path, quarantine)
+    out = [f"artifact: {os.path.abspath(path)}{' (quarantine)' if quarantine else ''}",
+           f"rows: {table.num_rows}", "schema:"]
+    out += [f"  {f.name}: {f.type}" for f in table.schema]
+    if manifest:
+        out.append(f"stage: {manifest.get('stage')}  fingerprint: {manifest.get('fingerprint', '')[:16]}  "
+                   f"wall_s: {manifest.get('wall_s')}")
+        out.append("counts: " + json.dumps(manifest.get("counts", {}), ensure_ascii=False))
+        if manifest.get("llm"):
+            out.append("llm: " + json.dumps(manifest["llm"]))
+    for i, row in enumerate(table.slice(0, rows).to_pylist()):
+        out.append(f"--- row {i}")
+        out.append(json.dumps(_short(row), ensure_ascii=False, indent=2, default=str))
+    return "\n".join(out)
+
+
+def _run_dir(path: str) -> str:
+    p = os.path.abspath(path)
+    while p != os.path.dirname(p):
+        if os.path.basename(os.path.dirname(p)) == "runs":
+            return p
+        p = os.path.dirname(p)
+    raise ValueError(f"{path} is not inside a runs/<run_id>/ folder")
+
+
+def _rows(run_dir: str, stage: str, quarantine: bool = False) -> list[dict]:
+    folder = os.path.join(run_dir, stage)
+    if not os.path.isdir(folder):
+        return []
+    return read_parquet_dir(os.path.join(folder, "quarantine") if quarantine else folder).to_pylist()
+
+
+def lineage_report(path: str, pair_id: str) -> str:
+    """Walk SFT pair ``pair_id`` back to its source file/line, trajectory, step, memories, skills.
+
+    ``path`` is any folder inside the run (e.g. ``runs/<id>/export``). Raises ``KeyError`` if
+    the pair is in neither the export nor the validate artifact.
+    """
+    run_dir = _run_dir(path)
+    pair = next((r for s in ("export", "validate") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)
+    if pair is None:
+        raise KeyError(f"pair {pair_id} not found in {run_dir}/export or validate")
+    traj = next((t for s in ("dedupe", "parse") for t in _rows(run_dir, s)
+                 if t["trajectory_id"] == pair["trajectory_id"]), None)
+    out = [f"SFT pair      {pair_id}  (split={pair.get('split')}, env={pair['env']}, category={pair['category']})",
+           f"  model       {pair['model']}   prompt_sha {pair['prompt_sha'][:16]}",
+           f"  target      {_short(pair['output'], 200)}"]
+    if traj is None:
+        out.append(f"trajectory    {pair['trajectory_id']}  (not found in dedupe/parse artifacts)")
+    else:
+        out += [f"source        {traj['source_uri']}",
+                f"  record      #{traj['record_index']} ({traj['source_format']}), first line {traj['source_line']}",
+                f"trajectory    {traj['trajectory_id']}  instance={traj['env_instance']} outcome={traj['outcome']} "
+                f"reward={traj['reward']}",
+                f"  task        {traj['task']}"]
+        steps = traj["steps"]
+        k = pair["step_index"]
+        if 0 <= k < len(steps):
+            st = steps[k]
+            out.append(f"step          {pair['step_id']}  index {k}, source line {st['line']}")
+            out.append(f"  action      {st['action']}")
+        else:
+            out.append(f"step          {pair['step_id']}  (synthetic turn after the last step)")
+        if traj.get("removed_step_indices"):
+            out.append(f"  loop steps removed by dedupe: {traj['removed_step_indices']}")
+    mems = {m["memory_id"]: m for m in _rows(run_dir, "memory")}
+    out.append(f"memories      {len(pair['memory_ids'])}")
+    for mid in pair["memory_ids"]:
+        m = mems.get(mid)
+        out.append(f"  {mid}  " + (_short(m["contextual_description"], 120) if m else "(not found)"))
+    skills = {s["skill_id"]: s for s in _rows(run_dir, "aggregate")}
+    out.append(f"skills        {len(pair['skill_ids_used'])} (bank {pair['bank_version'][:12]})")
+    for sid in pair["skill_ids_used"]:
+        s = skills.get(sid)
+        if s:
+            out.append(f"  {sid}  [{s['kind']}{'/' + s['category'] if s['category'] else ''}] "
+                       f"{s['title'] or s['description']}  <- memories {', '.join(s['source_memory_ids'][:4])}"
+                       + (" …" if len(s["source_memory_ids"]) > 4 else ""))
+        else:
+            out.append(f"  {sid}  (not found)")
+    return "\n".join(out)

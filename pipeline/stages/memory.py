@@ -1,0 +1,178 @@
+"""Stage ``memory``: one structured LLM call per trajectory turns it into a reusable memory.
+
+Spec §4. The reference makes 2-3 free-text calls per trajectory (description, refined trajectory,
+strategic guidelines) and parses them with greedy brace matching (D-M1, D-M4). We make ONE call
+whose JSON Schema depends on the outcome:
+
+* success -> ``contextual_description``, ``refined_trajectory`` (the causal chain of steps that
+  led to the win) and ``planning_pattern`` (abstract phases with placeholders);
+* failure -> ``contextual_description`` and ``mistakes_to_avoid`` ({trigger_condition, bad_action}).
+
+The schema is validated by the client, and :func:`check_memory` additionally enforces the
+outcome-specific content (a success needs a non-blank planning pattern, a failure at least one
+mistake). A call that still fails is quarantined with the model's raw output. Units: trajectories;
+``in = out + quarantined``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import lineage
+from ..config import MemoryConfig
+from ..llm.types import JSONRequest, JSONResult
+from ..records import MEMORY_SCHEMA, QuarantineRow, Trajectory
+from ..runner import StageContext, StageOutput
+from . import _templates
+
+NAME = "memory"
+INPUTS = ("dedupe",)
+SCHEMA = MEMORY_SCHEMA
+USES_LLM = True
+
+# Length bounds of the answer. A 135M model fills strings up to their bound, so every string and
+# list is bounded; the worst case (~2.4k chars) stays under the default 768-token budget.
+DESCRIPTION_MAX = 200
+PATTERN_MAX = 240
+REFINED_MAX_STEPS = 5
+REFINED_FIELD_MAX = {"action": 80, "critical_observation": 100, "reasoning": 100}
+MISTAKES_MAX = 3
+MISTAKE_FIELD_MAX = {"trigger_condition": 120, "bad_action": 120}
+
+
+def _string(max_len: int) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": max_len}
+
+
+def _object(props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
+    """JSON Schema of the memory answer for ``outcome`` ("success" | "failure").
+
+    ``n_actions`` bounds ``refined_trajectory[].step_index`` to the episode's action numbers
+    (1..n_actions). Raises ``ValueError`` for another outcome.
+    """
+    props: dict[str, Any] = {"contextual_description": _string(DESCRIPTION_MAX)}
+    if outcome == "success":
+        step = _object({"step_index": {"type": "integer", "minimum": 1, "maximum": max(1, n_actions)},
+                        **{k: _string(n) for k, n in REFINED_FIELD_MAX.items()}})
+        props["refined_trajectory"] = {"type": "array", "items": step, "minItems": 1,
+                                       "maxItems": REFINED_MAX_STEPS}
+        props["planning_pattern"] = _string(PATTERN_MAX)
+    elif outcome == "failure":
+        mistake = _object({k: _string(n) for k, n in MISTAKE_FIELD_MAX.items()})
+        props["mistakes_to_avoid"] = {"type": "array", "items": mistake, "minItems": 1, "maxItems": MISTAKES_MAX}
+    else:
+        raise ValueError(f"unknown outcome {outcome!r}; expected 'success' or 'failure'")
+    return _object(props)
+
+
+def check_memory(outcome: str):
+    """A ``JSONRequest.check`` for ``outcome``: returns an error message or ``None``.
+
+    Catches what a schema allows but a memory must not have: blank (whitespace-only) texts,
+    a success without a planning pattern, a failure without a usable mistake.
+    """
+    def check(value: dict[str, Any]) -> str | None:
+        if not str(value.get("contextual_description", "")).strip():
+            return "contextual_description is blank"
+        if outcome == "success":
+            if not str(value.get("planning_pattern") or "").strip():
+                return "a successful episode needs a non-empty planning_pattern"
+            for s in value.get("refined_trajectory") or []:
+                if not all(str(s.get(k, "")).strip() for k in REFINED_FIELD_MAX):
+                    return f"refined_trajectory step {s.get('step_index')} has a blank field"
+        else:
+            mistakes = [m for m in value.get("mistakes_to_avoid") or []
+                        if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELD_MAX)]
+            if not mistakes:
+                return "a failed episode needs at least one mistake with trigger_condition and bad_action"
+        return None
+    return check
+
+
+def render_trajectory(traj: Trajectory, max_chars: int) -> str:
+    """The episode as text blocks, at most ``max_chars`` characters (spec §4.2 layout).
+
+    Block 0 is the start (first observation); block k >= 1 is
+    ``"k | Action: <a> | Reward: <r> | Done: <d>\\nObs: <o>"``. Each observation is clipped to
+    ``max_chars // 6``; when the blocks still do not fit, the oldest action blocks are replaced by
+    one ``... (steps i-j elided) ...`` line, keeping the start and the most recent steps (the end
+    of an episode decides its outcome).
+    """
+    obs_max = max(80, max_chars // 6)
+    blocks = [f"0 | start\nObs: {_templates.clip(traj.steps[0].observation, obs_max)}"] if traj.steps else []
+    for k, s in enumerate(traj.steps[1:], start=1):
+        blocks.append(f"{k} | Action: {s.action or ''} | Reward: {s.reward} | Done: {s.done}\n"
+                      f"Obs: {_templates.clip(s.observation, obs_max)}")
+    text = "\n\n".join(blocks)
+    if len(text) <= max_chars or len(blocks) < 2:
+        return _templates.clip(text, max_chars)
+    head, tail = blocks[0], []
+    used = len(head) + 40  # room for the elision line
+    for block in reversed(blocks[1:]):
+        if used + len(block) + 2 > max_chars:
+            break
+        tail.insert(0, block)
+        used += len(block) + 2
+    first_kept = len(blocks) - len(tail)
+    marker = f"... (steps 1-{first_kept - 1} elided) ..."
+    return _templates.clip("\n\n".join([head, marker, *tail]), max_chars)
+
+
+def build_request(traj: Trajectory, cfg: MemoryConfig) -> JSONRequest:
+    """The one structured call for ``traj`` (key = trajectory id)."""
+    tpl = _templates.load(NAME, traj.env)
+    outcome = "success" if traj.success else "failure"
+    system = tpl.render("system") + "\n\n" + tpl.render(outcome)
+    user = tpl.render("user", env_name=_templates.env_name(traj.env), task=traj.task,
+                      outcome=outcome.capitalize(),
+                      trajectory=render_trajectory(traj, cfg.max_trajectory_chars))
+    return JSONRequest(key=traj.trajectory_id,
+                       messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+                       schema=memory_schema(outcome, len(traj.steps) - 1),
+                       schema_name=f"memory_{outcome}", check=check_memory(outcome))
+
+
+def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str, Any]:
+    """The MEMORY_SCHEMA row for a validated answer; strings are stripped, ids content-derived."""
+    success = traj.success
+    refined = [{"step_index": int(s["step_index"]), **{k: s[k].strip() for k in REFINED_FIELD_MAX}}
+               for s in value.get("refined_trajectory") or []] if success else []
+    mistakes = [{k: m[k].strip() for k in MISTAKE_FIELD_MAX} for m in value.get("mistakes_to_avoid") or []
+                if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELD_MAX)] if not success else []
+    content = {"contextual_description": value["contextual_description"].strip(),
+               "refined_trajectory": refined,
+               "planning_pattern": (value.get("planning_pattern") or "").strip() if success else "",
+               "mistakes_to_avoid": mistakes}
+    return {"memory_id": lineage.memory_id(traj.trajectory_id, content), "trajectory_id": traj.trajectory_id,
+            "env": traj.env, "category": traj.category, "outcome": traj.outcome, "task": traj.task,
+            **content, "model": model, "prompt_sha": _templates.load(NAME, traj.env).sha}
+
+
+def quarantine_row(traj: Trajectory, result: JSONResult) -> QuarantineRow:
+    return QuarantineRow(stage=NAME, reason=result.error or "llm_failed", detail=result.detail,
+                         item_id=traj.trajectory_id, source_uri=traj.source_uri, line=traj.source_line,
+                         raw=result.raw)
+
+
+def prompt_files(ctx: StageContext) -> list[str]:
+    return _templates.stage_files(NAME)
+
+
+def run(ctx: StageContext) -> StageOutput:
+    trajs = [Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()]
+    if not trajs:  # nothing to summarise: do not start the LLM server
+        return StageOutput(rows=[], quarantine=[], rows_in=0)
+    llm = ctx.llm
+    results = llm.complete_json_many([build_request(t, ctx.config.memory) for t in trajs], desc=NAME)
+    rows, quarantine = [], []
+    for traj, res in zip(trajs, results, strict=True):
+        if res.ok:
+            rows.append(memory_row(traj, res.value, llm.model_id))
+        else:
+            quarantine.append(quarantine_row(traj, res))
+    counters = {"success": sum(r["outcome"] == "success" for r in rows),
+                "failure": sum(r["outcome"] == "failure" for r in rows)}
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters)

@@ -1,0 +1,98 @@
+"""A scripted OpenAI chat-completions stub on 127.0.0.1, for fault injection in tests ONLY.
+
+Each POST to ``/v1/chat/completions`` consumes the next step of the script:
+
+* ``{"content": str, "finish_reason": "stop"}`` - a normal answer (usage 10 prompt + 5 completion);
+* ``{"status": 429, "headers": {"Retry-After": "1"}, "body": {...}}`` - an HTTP error;
+* ``{"reset": True}`` - close the socket with an RST and no response;
+* ``{"sleep": 1.0, ...}`` - wait before doing the rest of the step (timeouts).
+
+An exhausted script answers 599 so an unexpected extra call fails the test loudly. Request bodies
+are kept in ``stub.requests`` (and Authorization headers in ``stub.auth``) for assertions.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, *args) -> None:  # keep test output quiet
+        pass
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "stub-model", "object": "model", "owned_by": "stub"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        stub = self.server.stub
+        with stub.lock:
+            stub.requests.append(body)
+            stub.auth.append(self.headers.get("Authorization", ""))
+            step = stub.script.pop(0) if stub.script else {"status": 599, "body": {"error": "script exhausted"}}
+        if step.get("sleep"):
+            time.sleep(step["sleep"])
+        if step.get("reset"):
+            # SO_LINGER 0 makes close() send RST: the client sees a connection reset.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        if "status" in step:
+            self._send(step["status"], step.get("body", {"error": {"message": "stub error"}}), step.get("headers"))
+            return
+        self._send(200, {
+            "id": f"chatcmpl-{len(stub.requests)}", "object": "chat.completion", "created": 0,
+            "model": body.get("model", "stub-model"),
+            "choices": [{"index": 0, "finish_reason": step.get("finish_reason", "stop"),
+                         "message": {"role": "assistant", "content": step["content"]}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        })
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    stub: "ChatStub"
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that timed out leaves a broken pipe behind: expected, not news
+
+
+class ChatStub:
+    """Context manager: ``with ChatStub(script) as stub: stub.base_url`` (ends in ``/v1``)."""
+
+    def __init__(self, script: list[dict[str, Any]]):
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self.auth: list[str] = []  # Authorization header of each POST
+        self.lock = threading.Lock()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.stub = self
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "ChatStub":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
