@@ -87,7 +87,14 @@ def lineage_report(path: str, pair_id: str) -> str:
     if traj is None:
         out.append(f"trajectory    {pair['trajectory_id']}  (not found in dedupe/parse artifacts)")
     else:
-        out += [f"source        {traj['source_uri']}",
+        parse_manifest = os.path.join(run_dir, "parse", MANIFEST)
+        input_root = ""
+        if os.path.exists(parse_manifest):
+            with open(parse_manifest, encoding="utf-8") as f:
+                input_root = json.load(f).get("input_path", "")
+                if input_root and not os.path.isdir(input_root):
+                    input_root = os.path.dirname(input_root)
+        out += [f"source        {os.path.join(input_root, traj['source_uri'])}",
                 f"  record      #{traj['record_index']} ({traj['source_format']}), first line {traj['source_line']}",
                 f"trajectory    {traj['trajectory_id']}  instance={traj['env_instance']} outcome={traj['outcome']} "
                 f"reward={traj['reward']}",

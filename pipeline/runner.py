@@ -100,7 +100,8 @@ def stage_module(name: str):
 def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
     if not mod.INPUTS:  # parse reads files
         from .formats.discover import list_input_files
-        return [{"uri": p, "sha256": file_sha256(p)} for p in list_input_files(ctx.input_path)]
+        root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
+        return [{"uri": os.path.relpath(p, root), "sha256": file_sha256(p)} for p in list_input_files(ctx.input_path)]
     return [{"uri": ctx.upstream(s).path, "fingerprint": ctx.upstream(s).fingerprint} for s in mod.INPUTS]
 
 

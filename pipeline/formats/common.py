@@ -16,10 +16,10 @@ RAW_LIMIT = 4000  # chars of raw input kept on a quarantine row (enough to see w
 
 
 def bad(reason: str, detail: str, source_uri: str, line: int | None = None, raw: str = "",
-        item_id: str = "") -> QuarantineRow:
-    """A parse-stage quarantine row; ``raw`` is truncated to :data:`RAW_LIMIT` characters."""
-    return QuarantineRow(stage=STAGE, reason=reason, detail=detail, item_id=item_id,
-                         source_uri=source_uri, line=line, raw=(raw or "")[:RAW_LIMIT])
+        item_id: str = "", stage: str = STAGE, limit: int | None = RAW_LIMIT) -> QuarantineRow:
+    """A quarantine row (stage ``parse`` unless given); ``raw`` is cut to ``limit`` chars (None = whole)."""
+    return QuarantineRow(stage=stage, reason=reason, detail=detail, item_id=item_id,
+                         source_uri=source_uri, line=line, raw=(raw or "")[:limit] if limit else (raw or ""))
 
 
 def line_at(text: str, pos: int) -> int:
@@ -40,15 +40,30 @@ def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, re
     """
     for i, s in enumerate(steps):
         s.index = i
-    content = [env, task, outcome, reward, [[s.action, s.observation, s.reward] for s in steps]]
     return Trajectory(
-        trajectory_id=trajectory_id(source_uri, record_index, content),
+        trajectory_id=trajectory_id(source_uri, record_index, _content(env, task, outcome, reward, steps)),
         env=env, env_instance=env_instance, task=task,
         category=category or envs.classify(env, task, category_hint),
         outcome=outcome, reward=float(reward), steps=steps,
         source_uri=source_uri, source_format=source_format, record_index=record_index,
         source_line=source_line, removed_step_indices=[],
         metadata=json.dumps(metadata or {}, ensure_ascii=False, sort_keys=True))
+
+
+def _content(env: str, task: str, outcome: str, reward: float, steps: list[Step]) -> list:
+    return [env, task, outcome, reward, [[s.action, s.observation, s.reward] for s in steps]]
+
+
+def rebase(t: Trajectory, source_uri: str) -> Trajectory:
+    """Give ``t`` a new ``source_uri`` (e.g. relative to the input root) and the matching id.
+
+    Ids must not depend on where a checkout lives, so the parse stage stores URIs relative to
+    the input root (the root itself is in the stage manifest).
+    """
+    t.source_uri = source_uri
+    t.trajectory_id = trajectory_id(source_uri, t.record_index,
+                                    _content(t.env, t.task, t.outcome, t.reward, t.steps))
+    return t
 
 
 class ThoughtBuffer:

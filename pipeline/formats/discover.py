@@ -104,13 +104,15 @@ def _check_text(path: str) -> QuarantineRow | None:
     return None
 
 
-def read_file(path: str, fmt: str = "auto", env_hint: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
+def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success_threshold: float = 1.0
+              ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the trajectories of one input file, and quarantine rows for what could not be read.
 
     Args:
         path: a local file.
         fmt: a key of :data:`READERS`, or ``"auto"`` to sniff the content.
         env_hint: ``alfworld``/``webshop``/``search`` when the caller knows it; ``None``/``"auto"`` = detect.
+        success_threshold: graded rewards (WebShop score, QA reward) >= this are successes.
 
     Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
     """
@@ -133,7 +135,7 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None) -> Iter
             return
     n = 0
     try:
-        for item in READERS[fmt](path, hint):
+        for item in READERS[fmt](path, hint, success_threshold=success_threshold):
             n += 1
             yield item
     except Exception as e:  # a reader bug or an unforeseen shape must not end the run

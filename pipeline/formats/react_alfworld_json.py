@@ -29,10 +29,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     """
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    index = 0
+    index, line, prev_pos = 0, 1, 0
     try:
         for key, value, pos in iter_json_container(text):
-            line = line_at(text, pos)
+            line, prev_pos = line + text.count("\n", prev_pos, pos), pos  # incremental line count
             if not isinstance(value, str):
                 yield bad("bad_record", f"entry {key!r} is a {type(value).__name__}, expected a transcript string",
                           path, line, str(value))

@@ -29,7 +29,8 @@ class WebShopEpisode:
     trailing_thought: str | None
 
 
-def _task_from(observation: str) -> str:
+def task_from_observation(observation: str) -> str:
+    """The goal after a WebShop ``Instruction:`` line (same line or the next non-empty one), else ``""``."""
     lines = [ln.strip() for ln in observation.split("\n")]
     for i, ln in enumerate(lines):
         if ln.lower().startswith("instruction:"):
@@ -82,4 +83,4 @@ def parse_episode(lines: list[tuple[int, str]]) -> WebShopEpisode:
         elif _BUY.match(b["action"]):
             step.done = True
         steps.append(step)
-    return WebShopEpisode(task=_task_from(reset_obs), steps=steps, score=score, trailing_thought=thoughts.take())
+    return WebShopEpisode(task=task_from_observation(reset_obs), steps=steps, score=score, trailing_thought=thoughts.take())

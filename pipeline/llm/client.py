@@ -129,7 +129,8 @@ class LLMClient:
         self._cache = ResponseCache(cache_path) if cache_path else None
         self._stats = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()
-        self._backoff = (backoff_initial_s, backoff_max_s)
+        self._backoff = wait_exponential_jitter(multiplier=backoff_initial_s, max=backoff_max_s,
+                                                jitter=backoff_initial_s)
         self._validators: dict[str, Any] = {}
 
     # ---- counters -------------------------------------------------------------------------
@@ -291,7 +292,8 @@ class LLMClient:
     def _retryable(self, exc: BaseException) -> bool:
         if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
             return True
-        if isinstance(exc, openai.APIStatusError) and not self._is_dialect_rejection(exc):
+        if isinstance(exc, openai.APIStatusError) and not _mentions_response_format(exc):
+            # a response_format complaint is deterministic: retrying cannot help
             return exc.status_code in (408, 409, 429) or exc.status_code >= 500
         return False
 
@@ -299,8 +301,7 @@ class LLMClient:
         after = _retry_after_s(retry_state.outcome.exception())
         if after is not None:
             return min(after, MAX_RETRY_AFTER_S)
-        initial, cap = self._backoff
-        return wait_exponential_jitter(initial=initial, max=cap, jitter=initial)(retry_state)
+        return self._backoff(retry_state)
 
     async def _chat(self, oai: openai.AsyncOpenAI, messages, req: JSONRequest, counter: dict):
         """One chat completion with transport retries; may switch the dialect once (auto)."""

@@ -259,6 +259,11 @@ def _reap(pid: int) -> None:
 def serve_foreground(port: int = 8080, ctx_size: int = 8192) -> int:
     """Run the server in the foreground on ``127.0.0.1:port`` until Ctrl-C; returns its exit code."""
     proc = subprocess.Popen(server_command(port, ctx_size))
+
+    def _on_term(signum, frame):  # SIGTERM (a supervisor) stops the child too, like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_term)
     try:
         return proc.wait()
     except KeyboardInterrupt:

@@ -90,3 +90,16 @@ def clip(text: str | None, limit: int) -> str:
     """``text`` cut to ``limit`` characters, marking the cut with `` ...`` (None -> "")."""
     text = (text or "").strip()
     return text if len(text) <= limit else text[: max(0, limit - 4)].rstrip() + " ..."
+
+
+def text_schema(max_len: int, forbid: str = "") -> dict:
+    """JSON Schema of a one-line text of 1..``max_len`` characters without ``forbid`` characters.
+
+    The ``pattern`` excludes control characters (newlines, tabs), ``"`` and ``\\``: llama.cpp's
+    Python grammar lets a model emit raw control characters inside JSON strings, which strict
+    JSON parsers reject, and a char class in a pattern is copied into the grammar unescaped, so a
+    raw quote would end the string. The pattern also bounds the length for grammar endpoints
+    (their converter ignores min/maxLength once a pattern is present).
+    """
+    cls = '"\\\\' + forbid + "\\x00-\\x1f"
+    return {"type": "string", "minLength": 1, "maxLength": max_len, "pattern": f"^[^{cls}]{{1,{max_len}}}$"}

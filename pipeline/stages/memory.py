@@ -40,7 +40,7 @@ MISTAKE_FIELD_MAX = {"trigger_condition": 120, "bad_action": 120}
 
 
 def _string(max_len: int) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "maxLength": max_len}
+    return _templates.text_schema(max_len)
 
 
 def _object(props: dict[str, Any]) -> dict[str, Any]:
@@ -50,12 +50,13 @@ def _object(props: dict[str, Any]) -> dict[str, Any]:
 def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
     """JSON Schema of the memory answer for ``outcome`` ("success" | "failure").
 
-    ``n_actions`` bounds ``refined_trajectory[].step_index`` to the episode's action numbers
-    (1..n_actions). Raises ``ValueError`` for another outcome.
+    ``refined_trajectory[].step_index`` is an ``enum`` of the episode's step numbers 0..``n_actions``
+    (a grammar endpoint then cannot invent a step); strings are one-line and bounded
+    (``_templates.text_schema``). Raises ``ValueError`` for another outcome.
     """
     props: dict[str, Any] = {"contextual_description": _string(DESCRIPTION_MAX)}
     if outcome == "success":
-        step = _object({"step_index": {"type": "integer", "minimum": 1, "maximum": max(1, n_actions)},
+        step = _object({"step_index": {"type": "integer", "enum": list(range(n_actions + 1))},
                         **{k: _string(n) for k, n in REFINED_FIELD_MAX.items()}})
         props["refined_trajectory"] = {"type": "array", "items": step, "minItems": 1,
                                        "maxItems": REFINED_MAX_STEPS}

@@ -147,12 +147,20 @@ def candidates(d: dict[str, Any], traj: Trajectory, seed: int, synthetic_ok: boo
         if synthetic_ok:
             out.append(Candidate(traj, n + 1, thinks.get(n), "done", synthetic_done_admissible(traj, seed), True))
         else:
-            stray.insert(0, (n, "synthetic done on a trajectory that is not an ALFWorld success with an admissible list"))
+            stray.insert(0, (n, "synthetic done on a trajectory that is not an ALFWorld success "
+                                "with an admissible list"))
     return out, stray
 
 
+POLICIES = ("quarantine", "flag")
+
+
 def run(ctx: StageContext) -> StageOutput:
+    """Expand and check every distilled trajectory; raises ``ValueError`` for an unknown policy."""
     cfg = ctx.config
+    for rule in ("not_admissible", "empty_think", "leakage"):
+        if getattr(cfg.validate, rule) not in POLICIES:
+            raise ValueError(f"validate.{rule} must be one of {POLICIES}, got {getattr(cfg.validate, rule)!r}")
     trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()}
     bank = ctx.upstream("aggregate").read_rows()
     bank_ids = {r["skill_id"] for r in bank}
@@ -197,7 +205,7 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
     """Apply the rules (module docstring) to one candidate: ``(row, None)`` or ``(None, quarantine)``."""
     vcfg, pcfg, traj, env = ctx.config.validate, ctx.config.prompt, cand.traj, cand.traj.env
     think, action, flags = (cand.think or "").strip(), cand.action.strip(), []
-    messages = render_step_messages(traj, cand.k, block, pcfg, cand.admissible)
+    full = render_step_messages(traj, cand.k, block, pcfg, cand.admissible)  # id basis of quarantined pairs
     line = traj.steps[min(cand.k, len(traj.steps) - 1)].line
 
     def fail(reason: str, detail: str, policy: str = "quarantine"):
@@ -205,7 +213,7 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
             flags.append(reason)
             return None
         target = render_target(think, action, env)
-        pid = lineage.pair_id(traj.trajectory_id, cand.k, _instruction(messages), target)
+        pid = lineage.pair_id(traj.trajectory_id, cand.k, _instruction(full), target)
         return QuarantineRow(NAME, reason, detail, pid, traj.source_uri, line, target)
 
     shown = visible_admissible(cand.admissible)

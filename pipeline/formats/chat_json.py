@@ -1,0 +1,213 @@
+"""Reader for chat-format trajectories: a JSON list (or JSONL) of records holding ``messages``
+(``role``/``content``, OpenAI style, e.g. FireAct) or ``conversations`` (``role``/``content`` as
+in ETO, or ShareGPT ``from``/``value``).
+
+Turns: an optional instruction prompt answered ``OK`` (ETO's preamble) is skipped; the next user
+turn is the reset observation (the task from its ``Your task is to:`` line, else the WebShop
+``Instruction:``, else the whole first turn, e.g. a question); assistant turns are
+``Thought: ...\\nAction: ...`` (or ``<think>``/``<action>`` tags; otherwise the whole turn is the
+action); user turns are ``Observation: ...``.
+
+Outcome: an explicit record field (``success``/``won``/``outcome``/``reward``) or a closing
+``reward = <value>`` observation decides; without any label (ETO) the record is a demonstration,
+treated as success with ``"outcome_source": "assumed"`` in metadata (ETO's SOURCE.md warns some
+are not successes: downstream validation must not trust it blindly). The ALFWorld game-file
+folder gives the category and wins over the text classifier (spec §7.1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Iterator
+
+from .. import envs
+from ..envs import search as search_env
+from ..records import QuarantineRow, Step, Trajectory
+from .common import JSONContainerError, ThoughtBuffer, bad, build_trajectory, iter_json_container, line_at
+from .webshop_transcript import task_from_observation
+
+FORMAT = "chat_json"
+WIN_REWARD = {"alfworld": 10.0}  # env units of a won episode; 1.0 elsewhere
+_ROLE = {"user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant", "model": "assistant",
+         "system": "system"}
+_CONTENT_KEY = re.compile(r'(?<!\\)"(?:content|value)"\s*:')
+_TASK = re.compile(r"^\s*Your task is to:\s*(.*)$", re.M | re.I)
+_REWARD_OBS = re.compile(r"reward\s*=\s*(True|False|[-+]?\d+(?:\.\d+)?)\s*$", re.I)
+_OK = {"ok", "ok."}
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _messages(rec: Any) -> list[tuple[str, str]]:
+    if not isinstance(rec, dict):
+        raise RecordError(f"record is a {type(rec).__name__}, expected an object")
+    msgs = rec.get("messages", rec.get("conversations"))
+    if not isinstance(msgs, list) or not msgs:
+        raise RecordError("record has no non-empty 'messages' or 'conversations' list")
+    out = []
+    for i, m in enumerate(msgs):
+        role = _ROLE.get(str(m.get("role", m.get("from", ""))).lower()) if isinstance(m, dict) else None
+        content = m.get("content", m.get("value")) if isinstance(m, dict) else None
+        if role is None or not isinstance(content, str):
+            raise RecordError(f"message {i} lacks a known role or a string content")
+        out.append((role, content))
+    return out
+
+
+def split_turn(content: str) -> tuple[str | None, str]:
+    """``(thought, action)`` of an assistant turn (``Thought:/Action:`` or ``<think>/<action>`` tags)."""
+    tag = re.search(r"<action>(.*?)</action>", content, re.S | re.I)
+    if tag:
+        think = re.search(r"<think>(.*?)</think>", content, re.S | re.I)
+        return (think[1].strip() if think else None), tag[1].strip()
+    idx = content.rfind("Action:")
+    if idx < 0:
+        return None, content.strip()
+    thought = re.sub(r"^\s*Thought:\s*", "", content[:idx]).strip() or None
+    return thought, content[idx + len("Action:"):].strip()
+
+
+def _obs(content: str) -> str:
+    return re.sub(r"^\s*Observation:\s*", "", content).strip()
+
+
+def _label(rec: dict, last_obs: str, env: str, threshold: float) -> tuple[str, float, str]:
+    """(outcome, reward, outcome_source) from the record or its closing observation."""
+    win = WIN_REWARD.get(env, 1.0)
+    for key in ("success", "won"):
+        if isinstance(rec.get(key), bool):
+            return ("success" if rec[key] else "failure"), (win if rec[key] else 0.0), "field"
+    if isinstance(rec.get("reward"), (int, float)) and not isinstance(rec.get("reward"), bool):
+        r = float(rec["reward"])
+        return ("success" if r >= threshold else "failure"), r, "field"
+    if str(rec.get("outcome", "")).lower() in ("success", "failure"):
+        ok = str(rec["outcome"]).lower() == "success"
+        return ("success" if ok else "failure"), (win if ok else 0.0), "field"
+    m = _REWARD_OBS.search(last_obs)
+    if m:
+        v = m[1].lower()
+        r = 1.0 if v == "true" else 0.0 if v == "false" else float(v)
+        return ("success" if r >= threshold else "failure"), r, "observation"
+    return "success", win, "assumed"
+
+
+def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first_line: int | None,
+                 env_hint: str | None, threshold: float) -> Trajectory:
+    """One record -> Trajectory; ``lines[i]`` is the file line of message ``i`` (or None).
+
+    Raises :class:`RecordError` for a record with no usable turns.
+    """
+    msgs = _messages(rec)
+    keep = [(r, c, lines[i] if i < len(lines) else first_line) for i, (r, c) in enumerate(msgs) if r != "system"]
+    if len(keep) >= 3 and keep[0][0] == "user" and keep[1][0] == "assistant" and keep[1][1].strip().lower() in _OK:
+        keep = keep[2:]  # ETO-style instruction prompt + "OK"
+    if not keep or keep[0][0] != "user":
+        raise RecordError("conversation does not start with a user turn after the preamble")
+    first = keep[0][1]
+    game_file = rec.get("game_file") if isinstance(rec.get("game_file"), str) else None
+    text = "\n".join(c for _, c, _ in keep)
+    env = envs.detect_env(text, env_hint or ("alfworld" if game_file else None))
+    t = _TASK.search(first)
+    if t:
+        task, reset_obs = t[1].strip(), _TASK.sub("", first).strip()
+    else:
+        task = task_from_observation(first) or _obs(first)
+        reset_obs = _obs(first)
+    steps = [Step(index=0, action=None, observation=reset_obs, line=keep[0][2])]
+    thoughts = ThoughtBuffer()
+    for role, content, ln in keep[1:]:
+        if role == "assistant":
+            thought, action = split_turn(content)
+            if thought:
+                thoughts.add(thought)
+            steps.append(Step(index=len(steps), action=action, observation="", thought=thoughts.take(), line=ln))
+        else:  # an observation answers the latest action (two user turns in a row are joined)
+            prev = steps[-1]
+            prev.observation = (prev.observation + "\n" + _obs(content)).strip() if prev.observation else _obs(content)
+    if len(steps) < 2:
+        raise RecordError("conversation has no assistant action")
+    outcome, reward, source = _label(rec, steps[-1].observation, env, threshold)
+    if outcome == "success" or source == "observation":
+        steps[-1].done = True
+        steps[-1].reward = reward
+    data_source = rec.get("data_source") if isinstance(rec.get("data_source"), str) else None
+    if env == "search" and not data_source:
+        data_source = search_env.data_source_from_text(path)
+    hint = game_file if env == "alfworld" else data_source if env == "search" else None
+    meta = {"outcome_source": source}
+    for key in ("id", "game_file", "data_source"):
+        if isinstance(rec.get(key), str):
+            meta[key] = rec[key]
+    if data_source:
+        meta["data_source"] = data_source
+    instance = game_file or (rec["id"] if isinstance(rec.get("id"), str) else
+                             f"{os.path.splitext(os.path.basename(path))[0]}/{index}")
+    return build_trajectory(
+        env=env, env_instance=instance, task=task, outcome=outcome, reward=reward, steps=steps,
+        source_uri=path, source_format=FORMAT, record_index=index, source_line=first_line,
+        category_hint=hint, metadata=meta)
+
+
+def _message_lines(text: str, start: int, n: int, start_line: int) -> list[int]:
+    """Lines of the first ``n`` ``"content"``/``"value"`` keys from offset ``start`` (the record's
+    messages, in order; escaped quotes inside strings never match)."""
+    out, line, last = [], start_line, start
+    for m in _CONTENT_KEY.finditer(text, start):
+        if len(out) == n:
+            break
+        line += text.count("\n", last, m.start())
+        last = m.start()
+        out.append(line)
+    return out
+
+
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+         ) -> Iterator[Trajectory | QuarantineRow]:
+    """Yield one trajectory per record; ``bad_record`` / ``invalid_json`` rows for the rest.
+
+    A JSON list is decoded record by record (a cut file keeps its earlier records); JSONL is
+    read line by line (a bad line is quarantined and the next line still read).
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    stripped = text.lstrip("\ufeff \t\r\n")
+    jsonl = False
+    if stripped.startswith("{"):
+        first_line = stripped.split("\n", 1)[0]
+        try:
+            json.loads(first_line)
+            jsonl = True
+        except json.JSONDecodeError:
+            jsonl = False
+    if jsonl:
+        index = 0
+        for no, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                yield parse_record(rec, [no] * len(_messages(rec)), path, index, no, env_hint, success_threshold)
+            except json.JSONDecodeError as e:
+                yield bad("invalid_json", f"invalid JSON line: {e.msg} (column {e.colno})", path, no, line)
+            except RecordError as e:
+                yield bad("bad_record", str(e), path, no, line)
+            index += 1
+        return
+    if stripped.startswith("{"):  # a single record
+        text = "[" + text + "]"  # offsets shift by one char on line 1 only: line numbers unchanged
+    index, no, last = 0, 1, 0
+    try:
+        for _, rec, pos in iter_json_container(text):
+            no, last = no + text.count("\n", last, pos), pos  # incremental: O(file), not O(records x file)
+            try:
+                n = len(_messages(rec))
+                yield parse_record(rec, _message_lines(text, pos, n, no), path, index, no, env_hint, success_threshold)
+            except RecordError as e:
+                yield bad("bad_record", str(e), path, no, json.dumps(rec, ensure_ascii=False)[:4000])
+            index += 1
+    except JSONContainerError as e:
+        yield bad("invalid_json", f"{e} (after {index} records)", path, line_at(text, e.pos),
+                  text[max(0, e.pos - 200):e.pos + 200])

@@ -1,0 +1,234 @@
+"""Stage ``aggregate``: build the skill bank from the memories (spec §5).
+
+Per environment, up to three kinds of structured calls:
+
+* **general** - one call fed the planning patterns of the successes, deduplicated with counts
+  and capped at ``max_patterns`` (most frequent first, ties by text: deterministic). No patterns
+  -> no call (D-M7: the reference called anyway and got fabricated skills).
+* **task_specific** - one call per category that has memories, fed that category's patterns
+  (successes) AND mistakes (failures), as the official generator does (spec §5.9, D-M7). One key
+  ``task_specific_skills`` for every env (D-K2).
+* **mistake** - one call fed every failure's ``mistakes_to_avoid`` (deduplicated, capped).
+
+Answers are schema-validated, then numbered consecutively only at export (D-M8). Each skill row
+carries the ids of the memories and trajectories fed to its call (D-M6). Near-duplicates are
+merged by embedding similarity (``_skillmerge``). Units are memories: a memory is *used* when it
+fed at least one successful call; every other memory is quarantined with the reason (the failed
+call's error and raw output, or ``not_used``). The bank is also written as SkillRL JSON
+(``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import skillbank
+from ..config import AggregateConfig
+from ..llm.types import JSONRequest
+from ..prompts import category_label
+from ..records import SKILL_SCHEMA, QuarantineRow
+from ..runner import StageContext, StageOutput
+from . import _skillmerge, _templates
+
+NAME = "aggregate"
+INPUTS = ("memory",)
+SCHEMA = SKILL_SCHEMA
+USES_LLM = True
+
+SKILL_MAX = {"title": 60, "principle": 200, "when_to_apply": 150}
+MISTAKE_MAX = {"description": 160, "why_it_happens": 160, "how_to_avoid": 160}
+
+
+@dataclass
+class Call:
+    """One aggregate call and the memories that fed it."""
+    env: str
+    kind: str                      # general | task_specific | mistake
+    category: str                  # task_specific only
+    memories: list[dict[str, Any]]
+    request: JSONRequest
+    prompt_sha: str
+    result: Any = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def dedupe_items(items: list[tuple[str, str]], cap: int) -> tuple[list[tuple[str, int]], set[str]]:
+    """Distinct texts with counts, most frequent first, at most ``cap`` (0 = no cap).
+
+    ``items`` are ``(text, memory_id)``; texts are compared whitespace- and case-insensitively and
+    the first spelling seen is kept. Ties sort by the normalised text, so the cut is deterministic.
+    Returns ``([(text, count)], memory ids whose text was kept)``.
+    """
+    counts: Counter[str] = Counter()
+    spelling: dict[str, str] = {}
+    owners: dict[str, set[str]] = {}
+    for text, mid in items:
+        text = " ".join(text.split())
+        if not text:
+            continue
+        key = text.lower()
+        counts[key] += 1
+        spelling.setdefault(key, text)
+        owners.setdefault(key, set()).add(mid)
+    ranked = sorted(counts, key=lambda k: (-counts[k], k))
+    kept = ranked[:cap] if cap > 0 else ranked
+    return [(spelling[k], counts[k]) for k in kept], set().union(*(owners[k] for k in kept)) if kept else set()
+
+
+def mistake_text(m: dict[str, str]) -> str:
+    return f"when {m['trigger_condition'].strip().rstrip('.')}: {m['bad_action'].strip()}"
+
+
+def _lines(items: list[tuple[str, int]]) -> str:
+    return "\n".join(f"- (x{n}) {t}" for t, n in items) if items else "- (none)"
+
+
+def answer_schema(kind: str, n: int) -> dict[str, Any]:
+    """JSON Schema of a call's answer: ``{"skills": [...]}`` or ``{"mistakes": [...]}``, 1..n items."""
+    fields = MISTAKE_MAX if kind == "mistake" else SKILL_MAX
+    item = {"type": "object", "properties": {k: _templates.text_schema(m) for k, m in fields.items()},
+            "required": list(fields), "additionalProperties": False}
+    key = "mistakes" if kind == "mistake" else "skills"
+    return {"type": "object", "properties": {key: {"type": "array", "items": item, "minItems": 1,
+                                                   "maxItems": max(1, n)}},
+            "required": [key], "additionalProperties": False}
+
+
+def check_answer(kind: str):
+    """``JSONRequest.check``: every field of every item must have non-blank text (D-K4)."""
+    key, fields = ("mistakes", MISTAKE_MAX) if kind == "mistake" else ("skills", SKILL_MAX)
+
+    def check(value: dict[str, Any]) -> str | None:
+        for i, item in enumerate(value.get(key) or []):
+            blank = [f for f in fields if not str(item.get(f, "")).strip()]
+            if blank:
+                return f"{key}[{i}] has blank {', '.join(blank)}"
+        return None
+    return check
+
+
+def plan_calls(memories: list[dict[str, Any]], env: str, cfg: AggregateConfig) -> list[Call]:
+    """The calls for the memories of one env, in a fixed order: general, categories, mistakes."""
+    tpl = _templates.load(NAME, env)
+    system = tpl.render("system")
+    succ = [m for m in memories if m["outcome"] == "success" and m["planning_pattern"].strip()]
+    fail = [m for m in memories if m["outcome"] == "failure" and m["mistakes_to_avoid"]]
+    calls: list[Call] = []
+
+    def add(kind: str, category: str, fed: set[str], section: str, n: int, **values: Any) -> None:
+        request = JSONRequest(key=f"{env}/{kind}/{category}",
+                              messages=[{"role": "system", "content": system},
+                                        {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
+                              schema=answer_schema(kind, n), schema_name=f"skills_{kind}", check=check_answer(kind))
+        calls.append(Call(env, kind, category, [m for m in memories if m["memory_id"] in fed], request, tpl.sha))
+
+    patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)
+    if patterns:
+        add("general", "", fed, "general", cfg.n_general, patterns=_lines(patterns))
+    for cat in dict.fromkeys(m["category"] for m in memories):  # first-seen order
+        pats, fed_p = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ if m["category"] == cat],
+                                   cfg.max_patterns)
+        errs, fed_e = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail if m["category"] == cat
+                                    for x in m["mistakes_to_avoid"]], cfg.max_patterns)
+        if pats or errs:
+            add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific,
+                category_label=category_label(cat), patterns=_lines(pats), mistakes=_lines(errs))
+    errs, fed = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail for x in m["mistakes_to_avoid"]],
+                             cfg.max_patterns)
+    if errs:
+        add("mistake", "", fed, "mistakes", cfg.n_mistakes, mistakes=_lines(errs))
+    return calls
+
+
+def call_rows(call: Call, model: str) -> list[dict[str, Any]]:
+    """Skill rows of a successful call, in answer order, with the call's source ids."""
+    key = "mistakes" if call.kind == "mistake" else "skills"
+    mem_ids = [m["memory_id"] for m in call.memories]
+    traj_ids = [m["trajectory_id"] for m in call.memories]
+    return [skillbank.make_row(call.kind, call.category, {k: v.strip() for k, v in item.items()},
+                               mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha)
+            for item in call.result.value[key]]
+
+
+def unused_quarantine(memories: list[dict[str, Any]], calls: list[Call]) -> tuple[set[str], list[QuarantineRow]]:
+    """Ids of memories that fed a successful call, and a quarantine row for every other memory."""
+    used = {m["memory_id"] for c in calls if c.result.ok for m in c.memories}
+    failed: dict[str, Call] = {}
+    for c in calls:
+        if not c.result.ok:
+            for m in c.memories:
+                failed.setdefault(m["memory_id"], c)
+    quarantine = []
+    for m in memories:
+        if m["memory_id"] in used:
+            continue
+        c = failed.get(m["memory_id"])
+        if c is not None:
+            quarantine.append(QuarantineRow(NAME, c.result.error or "llm_failed",
+                                            f"{c.kind} call {c.request.key} failed: {c.result.detail}",
+                                            m["memory_id"], raw=c.result.raw))
+        else:
+            quarantine.append(QuarantineRow(NAME, "not_used", "memory fed no call (its pattern or mistakes "
+                                            "were cut by aggregate.max_patterns, or it had none)", m["memory_id"]))
+    return used, quarantine
+
+
+def prompt_files(ctx: StageContext) -> list[str]:
+    return _templates.stage_files(NAME)
+
+
+def _distribution(memories: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    dist: dict[str, dict[str, int]] = {}
+    for m in memories:
+        d = dist.setdefault(m["category"], {"success": 0, "failure": 0})
+        d[m["outcome"]] = d.get(m["outcome"], 0) + 1
+    return dist
+
+
+def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
+    from .. import envs
+    known = list(getattr(envs.REGISTRY.get(env), "CATEGORIES", ()))
+    return known + [c for c in dict.fromkeys(m["category"] for m in memories) if c not in known]
+
+
+def run(ctx: StageContext) -> StageOutput:
+    memories = ctx.upstream("memory").read_rows()
+    cfg = ctx.config.aggregate
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for m in memories:
+        by_env.setdefault(m["env"], []).append(m)
+    calls = [c for env, mems in by_env.items() for c in plan_calls(mems, env, cfg)]
+    model = ""
+    if calls:  # no memories or nothing to aggregate: never start the LLM server
+        llm = ctx.llm
+        model = llm.model_id
+        for c, res in zip(calls, llm.complete_json_many([c.request for c in calls], desc=NAME), strict=True):
+            c.result = res
+    rows, merges, banks = [], [], {}
+    for env, mems in by_env.items():
+        env_rows = [r for c in calls if c.env == env and c.result.ok for r in call_rows(c, model)]
+        env_rows, env_merges = _skillmerge.merge_similar(env_rows, cfg.merge_threshold)
+        rows += env_rows
+        merges += env_merges
+        banks[env] = (env_rows, mems)
+    version = skillbank.bank_version(rows)
+    for r in rows:
+        r["bank_version"] = version
+    used, quarantine = unused_quarantine(memories, calls)
+    extra = {}
+    if not banks:  # an empty run still gets a (loadable, empty) bank
+        banks[ctx.env] = ([], [])
+    for env, (env_rows, mems) in banks.items():
+        bank = skillbank.to_skillrl_json(env_rows, categories=_categories(env, mems), metadata={
+            "env": env, "bank_version": version, "source_model": model,
+            "total_memories_analyzed": len(mems), "task_distribution": _distribution(mems)})
+        name = "skill_bank.json" if len(banks) == 1 else f"skill_bank_{env}.json"
+        extra[name] = json.dumps(bank, ensure_ascii=False, indent=2)
+    counters = {"calls": dict(Counter(c.kind for c in calls)),
+                "calls_failed": dict(Counter(c.kind for c in calls if not c.result.ok)),
+                "skills": dict(Counter(r["kind"] for r in rows)), "merged": len(merges), "merges": merges,
+                "bank_version": version}
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(memories), units_in=len(memories),
+                       units_out=len(used), counters=counters, extra_files=extra)

@@ -1,0 +1,184 @@
+"""Stage ``distill``: write one short reasoning (``think``) per recorded action of each success.
+
+Spec §6. For each SUCCESS trajectory, one structured call (or one per chunk of
+``distill.max_steps_per_call`` actions: D-T6) gets the task, the retrieved skills block
+(``prompts.select_skills`` + ``render_skills_block``, the same renderer as SFT export and RL,
+D-K3) and the steps (observation, admissible actions, action taken; a recorded ``thought`` of a
+ReAct source is shown as a hint). ALFWorld successes get the synthetic ``done`` turn when
+``prompts.needs_synthetic_done`` says so (spec §6.1, D-T4), with ``prompts.synthetic_done_admissible``.
+
+Indexing: ``thinks[i]`` (0-based ``step_index = i``) is the reasoning for action ``i + 1``, i.e.
+``traj.steps[i + 1].action``; the synthetic ``done`` has ``step_index = n_actions``.
+
+The per-call JSON Schema forces exactly the expected indices (``prefixItems`` with a ``const``
+``step_index`` per position), which llama.cpp turns into a grammar; :func:`check_thinks` also
+checks them 1:1 plus the content rules of D-T3 (no tags, no CJK, non-blank, bounded). The
+reference trusted the indices and silently emitted empty thinks (D-T3). Failures (the model's
+raw output kept) and non-successes (reason ``not_success``: failures feed memories, not SFT) are
+quarantined. Units: trajectories.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import prompts
+from ..llm.types import JSONRequest, JSONResult
+from ..records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
+from ..runner import StageContext, StageOutput
+from . import _templates
+
+NAME = "distill"
+INPUTS = ("dedupe", "memory", "aggregate")
+SCHEMA = DISTILLED_SCHEMA
+USES_LLM = True
+
+OBS_CHARS = 500          # observation shown per step (the reasoning needs the gist, not all of it)
+ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
+EARLIER_ACTIONS = 12     # earlier actions recalled at the top of a later chunk
+
+THINK_FORBID = "<>{}"    # no tags (D-T3) and no JSON babble, enforced by the grammar too
+FORBIDDEN_TAG = re.compile(r"</?\s*(think|action|search|answer)\s*>", re.IGNORECASE)
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+
+
+def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
+    """``{"thinks": [{step_index, think}]}`` with exactly ``len(indices)`` items, item ``j`` having
+    ``step_index == indices[j]`` (``const``) and a one-line think of 1..``max_chars`` characters
+    without ``<>{}`` (``_templates.text_schema``)."""
+    item = [{"type": "object",
+             "properties": {"step_index": {"type": "integer", "const": i},
+                            "think": _templates.text_schema(max_chars, THINK_FORBID)},
+             "required": ["step_index", "think"], "additionalProperties": False} for i in indices]
+    return {"type": "object",
+            "properties": {"thinks": {"type": "array", "prefixItems": item, "items": False,
+                                      "minItems": len(indices), "maxItems": len(indices)}},
+            "required": ["thinks"], "additionalProperties": False}
+
+
+def check_thinks(indices: list[int], max_chars: int):
+    """``JSONRequest.check``: the answer's step indices equal ``indices`` 1:1 and every think is
+    usable (D-T3). Returns the first error as a message (fed back to the model), else ``None``."""
+    def check(value: dict[str, Any]) -> str | None:
+        got = [t.get("step_index") for t in value.get("thinks") or []]
+        dup = sorted({i for i in got if got.count(i) > 1})
+        missing = [i for i in indices if i not in got]
+        extra = [i for i in got if i not in indices]
+        if dup or missing or extra:
+            return f"step_index must be exactly {indices}: duplicate {dup}, missing {missing}, extra {extra}"
+        if got != indices:
+            return f"step_index must be in order {indices}, got {got}"
+        for t in value["thinks"]:
+            text = t.get("think") or ""
+            if not text.strip():
+                return f"think for step {t['step_index']} is blank"
+            if len(text) > max_chars:
+                return f"think for step {t['step_index']} is longer than {max_chars} characters"
+            if FORBIDDEN_TAG.search(text):
+                return f"think for step {t['step_index']} contains a tag; write plain text"
+            if CJK.search(text):
+                return f"think for step {t['step_index']} contains CJK characters; write English"
+        return None
+    return check
+
+
+def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> list[dict[str, Any]]:
+    """One entry per reasoning to write: ``{step_index, observation, admissible, action, hint}``.
+
+    Entry ``i`` shows ``steps[i]`` (the state the agent saw) and ``steps[i + 1].action``; the
+    synthetic ``done`` entry (when ``synthetic_admissible`` is given) shows the last observation.
+    """
+    entries = [{"step_index": i, "observation": traj.steps[i].observation,
+                "admissible": list(traj.steps[i].admissible_actions), "action": traj.steps[i + 1].action or "",
+                "hint": (traj.steps[i + 1].thought or "").strip()} for i in range(len(traj.steps) - 1)]
+    if synthetic_admissible is not None:
+        entries.append({"step_index": len(entries), "observation": traj.steps[-1].observation,
+                        "admissible": synthetic_admissible, "action": "done", "hint": ""})
+    return entries
+
+
+def render_entry(e: dict[str, Any]) -> str:
+    lines = [f"[step_index {e['step_index']}]", f"Observation: {_templates.clip(e['observation'], OBS_CHARS)}"]
+    if e["admissible"]:
+        shown = e["admissible"][:ADMISSIBLE_SHOWN]
+        more = len(e["admissible"]) - len(shown)
+        lines.append("Admissible actions: " + ", ".join(shown) + (f" (+{more} more)" if more > 0 else ""))
+    if e["hint"]:
+        lines.append(f"Recorded thought (hint): {_templates.clip(e['hint'], OBS_CHARS)}")
+    lines.append(f"Action taken: {e['action']}")
+    return "\n".join(lines)
+
+
+def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block: str,
+                   max_steps: int, max_chars: int) -> list[JSONRequest]:
+    """One request per chunk of ``max_steps`` entries (key ``<trajectory_id>#<chunk>``)."""
+    tpl = _templates.load(NAME, traj.env)
+    system = tpl.render("system")
+    size = max(1, max_steps)
+    requests = []
+    for c, start in enumerate(range(0, len(entries), size)):
+        chunk = entries[start:start + size]
+        earlier = [e["action"] for e in entries[:start]][-EARLIER_ACTIONS:]
+        earlier_text = ("Earlier actions (already explained): " + "; ".join(earlier) + "\n\n") if earlier else ""
+        user = tpl.render("user", task=traj.task, skills=skills_block or "(none)", earlier=earlier_text,
+                          steps="\n\n".join(render_entry(e) for e in chunk))
+        indices = [e["step_index"] for e in chunk]
+        requests.append(JSONRequest(key=f"{traj.trajectory_id}#{c}",
+                                    messages=[{"role": "system", "content": system},
+                                              {"role": "user", "content": user}],
+                                    schema=thinks_schema(indices, max_chars), schema_name="reasoning",
+                                    check=check_thinks(indices, max_chars)))
+    return requests
+
+
+def prompt_files(ctx: StageContext) -> list[str]:
+    return _templates.stage_files(NAME)
+
+
+def _quarantine(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
+    return QuarantineRow(NAME, reason, detail, traj.trajectory_id, traj.source_uri, traj.source_line, raw)
+
+
+def run(ctx: StageContext) -> StageOutput:
+    trajs = [Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()]
+    memory_ids: dict[str, list[str]] = {}
+    for m in ctx.upstream("memory").read_rows():
+        memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])
+    bank = ctx.upstream("aggregate").read_rows()
+    bank_version = bank[0]["bank_version"] if bank else ""
+    cfg = ctx.config.distill
+    quarantine: list[QuarantineRow] = []
+    jobs: list[tuple[Trajectory, list[str], bool, list[JSONRequest]]] = []
+    for t in trajs:
+        if not t.success:
+            quarantine.append(_quarantine(t, "not_success", f"outcome {t.outcome}: used for memories, not SFT"))
+            continue
+        if len(t.steps) < 2:
+            quarantine.append(_quarantine(t, "no_actions", "trajectory has no recorded action"))
+            continue
+        synthetic = prompts.needs_synthetic_done(t, cfg)
+        skills = prompts.select_skills(bank, t.env, t.category, ctx.config.prompt)
+        entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
+        reqs = build_requests(t, entries, prompts.render_skills_block(skills), cfg.max_steps_per_call,
+                              cfg.max_think_chars)
+        jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs))
+    rows = []
+    if jobs:  # no successes: never start the LLM server
+        llm = ctx.llm
+        results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME))
+        for t, skill_ids, synthetic, reqs in jobs:
+            res: list[JSONResult] = [next(results) for _ in reqs]
+            bad = next((r for r in res if not r.ok), None)
+            if bad is not None:
+                quarantine.append(_quarantine(t, bad.error or "llm_failed", f"call {bad.key}: {bad.detail}", bad.raw))
+                continue
+            thinks = [{"step_index": int(x["step_index"]), "think": x["think"].strip()}
+                      for r in res for x in r.value["thinks"]]
+            rows.append({"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
+                         "thinks": thinks, "synthetic_done": synthetic, "skill_ids_used": skill_ids,
+                         "memory_ids": memory_ids.get(t.trajectory_id, []), "bank_version": bank_version,
+                         "model": llm.model_id, "prompt_sha": _templates.load(NAME, t.env).sha})
+    counters = {"calls": sum(len(j[3]) for j in jobs), "chunked": sum(len(j[3]) > 1 for j in jobs),
+                "synthetic_done": sum(r["synthetic_done"] for r in rows),
+                "thinks": sum(len(r["thinks"]) for r in rows)}
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters)

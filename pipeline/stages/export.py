@@ -1,0 +1,140 @@
+"""Stage export: train/val split by environment instance, SFT files for LLaMA-Factory and TRL.
+
+Reads the validated SFT pairs and the skill bank; writes the same pairs as Parquet with ``split``
+set, plus these files in the stage folder:
+
+* ``sft_train.jsonl`` / ``sft_val.jsonl``: one pair per line, alpaca ``instruction``/``input``
+  (always "")/``output`` plus ``messages`` (system, user, assistant) and ``pair_id`` for lineage;
+* ``dataset_info.json``: LLaMA-Factory registration of both files, once as alpaca and once as
+  OpenAI-style ``messages`` (sharegpt formatting with role/content tags);
+* ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.skillbank.to_skillrl_json``);
+* ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
+
+The split is decided per ``env_instance`` before looking at pairs (DESIGN §3.7; the reference
+split nothing and merged sibling trajectories, D-W4), so every pair of one task instance lands in
+the same split. Nothing is quarantined here: units in = pairs in = pairs out.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Iterable
+
+from .. import envs
+from ..lineage import content_hash
+from ..prompts import prompt_template_files
+from ..records import SFT_PAIR_SCHEMA
+from ..runner import StageContext, StageOutput
+
+NAME = "export"
+INPUTS = ("validate", "aggregate")
+SCHEMA = SFT_PAIR_SCHEMA
+USES_LLM = False
+
+TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
+
+
+def prompt_files(ctx: StageContext) -> list[str]:
+    return prompt_template_files()
+
+
+def split_instances(instances: Iterable[str], val_fraction: float, seed: int) -> dict[str, str]:
+    """Assign each environment instance to ``"train"`` or ``"val"``.
+
+    An instance goes to val when ``sha256(seed, instance)`` read as a number in [0, 1) is below
+    ``val_fraction``, so the assignment of one instance never depends on the others. With fewer
+    than 2 instances, or ``val_fraction <= 0``, everything is train. Otherwise both splits are
+    kept non-empty: if the draw puts no instance in val, the instance with the smallest hash
+    moves there; if it puts all in val, the one with the largest hash stays in train.
+    """
+    names = sorted(set(instances))
+    if len(names) < 2 or val_fraction <= 0:
+        return {n: "train" for n in names}
+    score = {n: int(content_hash(seed, n), 16) / 16 ** 16 for n in names}
+    val = {n for n in names if score[n] < val_fraction}
+    if not val:
+        val = {min(names, key=score.__getitem__)}
+    if len(val) == len(names):
+        val.discard(max(names, key=score.__getitem__))
+    return {n: "val" if n in val else "train" for n in names}
+
+
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One LLaMA-Factory record: alpaca fields + ``messages`` + ``pair_id`` (extra keys are ignored)."""
+    return json.dumps({"instruction": row["instruction"], "input": "", "output": row["output"],
+                       "messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]],
+                       "pair_id": row["pair_id"]}, ensure_ascii=False)
+
+
+def dataset_info() -> dict[str, Any]:
+    """LLaMA-Factory ``dataset_info.json`` entries for the two files (alpaca and messages views)."""
+    info: dict[str, Any] = {}
+    for split, name in (("train", TRAIN_FILE), ("val", VAL_FILE)):
+        info[f"skillpipe_{split}"] = {"file_name": name, "formatting": "alpaca",
+                                      "columns": {"prompt": "instruction", "query": "input", "response": "output"}}
+        info[f"skillpipe_{split}_messages"] = {
+            "file_name": name, "formatting": "sharegpt", "columns": {"messages": "messages"},
+            "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                     "assistant_tag": "assistant", "system_tag": "system"}}
+    return info
+
+
+def _table(title: str, counts: Counter, header: str) -> list[str]:
+    lines = [f"### {title}", "", f"| {header} | pairs |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(counts.items())]
+    return lines + [""]
+
+
+def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], run_id: str,
+                 val_fraction: float, seed: int) -> str:
+    """Markdown card: what the dataset holds and where it came from (deterministic text)."""
+    by = lambda *keys: Counter(" / ".join(str(r[k]) for k in keys) for r in rows)  # noqa: E731
+    instances = {s: len({r["env_instance"] for r in rows if r["split"] == s}) for s in ("train", "val")}
+    lines = [f"# skillpipe SFT dataset (run `{run_id}`)", "",
+             f"{len(rows)} SFT pairs from {len({r['trajectory_id'] for r in rows})} trajectories; "
+             f"split by environment instance (val_fraction={val_fraction}, seed={seed}): "
+             f"{instances['train']} train / {instances['val']} val instances.", "",
+             "Files: `sft_train.jsonl`, `sft_val.jsonl` (alpaca instruction/input/output + messages), "
+             "`dataset_info.json` (LLaMA-Factory), `skill_bank.json` (SkillRL layout).", "",
+             "## Counts", ""]
+    lines += _table("By split", by("split"), "split")
+    lines += _table("By split and env", by("split", "env"), "split / env")
+    lines += _table("By env and category", by("env", "category"), "env / category")
+    lines += _table("Synthetic done turns", by("synthetic"), "synthetic")
+    lines += _table("Validation flags", Counter(f for r in rows for f in r["flags"]), "flag")
+    lines += ["## Provenance", ""]
+    lines += _table("Sources", by("source_uri"), "source")
+    lines += _table("Distillation models", by("model"), "model")
+    lines += _table("Skill bank versions used", by("bank_version"), "bank_version")
+    kinds = Counter(r["kind"] for r in bank_rows)
+    lines += [f"Skill bank: {len(bank_rows)} skills ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}).", ""]
+    return "\n".join(lines)
+
+
+def _skill_bank_json(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    from ..skillbank import to_skillrl_json
+    used_envs = {r["env"] for r in rows}
+    # With one known env, list all of its categories (official banks name every category).
+    cats = envs.get(next(iter(used_envs))).CATEGORIES if len(used_envs) == 1 and \
+        next(iter(used_envs)) in envs.REGISTRY else None
+    return json.dumps(to_skillrl_json(bank_rows, categories=cats), ensure_ascii=False, indent=2)
+
+
+def run(ctx: StageContext) -> StageOutput:
+    ecfg = ctx.config.export
+    pairs = ctx.upstream("validate").read_rows()
+    bank_rows = ctx.upstream("aggregate").read_rows()
+    assignment = split_instances((r["env_instance"] for r in pairs), ecfg.val_fraction, ecfg.seed)
+    rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
+    files = {
+        TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
+        VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
+        "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
+        "skill_bank.json": _skill_bank_json(bank_rows, rows),
+        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, ecfg.val_fraction, ecfg.seed),
+    }
+    split_counts = Counter(r["split"] for r in rows)
+    return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
+                       counters={"train": split_counts["train"], "val": split_counts["val"],
+                                 "instances": len(assignment)},
+                       extra_files=files)

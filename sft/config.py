@@ -1,0 +1,108 @@
+"""Configuration of the SFT fit job: one dataclass, every field with a default and help text.
+
+Follows TRL's config style (``trl/trainer/sft_config.py``): the same dataclass drives the
+command line of ``python -m sft.train`` (``--lora_r 16``), YAML files (``--config run.yaml``,
+parsed by ``trl.TrlParser``; the command line wins over YAML), the DAG task ``sft_fit`` and the
+checkpoint manifest, where it is stored in full.
+
+The defaults are the *small* budget used by ``make run``: a few LoRA steps of the embedded
+SmolLM2-135M-Instruct on CPU (DESIGN §8: ~2 s per LoRA step on these machines).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+
+def _f(default: Any, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class SFTFitConfig:
+    """Everything that decides what the SFT job trains and how (see module docstring)."""
+
+    # --- data and output
+    pairs: str = _f("", "export artifact folder (with _manifest.json) or a Parquet file of SFT pairs")
+    output_dir: str = _f("runs/sft", "folder for checkpoints (checkpoint-<step>/) and the final model")
+    split: str = _f("train", "rows of this `split` value are trained on")
+    max_rows: int = _f(0, "use only the first N training rows (0 = all); for smoke runs")
+    # --- model
+    base_model: str = _f("", "local Hugging Face model folder; '' = embedded SmolLM2-135M-Instruct")
+    model_cache_dir: str = _f("", "cache folder of the converted embedded model ('' = ~/.cache/skillpipe)")
+    # --- schedule
+    max_steps: int = _f(4, "optimizer steps to run (> 0); the small default is the `make run` budget")
+    per_device_train_batch_size: int = _f(2, "rows per device per micro-batch")
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step")
+    learning_rate: float = _f(2e-4, "peak learning rate (AdamW)")
+    lr_scheduler_type: str = _f("constant", "transformers scheduler name (constant, linear, cosine, ...)")
+    warmup_steps: int = _f(0, "linear warm-up steps")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    max_length: int = _f(2048, "max tokens of prompt+completion; longer rows are truncated (keep start)")
+    seed: int = _f(0, "seed for data order, LoRA init and dropout")
+    # --- LoRA (PEFT)
+    lora: bool = _f(True, "train a LoRA adapter instead of all weights")
+    lora_r: int = _f(8, "LoRA rank")
+    lora_alpha: int = _f(16, "LoRA scaling alpha")
+    lora_dropout: float = _f(0.0, "LoRA dropout")
+    lora_target_modules: str = _f("all-linear", "comma-separated module names, or 'all-linear'")
+    # --- precision and memory
+    precision: str = _f("auto", "auto (bf16 on a bf16-capable GPU, else fp32) | bf16 | fp32")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory)")
+    # --- logging and checkpoints
+    logging_steps: int = _f(1, "log the training loss every N steps")
+    save_steps: int = _f(0, "save a checkpoint every N steps (0 = only at the end)")
+    save_total_limit: int = _f(0, "keep at most N checkpoints (0 = keep all)")
+    # --- resume
+    resume: str = _f("", "'' = fresh run; 'auto' = latest checkpoint in output_dir; or a checkpoint path")
+    resume_mode: str = _f("strict", "strict = fail if world size / ZeRO stage changed; weights_only = "
+                                    "restart from the checkpoint's weights with a fresh optimizer")
+    # --- checks
+    preflight: bool = _f(True, "run the label-mask and chat-template invariants before training")
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a clear message for an out-of-range value."""
+        if self.max_steps <= 0:
+            raise ValueError(f"max_steps must be > 0, got {self.max_steps}")
+        if self.resume_mode not in ("strict", "weights_only"):
+            raise ValueError(f"resume_mode must be strict or weights_only, got {self.resume_mode!r}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
+        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1:
+            raise ValueError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
+
+
+def to_dict(cfg: SFTFitConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(data: dict[str, Any], base: SFTFitConfig | None = None) -> SFTFitConfig:
+    """``base`` (or the defaults) with the keys of ``data`` replaced; unknown keys raise ``KeyError``."""
+    names = {f.name for f in dataclasses.fields(SFTFitConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise KeyError(f"unknown SFT config keys: {unknown}; known: {sorted(names)}")
+    return dataclasses.replace(base or SFTFitConfig(), **data)
+
+
+def load_yaml(path: str) -> SFTFitConfig:
+    """Config from a YAML mapping of field names to values (missing fields keep their defaults)."""
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of SFT config fields, got {type(data).__name__}")
+    return from_dict(data)
+
+
+def to_argv(cfg: SFTFitConfig) -> list[str]:
+    """Command-line flags of ``python -m sft.train`` reproducing every non-default field of ``cfg``."""
+    default = SFTFitConfig()
+    argv: list[str] = []
+    for f in dataclasses.fields(SFTFitConfig):
+        value = getattr(cfg, f.name)
+        if value != getattr(default, f.name):
+            argv += [f"--{f.name}", str(value)]
+    return argv

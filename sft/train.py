@@ -1,0 +1,246 @@
+"""SFT fit: TRL ``SFTTrainer`` on the exported SFT pairs, under Accelerate / DeepSpeed (DESIGN §3.8).
+
+Rows are prompt-completion: prompt = the pair's ``messages`` without the last assistant turn,
+completion = that turn. TRL renders both with the tokenizer's chat template and supervises only
+the completion and its end-of-turn token (``completion_only_loss``); the pre-flight invariants
+(:mod:`sft.invariants`) verify exactly that on the collated batches before step 1.
+
+Copy-paste::
+
+    python -m sft.train --pairs runs/sample/export --output_dir runs/sample/sft --max_steps 4
+    python -m sft.train --config my_run.yaml --lora_r 16          # YAML, command line wins
+    accelerate launch --config_file sft/configs/zero2.yaml -m sft.train --pairs ... --lora False
+
+From Python (the DAG task ``sft_fit`` and ``make run``): ``fit(pairs_path, output_dir, cfg)``.
+Measured here (2 shared CPU cores, SmolLM2-135M, LoRA r=8, batch 2 of ~150 tokens): see the
+report of issue 5; roughly 1-2 s per step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+from typing import Any, Sequence
+
+from pipeline.artifacts import MANIFEST, read_parquet_dir
+from pipeline.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
+
+from . import invariants, manifest as mf
+from .base_model import content_hashes, ensure_base_model
+from .config import SFTFitConfig, to_dict
+
+log = logging.getLogger("skillpipe.sft")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------------------------ data
+
+def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list[dict], dict, list[QuarantineRow]]:
+    """Prompt-completion rows of one split of an export artifact.
+
+    Args:
+        path: export stage folder (Parquet parts + ``_manifest.json``, whose ``fingerprint`` is
+            used) or one Parquet file (fingerprint = ``sha256:<file hash>`` unless a
+            ``_manifest.json`` lies next to it).
+        split: keep rows whose ``split`` equals this; ``max_rows``: cap (0 = none).
+
+    Returns ``(rows, export_info, quarantine)``: rows are ``{"pair_id", "prompt", "completion"}``
+    with message lists; export_info is ``{"uri", "fingerprint", "bank_versions", "rows"}``; a row
+    whose messages do not end in a non-empty assistant turn is quarantined (reason
+    ``no_assistant_turn``), never silently dropped. Raises ``FileNotFoundError`` for a missing
+    path and ``ValueError`` when no usable row of ``split`` remains.
+    """
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"SFT pairs not found: {path} (run the export stage first)")
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    table = read_parquet_dir(path) if os.path.isdir(path) else pq.read_table(path)
+    man_path = os.path.join(folder, MANIFEST)
+    if os.path.isfile(man_path):
+        with open(man_path, encoding="utf-8") as f:
+            fingerprint = json.load(f)["fingerprint"]
+    else:
+        with open(path, "rb") as f:
+            fingerprint = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    rows, quarantine, banks, counts = [], [], set(), {"total": table.num_rows, "other_split": 0}
+    for r in table.to_pylist():
+        if r.get("split", "train") != split:
+            counts["other_split"] += 1
+            continue
+        msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"] or []]
+        if len(msgs) < 2 or msgs[-1]["role"] != "assistant" or not msgs[-1]["content"]:
+            quarantine.append(QuarantineRow("sft_fit", "no_assistant_turn", "messages must end with a "
+                                            "non-empty assistant turn after a prompt", r.get("pair_id", ""),
+                                            r.get("source_uri") or "", r.get("source_line"), json.dumps(msgs)))
+            continue
+        banks.add(r.get("bank_version") or "")
+        rows.append({"pair_id": r["pair_id"], "prompt": msgs[:-1], "completion": msgs[-1:]})
+    rows = rows[:max_rows] if max_rows > 0 else rows
+    if not rows:
+        raise ValueError(f"no usable SFT pairs with split={split!r} in {path} ({len(quarantine)} quarantined)")
+    counts.update(used=len(rows), quarantined=len(quarantine))
+    info = {"uri": os.path.abspath(path), "fingerprint": fingerprint, "bank_versions": sorted(banks),
+            "rows": counts}
+    return rows, info, quarantine
+
+
+# --------------------------------------------------------------------------------- trainer
+
+def _sft_args(cfg: SFTFitConfig):
+    import torch
+    from trl import SFTConfig
+
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and torch.cuda.is_available()
+                                       and torch.cuda.is_bf16_supported())
+    return SFTConfig(
+        output_dir=cfg.output_dir, max_steps=cfg.max_steps, seed=cfg.seed,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
+        max_length=cfg.max_length, completion_only_loss=True, packing=False,
+        bf16=bf16, gradient_checkpointing=cfg.gradient_checkpointing,
+        logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps or cfg.max_steps,
+        save_total_limit=cfg.save_total_limit or None, report_to="none", dataloader_num_workers=0,
+        disable_tqdm=True)
+
+
+def make_trainer(cfg: SFTFitConfig, rows: list[dict], model_dir: str, weights_from: str | None = None,
+                 callbacks: Sequence[Any] = ()):
+    """An ``SFTTrainer`` on ``rows`` (prompt/completion message lists) from the model at
+    ``model_dir``; ``weights_from`` = a checkpoint whose weights (LoRA adapter or full model) are
+    loaded with a fresh optimizer (``resume_mode=weights_only``)."""
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(weights_from if weights_from and not cfg.lora else model_dir)
+    peft_config = None
+    if cfg.lora and weights_from:
+        model = PeftModel.from_pretrained(model, weights_from, is_trainable=True)
+    elif cfg.lora:
+        targets = cfg.lora_target_modules
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                 task_type="CAUSAL_LM", target_modules=targets if targets == "all-linear"
+                                 else [t.strip() for t in targets.split(",")])
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    return SFTTrainer(model=model, args=_sft_args(cfg), train_dataset=dataset, processing_class=tokenizer,
+                      peft_config=peft_config, callbacks=list(callbacks))
+
+
+def preflight(trainer, rows: list[dict], batch_size: int) -> dict[str, int]:
+    """Run :mod:`sft.invariants` on the batches the trainer's own collator builds from its own
+    tokenized dataset, and on the chat template of every row. Raises ``PreflightError``."""
+    tok = trainer.processing_class
+    ds = trainer.train_dataset
+    if len(ds) != len(rows):
+        raise invariants.PreflightError([("*", f"tokenized dataset has {len(ds)} rows, expected {len(rows)}")])
+    failures, supervised = [], 0
+    for start in range(0, len(rows), batch_size):
+        chunk = range(start, min(start + batch_size, len(rows)))
+        batch = trainer.data_collator([ds[i] for i in chunk])
+        lens = [invariants.prompt_length(tok, rows[i]["prompt"]) for i in chunk]
+        failures += invariants.check_batch(batch, lens, tok.eos_token_id, [rows[i]["pair_id"] for i in chunk])
+        supervised += int((batch["labels"] != invariants.IGNORE).sum())
+    for r in rows:
+        failures += [(r["pair_id"], why) for why in invariants.check_template(tok, r["prompt"] + r["completion"])]
+    if failures:
+        raise invariants.PreflightError(failures)
+    return {"rows_checked": len(rows), "supervised_tokens": supervised}
+
+
+# ------------------------------------------------------------------------------------- run
+
+def _last(history: list[dict], key: str):
+    return next((h[key] for h in reversed(history) if key in h), None)
+
+
+def run(cfg: SFTFitConfig) -> dict[str, Any]:
+    """Load pairs, check resume compatibility, build the trainer, pre-flight, train, save.
+
+    Returns the final manifest (also written to ``output_dir`` and, by a callback, into every
+    ``checkpoint-<step>/``). Raises ``ResumeError`` before loading the model when the checkpoint
+    does not fit the launch topology, ``PreflightError`` before step 1 when a label invariant fails.
+    """
+    import torch
+    from transformers import TrainerCallback
+
+    cfg.validate()
+    rows, export, quarantine = load_pairs(cfg.pairs, cfg.split, cfg.max_rows)
+    world, zero = mf.runtime_topology()
+    ckpt = mf.find_checkpoint(cfg.output_dir, cfg.resume)
+    mode = mf.check_resume(mf.read_manifest(ckpt), world_size=world, zero_stage=zero,
+                           export_fingerprint=export["fingerprint"], mode=cfg.resume_mode) if ckpt else None
+    if mode == "weights_only":
+        log.warning("world size/ZeRO stage changed: restarting from the weights of %s with a FRESH "
+                    "optimizer and schedule (resume_mode=weights_only)", ckpt)
+    model_dir = str(ensure_base_model(cfg.base_model, cfg.model_cache_dir))
+    base = {"path": model_dir, **content_hashes(model_dir)}
+    extra: dict[str, Any] = {"resumed": {"from": ckpt, "mode": mode}, "quarantined_rows": len(quarantine)}
+
+    def manifest_at(state) -> dict[str, Any]:
+        hist = state.log_history
+        return mf.build_manifest(export=export, base_model=base, config=to_dict(cfg), world_size=world,
+                                 zero_stage=zero, global_step=state.global_step,
+                                 final_loss=_last(hist, "loss") or _last(hist, "train_loss"), extra=extra)
+
+    class ManifestCallback(TrainerCallback):
+        def on_save(self, args, state, control, **kw):  # after the checkpoint folder is complete
+            if state.is_world_process_zero:
+                mf.write_manifest(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), manifest_at(state))
+
+    trainer = make_trainer(cfg, rows, model_dir, ckpt if mode == "weights_only" else None, [ManifestCallback()])
+    if cfg.preflight:
+        extra["preflight"] = preflight(trainer, rows, cfg.per_device_train_batch_size)
+    if quarantine and trainer.is_world_process_zero():
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        import pyarrow.parquet as pq
+        pq.write_table(to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA),
+                       os.path.join(cfg.output_dir, "quarantine.parquet"))
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    result = trainer.train(resume_from_checkpoint=ckpt if mode == "continue" else None)
+    trainer.save_model(cfg.output_dir)
+    extra["throughput"] = {"train_runtime_s": result.metrics.get("train_runtime"),
+                           "num_tokens": _last(trainer.state.log_history, "num_tokens"),
+                           "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None}
+    extra["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    final = manifest_at(trainer.state)
+    if trainer.is_world_process_zero():
+        mf.write_manifest(cfg.output_dir, final)
+    return final
+
+
+def fit(pairs_path: str, output_dir: str, cfg: SFTFitConfig | None = None) -> dict[str, Any]:
+    """Entry point of the DAG task ``sft_fit`` and ``make run``: train on ``pairs_path`` (export
+    folder or Parquet) into ``output_dir`` with ``cfg`` (default: the small LoRA CPU budget)."""
+    cfg = dataclasses.replace(cfg or SFTFitConfig(), pairs=pairs_path, output_dir=output_dir)
+    return run(cfg)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> SFTFitConfig:
+    """``SFTFitConfig`` from ``--config file.yaml`` and ``--<field> value`` flags (TRL's parser)."""
+    from trl import TrlParser
+    (cfg,) = TrlParser((SFTFitConfig,)).parse_args_and_config(list(argv) if argv is not None else None)
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sft.train [flags]``: run and print a one-line JSON summary; returns 0."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    out = run(parse_args(argv))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"output_dir": out["config"]["output_dir"], "global_step": out["global_step"],
+                          "final_loss": out["final_loss"], "losses": out["losses"],
+                          "export_fingerprint": out["export"]["fingerprint"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

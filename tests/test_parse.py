@@ -1,0 +1,66 @@
+"""Parse and dedupe stages through the runner: counts reconcile, selection, rerun skipped."""
+import shutil
+
+import pytest
+
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import PipelineConfig
+from pipeline.records import Step, Trajectory
+from pipeline.runner import StageContext, run_stage
+from pipeline.stages.parse import select
+
+
+def test_parse_and_dedupe_stages_on_sample(tmp_path):
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples", inp)
+    shutil.copy("tests/fixtures/formats/corrupt/empty.txt", inp / "empty.txt")
+    ctx = StageContext(store=ArtifactStore(str(tmp_path / "store"), "r1"), config=PipelineConfig(), input_path=str(inp))
+    logs = []
+    res = run_stage("parse", ctx, log=logs.append)
+    m = res.manifest
+    assert m["counts"]["in"] == 18 and res.rows == 17  # 17 trajectories + 1 unreadable file
+    assert m["counts"]["quarantine_reasons"] == {"empty_file": 1}
+    assert m["counters"]["read_by_source_format"] == {"chat_json": 2, "react_alfworld_json": 3,
+                                                      "react_webshop_log": 4, "reflexion_txt": 4, "skillrl_txt": 4}
+    assert m["counters"]["kept_by_env_category_outcome"]["alfworld/cool/failure"] == 1  # env000 is mixed: kept
+    assert m["counters"]["kept_by_env_category_outcome"]["webshop/other/success"] == 1
+    again = run_stage("parse", ctx, log=logs.append)
+    assert again.skipped and "skipped" in logs[-1]
+    d = run_stage("dedupe", ctx, log=logs.append)
+    assert d.rows == 17 and d.manifest["counters"] == {"trajectories_shortened": 3, "steps_removed": 13}
+    # a tighter cap changes the fingerprint and quarantines instead of dropping
+    ctx.config.parse.max_per_instance = 1
+    res2 = run_stage("parse", ctx, log=logs.append)
+    assert not res2.skipped and res2.rows == 16  # env001 keeps 1 of its 2 successes
+    assert res2.manifest["counts"]["quarantine_reasons"] == {"empty_file": 1, "not_selected": 1}
+
+
+def _t(inst, outcome, n_actions, file, idx=0):
+    steps = [Step(i, None if i == 0 else "a", "o") for i in range(n_actions + 1)]
+    return Trajectory(f"traj-{inst}-{file}-{idx}", "alfworld", inst, "t", "c", outcome, 0.0, steps, f"/x/{inst}/{file}", "f", idx)
+
+
+def test_select_tv2_ours():
+    cfg = PipelineConfig().parse
+    trajs = [_t("env000", "success", 5, "t1"), _t("env000", "success", 3, "t2"), _t("env000", "success", 4, "t3"),
+             _t("env000", "success", 3, "t0"),
+             _t("env001", "success", 4, "t1"), *[_t("env001", "failure", 2, f"t{i}") for i in (4, 3, 2, 5)],
+             _t("env002", "success", 2, "a"), _t("env002", "success", 2, "b"), _t("env002", "failure", 2, "c")]
+    kept, dropped = select(trajs, cfg)
+    ids = {t.trajectory_id for t in kept}
+    # env000: 3 shortest, the length tie (3) broken by file name: t0, t2, then t3 (4); t1 (5) dropped
+    assert "traj-env000-t1-0" in dropped and {"traj-env000-t0-0", "traj-env000-t2-0", "traj-env000-t3-0"} <= ids
+    # env001 (s=1, f=4) is mixed: its success is kept, failures = first 3 by file name
+    assert "traj-env001-t1-0" in ids and "traj-env001-t5-0" in dropped
+    assert {"traj-env002-a-0", "traj-env002-b-0", "traj-env002-c-0"} <= ids  # both outcomes kept (D-P5)
+    assert len(kept) + len(dropped) == len(trajs)
+
+
+@pytest.mark.parametrize("field,value,n_kept", [("max_success_instances", 1, 5), ("max_trajectories", 2, 2)])
+def test_select_caps(field, value, n_kept):
+    cfg = PipelineConfig().parse
+    setattr(cfg, field, value)
+    trajs = [_t("a", "success", 1, "x"), _t("a", "failure", 1, "y"), _t("b", "success", 1, "x"),
+             _t("c", "failure", 1, "x"), _t("c", "failure", 1, "z"), _t("d", "failure", 1, "x")]
+    kept, dropped = select(trajs, cfg)
+    assert len(kept) == n_kept and all(value and field in why for why in dropped.values())
