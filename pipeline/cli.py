@@ -26,6 +26,9 @@ from .runner import STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="skillpipe: turn agent rollout traces into a skill bank and SFT pairs (SkillRL method).")
+from sft.cli import app as sft_app  # noqa: E402  (typer sub-app: `skillpipe sft submit`)
+
+app.add_typer(sft_app, name="sft", help="SFT fit on exported pairs: build/run/submit accelerate jobs.")
 console = Console(stderr=False)
 err = Console(stderr=True)
 

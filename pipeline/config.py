@@ -65,8 +65,8 @@ class AggregateConfig:
 
 @dataclass
 class DistillConfig:
-    max_steps_per_call: int = _f(12, "long trajectories are split into chunks of this many actions")
-    max_think_chars: int = _f(300, "max characters of one reasoning")
+    max_steps_per_call: int = _f(8, "long trajectories are split into chunks of this many actions")
+    max_think_chars: int = _f(200, "max characters of one reasoning")
     synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn (spec §6.1)")
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
 

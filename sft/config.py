@@ -34,14 +34,15 @@ class SFTFitConfig:
     base_model: str = _f("", "local Hugging Face model folder; '' = embedded SmolLM2-135M-Instruct")
     model_cache_dir: str = _f("", "cache folder of the converted embedded model ('' = ~/.cache/skillpipe)")
     # --- schedule
-    max_steps: int = _f(4, "optimizer steps to run (> 0); the small default is the `make run` budget")
-    per_device_train_batch_size: int = _f(2, "rows per device per micro-batch")
+    max_steps: int = _f(3, "optimizer steps to run (> 0); the small default is the `make run` budget")
+    per_device_train_batch_size: int = _f(1, "rows per device per micro-batch")
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step")
     learning_rate: float = _f(2e-4, "peak learning rate (AdamW)")
     lr_scheduler_type: str = _f("constant", "transformers scheduler name (constant, linear, cosine, ...)")
     warmup_steps: int = _f(0, "linear warm-up steps")
     weight_decay: float = _f(0.0, "AdamW weight decay")
-    max_length: int = _f(2048, "max tokens of prompt+completion; longer rows are truncated (keep start)")
+    max_length: int = _f(4096, "max tokens of prompt+completion (= validate.max_tokens, so rows validate "
+                                "kept are never cut); a longer row fails the pre-flight check")
     seed: int = _f(0, "seed for data order, LoRA init and dropout")
     # --- LoRA (PEFT)
     lora: bool = _f(True, "train a LoRA adapter instead of all weights")

@@ -12,8 +12,9 @@ Copy-paste::
     accelerate launch --config_file sft/configs/zero2.yaml -m sft.train --pairs ... --lora False
 
 From Python (the DAG task ``sft_fit`` and ``make run``): ``fit(pairs_path, output_dir, cfg)``.
-Measured here (2 shared CPU cores, SmolLM2-135M, LoRA r=8, batch 2 of ~150 tokens): see the
-report of issue 5; roughly 1-2 s per step.
+Measured here (2 CPU cores shared with other jobs, SmolLM2-135M fp32, LoRA r=8): batch 2 of
+~155-token rows 14-24 s/step; the default budget (3 steps, batch 1, ~1000-token rows) 41.5 s of
+training, 50 s for the whole ``fit`` with the converted model cached (+~20 s to convert it once).
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def _sft_args(cfg: SFTFitConfig):
         learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
         max_length=cfg.max_length, completion_only_loss=True, packing=False,
-        bf16=bf16, gradient_checkpointing=cfg.gradient_checkpointing,
+        bf16=bf16, gradient_checkpointing=cfg.gradient_checkpointing,  # TRL field (default True)
         logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps or cfg.max_steps,
         save_total_limit=cfg.save_total_limit or None, report_to="none", dataloader_num_workers=0,
         disable_tqdm=True)
@@ -139,9 +140,13 @@ def preflight(trainer, rows: list[dict], batch_size: int) -> dict[str, int]:
     tokenized dataset, and on the chat template of every row. Raises ``PreflightError``."""
     tok = trainer.processing_class
     ds = trainer.train_dataset
-    if len(ds) != len(rows):
-        raise invariants.PreflightError([("*", f"tokenized dataset has {len(ds)} rows, expected {len(rows)}")])
-    failures, supervised = [], 0
+    max_len = trainer.args.max_length or 10**9
+    # TRL drops rows left without supervised tokens by truncation; name them before it matters
+    failures = [(r["pair_id"], invariants.has_supervised([]) + f" after truncation to {max_len} tokens")
+                for r in rows if invariants.prompt_length(tok, r["prompt"]) >= max_len]
+    if failures or len(ds) != len(rows):
+        raise invariants.PreflightError(failures or [("*", f"tokenized dataset has {len(ds)} rows, expected {len(rows)}")])
+    supervised = 0
     for start in range(0, len(rows), batch_size):
         chunk = range(start, min(start + batch_size, len(rows)))
         batch = trainer.data_collator([ds[i] for i in chunk])

@@ -53,9 +53,10 @@ def heat_mug(tid: str = "traj-heat-1") -> Trajectory:
         Step(1, "go to cabinet 1", "The cabinet 1 is open. In it, you see a mug 1.",
              ["take mug 1 from cabinet 1", "close cabinet 1", "go to microwave 1"]),
         Step(2, "take mug 1 from cabinet 1", "You pick up the mug 1 from the cabinet 1.",
-             ["go to microwave 1", "put mug 1 in/on cabinet 1"], thought="I need to heat the mug first."),
+             ["go to microwave 1", "put mug 1 in/on cabinet 1"]),
         Step(3, "heat mug 1 with microwave 1", "You heat the mug 1 using the microwave 1.",
-             ["put mug 1 in/on cabinet 1", "go to cabinet 1", "look"], reward=10.0, done=True),
+             ["put mug 1 in/on cabinet 1", "go to cabinet 1", "look"], reward=10.0, done=True,
+             thought="I need to heat the mug first."),  # a ReAct-style thought recorded before action 3
     ]
     return Trajectory(tid, "alfworld", "pick_heat_then_place_in_recep-Mug-None-Cabinet-5/trial_2",
                       "heat some mug and put it in cabinet.", "heat", "success", 10.0, steps,

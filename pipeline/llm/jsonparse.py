@@ -36,7 +36,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+# strict=False: accept raw control characters (e.g. newlines) inside strings. llama.cpp's
+# grammar lets a model emit them, and they carry no ambiguity.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, strict=False)
 
 
 def _loads(text: str) -> tuple[bool, Any]:

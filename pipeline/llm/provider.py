@@ -27,9 +27,9 @@ def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Ca
         from .client import LLMClient
         c = cfg
         if not c.base_url:
-            from .server import EmbeddedServer
+            from .server import EMBEDDED_MODEL_ALIAS, EmbeddedServer
             base_url = stack.enter_context(EmbeddedServer(ctx_size=c.ctx_size, log_dir=run_dir))
-            c = dataclasses.replace(c, base_url=base_url, model=c.model or "smollm2-135m-instruct")
+            c = dataclasses.replace(c, base_url=base_url, model=c.model or EMBEDDED_MODEL_ALIAS)
         os.makedirs(run_dir, exist_ok=True)
         return LLMClient(c, cache_path=os.path.join(run_dir, "llm_cache.sqlite"), model_id=model_id_for(cfg))
     return make

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import skillbank
@@ -50,8 +50,7 @@ class Call:
     memories: list[dict[str, Any]]
     request: JSONRequest
     prompt_sha: str
-    result: Any = None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None             # the JSONResult, once the call was made
 
 
 def dedupe_items(items: list[tuple[str, str]], cap: int) -> tuple[list[tuple[str, int]], set[str]]:

@@ -1,0 +1,87 @@
+"""``skillpipe sft ...``: typer sub-app (mounted by ``pipeline.cli`` as ``app.add_typer(sft.cli.app,
+name="sft")``).
+
+Examples::
+
+    skillpipe sft submit --pairs runs/sample/export --config cpu --output runs/sample/sft
+    skillpipe sft submit --pairs s3://b/runs/r/export --config zero3 --num-processes 8 --no-lora --dry-run
+    skillpipe sft submit --pairs ... --config multinode --num-machines 4 --scheduler slurm
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from . import config as sft_config
+from .manifest import ResumeError
+from .submit import Launch, SCHEDULERS, config_names, submit as do_submit
+
+app = typer.Typer(help="SFT fit on exported SFT pairs (TRL SFTTrainer under Accelerate/DeepSpeed).",
+                  no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Keeps ``sft`` a command group (typer collapses a one-command app into that command)."""
+
+
+@app.command("submit")
+def submit_cmd(
+    pairs: str = typer.Option(..., help="export artifact folder (with _manifest.json) or a Parquet file"),
+    config: str = typer.Option("cpu", help=f"accelerate config of sft/configs: {', '.join(config_names())}"),
+    output: str = typer.Option("runs/sft", help="output folder for checkpoints and the final model"),
+    scheduler: str = typer.Option("local", help=f"one of {', '.join(SCHEDULERS)}"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the command / job script; run nothing"),
+    max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the SFT config's)"),
+    lora: Optional[bool] = typer.Option(None, "--lora/--no-lora", help="LoRA adapter or full fine-tune"),
+    num_processes: Optional[int] = typer.Option(None, help="total processes over all machines"),
+    num_machines: Optional[int] = typer.Option(None, help="machines (scheduler scripts: nodes / pods)"),
+    gpus_per_node: int = typer.Option(8, help="GPUs per node in Slurm / Kubernetes scripts"),
+    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig)"),
+    resume: str = typer.Option("", help="'' fresh, 'auto' latest checkpoint in --output, or a checkpoint path"),
+    resume_mode: str = typer.Option("strict", help="strict | weights_only (fresh optimizer on topology change)"),
+    base_model: str = typer.Option("", help="local HF model folder ('' = embedded SmolLM2-135M-Instruct)"),
+    image: str = typer.Option("skillpipe:latest", help="container image for --scheduler k8s"),
+) -> None:
+    """Build the `accelerate launch` command for CONFIG and run it, or write a Slurm/Kubernetes job."""
+    cfg = sft_config.load_yaml(train_config) if train_config else sft_config.SFTFitConfig()
+    overrides = {"pairs": pairs, "output_dir": output, "resume": resume, "resume_mode": resume_mode}
+    if max_steps is not None:
+        overrides["max_steps"] = max_steps
+    if lora is not None:
+        overrides["lora"] = lora
+    if base_model:
+        overrides["base_model"] = base_model
+    cfg = sft_config.from_dict(overrides, cfg)
+    cfg.validate()
+    if num_machines and not num_processes:  # one process per GPU on every machine
+        num_processes = num_machines * gpus_per_node
+    launch = Launch(config=config, train_args=sft_config.to_argv(cfg), num_processes=num_processes,
+                    num_machines=num_machines, gpus_per_node=gpus_per_node)
+    try:
+        out = do_submit(launch, output, scheduler=scheduler, dry_run=dry_run, resume=resume,
+                        resume_mode=resume_mode, export_fingerprint=_fingerprint(pairs), image=image)
+    except (ResumeError, FileNotFoundError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    if out["script"] is not None and (dry_run or not out["path"]):
+        typer.echo(out["script"])
+    elif out["path"]:
+        typer.echo(f"wrote {out['path']}")
+    if dry_run and scheduler == "local":
+        typer.echo(out["command"])
+    if out["returncode"]:
+        raise typer.Exit(out["returncode"])
+
+
+def _fingerprint(pairs: str) -> Optional[str]:
+    """Export fingerprint from ``<pairs>/_manifest.json`` when it is local; ``None`` otherwise
+    (the resume check then trusts the checkpoint's own record, and the job re-checks it)."""
+    import os
+    path = os.path.join(pairs if os.path.isdir(pairs) else os.path.dirname(pairs), "_manifest.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("fingerprint")

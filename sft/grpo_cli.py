@@ -1,0 +1,146 @@
+"""``skillpipe rollout`` and ``skillpipe grpo``: a typer sub-app (mounted on the main CLI by the lead).
+
+Copy-paste::
+
+    # episodes of the embedded LLM in TextWorld Express -> Parquet + SkillRL txt tree, then parse them
+    python -m sft.grpo_cli rollout --games twc --tasks 4 --episodes-per-task 2 --out runs/tw/rollouts
+    skillpipe run --input runs/tw/rollouts --run-id tw
+    # a few GRPO steps on CPU (the `make run` budget), then resume to step 4
+    python -m sft.grpo_cli grpo --smoke --output-dir runs/tw/grpo
+    python -m sft.grpo_cli grpo --smoke --max-steps 4 --resume auto --output-dir runs/tw/grpo
+
+Policies for ``rollout``: ``embedded`` (llama.cpp server on SmolLM2, started and stopped here),
+``endpoint`` (``--base-url``/``--model``/``--api-key-env``: any OpenAI-compatible server), or a
+local folder: an HF model, a LoRA adapter, or a GRPO checkpoint (its ``policy/``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Environment rollouts and online GRPO.")
+
+
+def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperature: float, max_tokens: int,
+            stack: contextlib.ExitStack, log_dir: str):
+    from pipeline.rollout import OpenAIPolicy
+    if policy == "embedded":
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
+        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
+        return OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", temperature, max_tokens, model_id=embedded_model_id())
+    if policy == "endpoint":
+        if not base_url or not model:
+            raise typer.BadParameter("--policy endpoint needs --base-url and --model")
+        return OpenAIPolicy(base_url, model, api_key_env, temperature, max_tokens)
+    folder = os.path.join(policy, "policy") if os.path.isfile(os.path.join(policy, "checkpoint.json")) else policy
+    if not os.path.isdir(folder):
+        raise typer.BadParameter(f"--policy must be embedded, endpoint or a model folder; {policy!r} is none")
+    from .policy import HFPolicy, load_model
+    m, tok = load_model(folder)
+    return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.basename(os.path.normpath(folder))}")
+
+
+def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", games: str = "twc", tasks: int = 4,
+                     episodes_per_task: int = 2, fold: str = "train", seed0: int = 0, max_steps: int = 10,
+                     policy: str = "embedded", base_url: str = "", model: str = "", api_key_env: str = "",
+                     temperature: float = 0.4, max_tokens: int = 256, skill_bank: str = "", history_length: int = 2,
+                     game_params: str = "", policy_obj: Any = None) -> dict[str, Any]:
+    """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
+    Parquet ``rollout`` artifact of ``run_id`` under ``root``. Returns counts and paths.
+    ``policy_obj`` (any ``pipeline.rollout.Policy``) overrides ``policy``."""
+    from pipeline.config import PromptConfig
+    from pipeline.rollout import episode_summary, run_episodes
+    from pipeline.rollout_io import write_parquet, write_txt_tree
+
+    from .grpo import make_envs, make_task_lists
+    from .grpo_config import GRPOConfig
+    from .skill_evolution import SkillBank
+
+    gcfg = GRPOConfig(env=env, games=[g.strip() for g in games.split(",") if g.strip()], train_seeds=tasks,
+                      val_tasks=tasks, max_env_steps=max_steps, game_params=game_params)
+    train_tasks, dev_tasks = make_task_lists(gcfg)
+    chosen = dev_tasks if fold == "dev" else train_tasks
+    if env == "textworld" and seed0:
+        chosen = [dataclasses.replace(t, seed=t.seed + seed0) for t in chosen]
+    bank = SkillBank.load(skill_bank, env)
+    pcfg = PromptConfig(history_length=history_length)
+    episodes = []
+    with contextlib.ExitStack() as stack:
+        pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out)
+        envs = make_envs(gcfg, len(chosen))
+        for e in envs:
+            stack.callback(e.close)
+        for k in range(episodes_per_task):
+            episodes += run_episodes(envs, chosen, [f"rollout:{t.instance}" for t in chosen], pol, bank.rows, pcfg,
+                                     max_steps, env, record_offset=k * len(chosen), bank_version=bank.version)
+    files = write_txt_tree(out, episodes, pcfg)
+    summary = episode_summary(episodes)
+    path = write_parquet(root, run_id, episodes, {"policy": getattr(pol, "model_id", ""), "env": env,
+                                                  "bank_version": bank.version, "txt_tree": os.path.abspath(out),
+                                                  "summary": summary})
+    return {"parquet": path, "txt_files": files, **summary}
+
+
+@app.command()
+def rollout(
+    out: str = typer.Option(..., "--out", "-o", help="folder for the SkillRL txt tree (envNNN/testK.txt)"),
+    root: str = typer.Option(".", help="folder that holds runs/ (Parquet goes to runs/RUN_ID/rollout/)"),
+    run_id: str = typer.Option("rollout", "--run-id", help="run id of the Parquet artifact"),
+    env: str = typer.Option("textworld", help="textworld | alfworld (needs the package and ALFWORLD_DATA)"),
+    games: str = typer.Option("twc", help="comma-separated TextWorld Express games (twc, cookingworld, ...)"),
+    tasks: int = typer.Option(4, help="distinct games (seeds) to play"),
+    episodes_per_task: int = typer.Option(2, help="episodes per game (files test1..testK)"),
+    fold: str = typer.Option("train", help="train | dev: which fold's seeds"),
+    max_steps: int = typer.Option(10, help="actions per episode at most"),
+    policy: str = typer.Option("embedded", help="embedded | endpoint | a local model/adapter/GRPO checkpoint folder"),
+    base_url: str = typer.Option("", help="endpoint URL for --policy endpoint"),
+    model: str = typer.Option("", help="model name for --policy endpoint"),
+    api_key_env: str = typer.Option("", help="env var holding the endpoint's API key"),
+    temperature: float = typer.Option(0.4, help="sampling temperature (spec §12.1 validation value)"),
+    max_tokens: int = typer.Option(256, help="max new tokens per action"),
+    skill_bank: str = typer.Option("", help="SkillRL bank JSON whose skills condition the prompts"),
+    history_length: int = typer.Option(2, help="history window of the prompt (same as SFT)"),
+):
+    """Run a policy in an environment; write Parquet trajectories and a SkillRL txt tree."""
+    res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, 0, max_steps, policy,
+                           base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length)
+    res["txt_files"] = len(res["txt_files"])
+    typer.echo(json.dumps(res, indent=2))
+
+
+@app.command()
+def grpo(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML of GRPOConfig fields (flat keys)"),
+    smoke: bool = typer.Option(False, help="start from the small CPU budget (sft.grpo_config.smoke)"),
+    output_dir: Optional[str] = typer.Option(None, help="override output_dir"),
+    max_steps: Optional[int] = typer.Option(None, help="override max_steps"),
+    model: Optional[str] = typer.Option(None, help="override model (HF folder / LoRA adapter)"),
+    skill_bank: Optional[str] = typer.Option(None, help="override skill_bank (SkillRL JSON)"),
+    resume: Optional[str] = typer.Option(None, help="'' | auto | a checkpoint folder"),
+    llm_base_url: Optional[str] = typer.Option(None, help="skill updater endpoint ('' = embedded server)"),
+):
+    """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution."""
+    from .grpo import train
+    from .grpo_config import GRPOConfig, from_dict
+    from .grpo_config import smoke as smoke_cfg
+
+    data: dict[str, Any] = {}
+    if config:
+        import yaml
+        with open(config, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    cfg = smoke_cfg(**data) if smoke else (from_dict(data) if data else GRPOConfig())
+    for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model, skill_bank=skill_bank, resume=resume,
+                     llm_base_url=llm_base_url).items():
+        if v is not None:
+            setattr(cfg, k, v)
+    typer.echo(json.dumps(train(cfg), indent=2))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,168 @@
+"""Stage aggregate: pattern dedupe, call planning, answer checks, quarantine of unused memories,
+embedding merge (real sentence-transformers), and runs on empty input and on the real model."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pipeline import skillbank
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import AggregateConfig, PipelineConfig
+from pipeline.llm.types import JSONResult
+from pipeline.records import MEMORY_SCHEMA
+from pipeline.runner import StageContext, run_stage
+from pipeline.stages import _skillmerge, _templates, aggregate
+from tests.llm_stage_data import embedded_llm, write_upstream
+
+COOL = "Search [Location] for [Object] -> Take [Object] -> Cool [Object] with fridge -> Place [Object] at [Target]"
+HEAT = "Search [Location] for [Object] -> Take [Object] -> Heat [Object] with microwave -> Place [Object] at [Target]"
+
+
+def mem(mid: str, category: str, outcome: str, pattern: str = "", mistakes=()) -> dict:
+    return {"memory_id": mid, "trajectory_id": "traj-" + mid[4:], "env": "alfworld", "category": category,
+            "outcome": outcome, "task": f"{category} some object", "contextual_description": "d",
+            "refined_trajectory": [], "planning_pattern": pattern,
+            "mistakes_to_avoid": [{"trigger_condition": t, "bad_action": b} for t, b in mistakes],
+            "model": "m", "prompt_sha": "p"}
+
+
+MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success", HEAT),
+            mem("mem-3", "cool", "success", "  search [location] for [object] -> take [object] -> cool [object] "
+                                            "with fridge -> place [object] at [target]"),
+            mem("mem-4", "cool", "failure", mistakes=[("holding an object to cool", "went to the microwave")])]
+
+
+def test_dedupe_items_counts_and_cap():
+    items = [("A  b", "m1"), ("c", "m2"), ("a B", "m3"), ("", "m4"), ("d", "m5")]
+    assert aggregate.dedupe_items(items, 0) == ([("A b", 2), ("c", 1), ("d", 1)], {"m1", "m2", "m3", "m5"})
+    # cap 2: most frequent first, ties by text ("c" < "d"), so m5 feeds nothing
+    assert aggregate.dedupe_items(items, 2) == ([("A b", 2), ("c", 1)], {"m1", "m2", "m3"})
+    assert aggregate.dedupe_items([], 5) == ([], set())
+
+
+def test_plan_calls_feeds_successes_and_failures():
+    calls = aggregate.plan_calls(MEMORIES, "alfworld", AggregateConfig())
+    assert [(c.kind, c.category, [m["memory_id"] for m in c.memories]) for c in calls] == [
+        ("general", "", ["mem-1", "mem-2", "mem-3"]),
+        ("task_specific", "cool", ["mem-1", "mem-3", "mem-4"]),
+        ("task_specific", "heat", ["mem-2"]),
+        ("mistake", "", ["mem-4"])]
+    general = calls[0].request.messages[1]["content"]
+    assert f"- (x2) {COOL}\n- (x1) {HEAT}" in general and "at most 6 GENERAL skills" in general
+    cool = calls[1].request.messages[1]["content"]
+    assert "category \"Cool\"" in cool and "- (x1) when holding an object to cool: went to the microwave" in cool
+    assert calls[0].prompt_sha == _templates.load("aggregate", "alfworld").sha
+    # D-M7: no success patterns -> no general call; no failures -> no mistake call
+    only_fail = aggregate.plan_calls([MEMORIES[3]], "alfworld", AggregateConfig())
+    assert [(c.kind, c.category) for c in only_fail] == [("task_specific", "cool"), ("mistake", "")]
+    assert aggregate.plan_calls([], "alfworld", AggregateConfig()) == []
+
+
+def test_answer_schema_and_check():
+    schema = aggregate.answer_schema("mistake", 3)
+    arr = schema["properties"]["mistakes"]
+    assert (arr["minItems"], arr["maxItems"], arr["items"]["required"]) == \
+        (1, 3, ["description", "why_it_happens", "how_to_avoid"])
+    check = aggregate.check_answer("general")
+    assert check({"skills": [{"title": "T", "principle": "P", "when_to_apply": "W"}]}) is None
+    assert check({"skills": [{"title": "T", "principle": " ", "when_to_apply": ""}]}) == \
+        "skills[0] has blank principle, when_to_apply"
+
+
+def test_unused_memories_are_quarantined_with_the_failed_call():
+    calls = aggregate.plan_calls(MEMORIES, "alfworld", AggregateConfig())
+    for c in calls:  # every category call fails, the general and mistake calls succeed
+        ok = c.kind != "task_specific"
+        c.result = JSONResult(c.request.key, ok, raw="" if ok else "{bad", error="" if ok else "schema_invalid",
+                              detail="" if ok else "at <root>: x")
+    used, quarantine = aggregate.unused_quarantine(MEMORIES, calls)
+    assert used == {"mem-1", "mem-2", "mem-3", "mem-4"}  # every memory fed a successful call
+    for c in calls:  # now the general and the heat calls fail: mem-2 fed only those two
+        failed = c.kind == "general" or c.category == "heat"
+        c.result = JSONResult(c.request.key, not failed, raw="{x" if failed else "", error="length" if failed else "",
+                              detail="cut" if failed else "")
+    used, quarantine = aggregate.unused_quarantine(MEMORIES, calls)
+    assert used == {"mem-1", "mem-3", "mem-4"}
+    assert [(q.item_id, q.reason, q.raw) for q in quarantine] == [("mem-2", "length", "{x")]
+    assert quarantine[0].detail == "general call alfworld/general/ failed: cut"
+
+
+def _skill(sid: str, title: str, principle: str, when: str, mem_id: str, kind="general", category="") -> dict:
+    return {"skill_id": sid, "kind": kind, "category": category, "title": title, "principle": principle,
+            "when_to_apply": when, "source_memory_ids": [mem_id], "source_trajectory_ids": ["traj-" + mem_id]}
+
+
+def test_merge_by_embedding_similarity():
+    rows = [_skill("a", "Explore Systematically", "Visit each location once before revisiting any.",
+                   "When searching for an object.", "m1"),
+            _skill("b", "Systematic Exploration", "Visit every location once before going back to any of them.",
+                   "When looking for an object.", "m2"),
+            _skill("c", "Heat With Microwave", "Use the microwave to heat food items.",
+                   "When the goal asks for a hot object.", "m3"),
+            # same text as "a" but another category: never merged across groups
+            _skill("d", "Explore Systematically", "Visit each location once before revisiting any.",
+                   "When searching for an object.", "m4", kind="task_specific", category="cool")]
+    kept, merges = _skillmerge.merge_similar(rows, 0.85)
+    assert [r["skill_id"] for r in kept] == ["a", "c", "d"]
+    assert kept[0]["source_memory_ids"] == ["m1", "m2"] and kept[0]["source_trajectory_ids"] == ["traj-m1", "traj-m2"]
+    assert merges == [{"kept": "a", "dropped": "b", "kind": "general", "category": "",
+                       "similarity": pytest.approx(0.8763, abs=2e-3)}]
+    kept, merges = _skillmerge.merge_similar(rows, 0.9)  # paraphrases stay apart at 0.9
+    assert [r["skill_id"] for r in kept] == ["a", "b", "c", "d"] and merges == []
+    assert rows[0]["source_memory_ids"] == ["m1"]  # inputs are not mutated
+
+
+def test_exact_duplicates_merge_without_encoder():
+    rows = [_skill("a", "T", "P", "W", "m1"), _skill("a", "T", "P", "W", "m2")]
+
+    def no_encoder(texts):
+        raise AssertionError("a single distinct skill needs no embedding")
+    kept, merges = _skillmerge.merge_similar(rows, 0.9, encoder=no_encoder)
+    assert [r["source_memory_ids"] for r in kept] == [["m1", "m2"]]
+    assert merges == [{"kept": "a", "dropped": "a", "kind": "general", "category": "", "similarity": 1.0}]
+
+
+def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r")
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+
+    def no_llm():
+        raise AssertionError("the LLM must not be started for an empty input")
+    ctx = StageContext(store, PipelineConfig(), env="alfworld", llm_factory=no_llm)
+    res = run_stage("aggregate", ctx, log=lambda s: None)
+    assert (res.manifest["counts"]["units_in"], res.manifest["counts"]["out"]) == (0, 0)
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    assert bank["general_skills"] == [] and bank["common_mistakes"] == [] and bank["metadata"]["env"] == "alfworld"
+
+
+@pytest.mark.slow
+def test_run_on_embedded_model(tmp_path):
+    store = ArtifactStore(str(tmp_path / "art"), "r1")
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    cfg = PipelineConfig(aggregate=AggregateConfig(n_general=2, n_task_specific=2, n_mistakes=2))
+    with embedded_llm(str(tmp_path / "log")) as client:
+        res = run_stage("aggregate", StageContext(store, cfg, llm_factory=lambda: client),
+                        model_id=client.model_id, log=lambda s: None)
+    counts, counters = res.manifest["counts"], res.manifest["counters"]
+    assert counts["units_in"] == 4 and counts["units_out"] + counts["quarantined"] == 4
+    assert counters["calls"] == {"general": 1, "task_specific": 2, "mistake": 1}
+    art = store.require("aggregate")
+    rows = art.read_rows()
+    fed = {("general", ""): {"mem-1", "mem-2", "mem-3"}, ("task_specific", "cool"): {"mem-1", "mem-3", "mem-4"},
+           ("task_specific", "heat"): {"mem-2"}, ("mistake", ""): {"mem-4"}}
+    for r in rows:  # a skill names exactly the memories of its call (a merge may add those of another)
+        assert fed[(r["kind"], r["category"])] <= set(r["source_memory_ids"])
+        assert r["source_trajectory_ids"] == sorted("traj-" + m[4:] for m in r["source_memory_ids"])
+        assert r["model"] == client.model_id and r["prompt_sha"] == _templates.load("aggregate", "alfworld").sha
+    assert {r["bank_version"] for r in rows} == {skillbank.bank_version(rows)} == {counters["bank_version"]}
+    with open(os.path.join(art.path, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    def key(r):
+        return r["skill_id"], r["source_memory_ids"]
+    assert sorted(map(key, skillbank.from_skillrl_json(bank, "alfworld"))) == sorted(map(key, rows))
+    assert bank["metadata"]["task_distribution"] == {"cool": {"success": 2, "failure": 1},
+                                                     "heat": {"success": 1, "failure": 0}}
+    assert len(counters["merges"]) == counters["merged"]

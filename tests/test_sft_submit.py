@@ -1,0 +1,96 @@
+"""`skillpipe sft submit`: dry-run commands that accelerate's own parser accepts; Slurm and
+Kubernetes job files; the resume check happens before anything is launched."""
+import shlex
+import subprocess
+
+import pytest
+import yaml
+from accelerate.commands.config.config_args import load_config_from_file
+from accelerate.commands.launch import launch_command_parser
+from typer.testing import CliRunner
+
+from sft import manifest as mf
+from sft.cli import app
+from sft.demo import write_demo_export
+from sft.submit import Launch, build_command, config_names, k8s_manifest, slurm_script, submit
+from sft.train import parse_args
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    return write_demo_export(str(tmp_path_factory.mktemp("sft")))
+
+
+def _accelerate_args(argv):
+    """Parse the part after ``python -m accelerate.commands.launch`` with accelerate's parser."""
+    assert argv[1:3] == ["-m", "accelerate.commands.launch"]
+    return launch_command_parser().parse_args(argv[3:])
+
+
+def test_shipped_configs_load_in_accelerate():
+    assert config_names() == ["cpu", "ddp", "multinode", "zero2", "zero2_offload", "zero3", "zero3_offload"]
+    cfg = load_config_from_file(str(build_command(Launch("zero3_offload"))[4]))
+    assert (cfg.distributed_type, cfg.deepspeed_config["zero_stage"],
+            cfg.deepspeed_config["offload_param_device"]) == ("DEEPSPEED", 3, "cpu")
+
+
+@pytest.mark.parametrize("config,nproc", [("ddp", "4"), ("zero3", "8")])
+def test_dry_run_prints_valid_launch_command(export, tmp_path, config, nproc):
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--config", config, "--output",
+                              str(tmp_path / "out"), "--num-processes", nproc, "--no-lora",
+                              "--max-steps", "5", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    argv = shlex.split(res.output.strip().splitlines()[-1])
+    args = _accelerate_args(argv)
+    assert (args.config_file.endswith(f"sft/configs/{config}.yaml"), args.num_processes, args.module,
+            args.training_script) == (True, int(nproc), True, "sft.train")
+    cfg = parse_args(args.training_script_args)
+    assert (cfg.pairs, cfg.max_steps, cfg.lora, cfg.output_dir) == (export.path, 5, False, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # dry run writes nothing
+
+
+def test_slurm_script_is_valid_bash_with_per_node_rank(tmp_path):
+    script = slurm_script(Launch("multinode", ["--pairs", "p q"], num_machines=2, gpus_per_node=4))
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script
+    (tmp_path / "job.sbatch").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0
+    inner = shlex.split(shlex.split(script.splitlines()[-1])[-1])  # the command srun runs per node
+    assert inner[inner.index("--machine_rank") + 1] == "$SLURM_NODEID"
+    assert inner[inner.index("--main_process_ip") + 1] == "$MASTER_ADDR"
+    assert inner[-2:] == ["--pairs", "p q"]
+
+
+def test_k8s_manifest_is_indexed_job_with_headless_service():
+    docs = list(yaml.safe_load_all(k8s_manifest(Launch("multinode", num_machines=3), image="img:1")))
+    assert [d["kind"] for d in docs] == ["Service", "Job"]
+    spec = docs[1]["spec"]
+    assert (spec["completions"], spec["completionMode"], spec["template"]["spec"]["subdomain"]) == (3, "Indexed", "skillpipe-sft")
+    cmd = shlex.split(spec["template"]["spec"]["containers"][0]["command"][2])
+    assert cmd[cmd.index("--machine_rank") + 1] == "$JOB_COMPLETION_INDEX"  # expanded by bash in the pod
+    args = _accelerate_args([a.replace("$JOB_COMPLETION_INDEX", "2") for a in cmd])
+    assert (args.num_machines, args.machine_rank, args.main_process_ip) == (3, 2, "skillpipe-sft-0.skillpipe-sft")
+
+
+def test_resume_with_other_topology_fails_before_launch(export, tmp_path):
+    out = tmp_path / "out"
+    mf.write_manifest(str(out / "checkpoint-4"), {"export": {"fingerprint": export.fingerprint},
+                                                  "world_size": 1, "zero_stage": 2, "global_step": 4})
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--config", "zero3", "--num-processes", "1",
+                              "--output", str(out), "--resume", "auto"])
+    assert res.exit_code == 2
+    assert "cannot resume step 4: ZeRO stage 2 -> 3." in res.output
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--config", "zero2", "--num-processes", "1",
+                              "--output", str(out), "--resume", "auto", "--dry-run"])
+    assert res.exit_code == 0 and "--resume auto" in res.output
+
+
+def test_local_submit_runs_the_built_command_and_writes_scheduler_files(tmp_path):
+    # /bin/true stands in for python: proves the local path executes the argv it built
+    out = submit(Launch("cpu", ["--max_steps", "1"], python="/bin/true"), str(tmp_path), scheduler="local")
+    assert out["returncode"] == 0 and out["command"].startswith("/bin/true -m accelerate.commands.launch")
+    out = submit(Launch("zero2"), str(tmp_path), scheduler="slurm")
+    assert out["path"] == str(tmp_path / "sft_job.sbatch") and (tmp_path / "sft_job.sbatch").read_text() == out["script"]
+    with pytest.raises(ValueError, match="unknown scheduler 'pbs'"):
+        submit(Launch("cpu"), str(tmp_path), scheduler="pbs")
