@@ -1,7 +1,7 @@
 """
 ### skillpipe
 
-Agent rollout traces → skill bank → distilled SFT pairs (SkillRL method), one task per stage.
+Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL method), one task per stage.
 Every task calls `pipeline.runner.run_task`, the same entry point as `skillpipe run --stages X`,
 and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
@@ -73,11 +73,19 @@ def skillpipe():
             return run_task(name, **_args(params, llm))
         return _run
 
+    @task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
+    def sft_fit(export: dict, params=None) -> dict:
+        from sft.run_step import fit_for_run
+        a = _args(params, {"base_url": "", "model": ""})
+        m = fit_for_run(a["root"], a["run_id"])
+        return {"uri": m["uri"], "rows": m["global_step"], "fingerprint": m["export"]["fingerprint"]}
+
     llm = start_llm()
     ref = None
     for name in STAGES:
         ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
+    sft_fit(ref)
 
 
 skillpipe()

@@ -108,6 +108,8 @@ def print_summary(results, wall: float) -> None:
             calls += llm.get("calls", 0)
             tokens += tok
         llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
+        if r.skipped and llm:
+            llm_s = "0 (unchanged)"
         t.add_row(r.stage, n_in, str(c.get("out", "")), f"{c.get('quarantined', 0)} {reasons}".strip(),
                   llm_s, f"{r.manifest.get('wall_s', 0):.1f}", "skipped (unchanged)" if r.skipped else "ran")
     console.print(t)

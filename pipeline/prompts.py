@@ -82,7 +82,7 @@ def select_skills(bank_rows: list[dict], env: str, category: str, cfg: PromptCon
     Args:
         bank_rows: rows of ``records.SKILL_SCHEMA`` (``kind`` general | task_specific | mistake),
             in bank order.
-        env: environment name (kept for symmetry with the RL retriever; categories are per env).
+        env: environment name; rows of another env's bank are skipped (rows with ``env`` "" fit all).
         category: the task's category key (``pipeline.envs.classify``).
         cfg: ``top_k_general`` caps general skills, ``max_mistakes`` caps mistakes,
             ``skills=False`` selects nothing.
@@ -94,7 +94,8 @@ def select_skills(bank_rows: list[dict], env: str, category: str, cfg: PromptCon
     """
     if not cfg.skills:
         return []
-    rows = [r for r in bank_rows if not _is_empty(r)]
+    # A run can hold banks of several envs: never show one env's skills to another.
+    rows = [r for r in bank_rows if not _is_empty(r) and r.get("env") in (None, "", env)]
     general = [r for r in rows if r.get("kind") == "general"][:max(0, cfg.top_k_general)]
     specific = [r for r in rows if r.get("kind") == "task_specific" and r.get("category") == category]
     if not specific:

@@ -121,6 +121,7 @@ MEMORY_SCHEMA = pa.schema([
 
 SKILL_SCHEMA = pa.schema([
     ("skill_id", pa.string()),
+    ("env", pa.string()),                   # environment whose bank holds the skill ("" = any)
     ("kind", pa.string()),                  # general | task_specific | mistake
     ("category", pa.string()),              # task-specific category; "" otherwise
     ("title", TEXT),

@@ -46,11 +46,11 @@ def category_prefix(category: str) -> str:
 
 
 def make_row(kind: str, category: str, texts: dict[str, str], source_memory_ids=(), source_trajectory_ids=(),
-             bank: str = "", model: str = "", prompt_sha: str = "") -> dict[str, Any]:
+             bank: str = "", model: str = "", prompt_sha: str = "", env: str = "") -> dict[str, Any]:
     """A ``records.SKILL_SCHEMA`` row; ``skill_id`` = ``lineage.skill_id(kind, category, content)``."""
     content = {k: (texts.get(k) or "").strip() for k in TEXT_FIELDS}
     category = category if kind == "task_specific" else ""
-    return {"skill_id": lineage.skill_id(kind, category, content), "kind": kind, "category": category,
+    return {"skill_id": lineage.skill_id(kind, category, content), "env": env, "kind": kind, "category": category,
             **content, "source_memory_ids": sorted(set(source_memory_ids)),
             "source_trajectory_ids": sorted(set(source_trajectory_ids)),
             "bank_version": bank, "model": model, "prompt_sha": prompt_sha}
@@ -131,7 +131,7 @@ def from_skillrl_json(data: dict[str, Any], env: str) -> list[dict[str, Any]]:
         mem = item.get("source_memory_ids") if isinstance(item, dict) else None
         return make_row(kind, category, _texts(item, fields, where),
                         mem if mem is not None else link.get("source_memory_ids", ()),
-                        link.get("source_trajectory_ids", ()))
+                        link.get("source_trajectory_ids", ()), env=env)
 
     rows = [row("general", "", s, SKILL_FIELDS, f"general_skills[{i}]", "skill_id")
             for i, s in enumerate(data["general_skills"])]

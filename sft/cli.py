@@ -27,6 +27,30 @@ def _group() -> None:
     """Keeps ``sft`` a command group (typer collapses a one-command app into that command)."""
 
 
+@app.command("fit")
+def fit_cmd(
+    run_id: str = typer.Option("default", "--run-id", help="run whose export artifact to train on"),
+    root: str = typer.Option(".", help="folder that holds runs/"),
+    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig)"),
+    max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the small CPU budget)"),
+    force: bool = typer.Option(False, help="train even when the export and config are unchanged"),
+) -> None:
+    """Train in this process on runs/RUN_ID/export (the `sft_fit` step of `make run` and the DAG)."""
+    from pipeline.artifacts import ArtifactError
+    from .run_step import fit_for_run
+    cfg = sft_config.load_yaml(train_config) if train_config else sft_config.SFTFitConfig()
+    if max_steps is not None:
+        cfg.max_steps = max_steps
+    try:
+        m = fit_for_run(root, run_id, cfg, force=force, log=typer.echo)
+    except (ArtifactError, ResumeError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps({"checkpoint": m["uri"], "global_step": m["global_step"], "final_loss": m["final_loss"],
+                           "export_fingerprint": m["export"]["fingerprint"],
+                           "bank_versions": m["export"].get("bank_versions"), "skipped": m["skipped"]}))
+
+
 @app.command("submit")
 def submit_cmd(
     pairs: str = typer.Option(..., help="export artifact folder (with _manifest.json) or a Parquet file"),

@@ -163,6 +163,15 @@ def _updater(cfg: GRPOConfig, stack: contextlib.ExitStack):
     return LLMClient(llm, cache_path=os.path.join(cfg.output_dir, "llm_cache.sqlite"), base_url=base_url)
 
 
+def starting_policy(cfg: GRPOConfig) -> str:
+    """Folder of the starting policy: ``cfg.model`` (an HF folder or a LoRA adapter folder, e.g.
+    the SFT output) or the embedded SmolLM2 converted by ``sft.base_model.ensure_base_model``."""
+    from .base_model import ensure_base_model
+    if cfg.model and os.path.isfile(os.path.join(cfg.model, "adapter_config.json")):
+        return cfg.model
+    return str(ensure_base_model(cfg.model, cfg.model_cache_dir))
+
+
 def train(cfg: GRPOConfig) -> dict[str, Any]:
     """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``.
 
@@ -172,7 +181,6 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     import torch
     from trl.experimental.utils import create_reference_model
 
-    from .base_model import ensure_base_model
     from .policy import HFPolicy, load_model
 
     os.makedirs(cfg.output_dir, exist_ok=True)
@@ -183,14 +191,14 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     resume_from = ckpt.resolve(cfg.resume, cfg.output_dir)
-    model_dir = os.path.join(resume_from, "policy") if resume_from else str(ensure_base_model(cfg.model, cfg.model_cache_dir))
+    start_dir = starting_policy(cfg)
+    model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
     model, tok = load_model(model_dir)
     ref_model = None
     if cfg.beta > 0:  # reference = the starting policy, also after a resume
-        base = load_model(str(ensure_base_model(cfg.model, cfg.model_cache_dir)))[0] if resume_from else model
-        ref_model = create_reference_model(base)
+        ref_model = create_reference_model(load_model(start_dir)[0] if resume_from else model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    start, bank = 0, SkillBank.load(cfg.skill_bank, cfg.env)
+    start, bank = 0, SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
     if resume_from:
         state = ckpt.restore_state(resume_from, optimizer)
         start, bank = state["step"], state["bank"]

@@ -31,6 +31,9 @@ class GRPOConfig:
     model: str = _f("", "policy: local HF folder (full model or LoRA adapter) or '' = embedded SmolLM2-135M-Instruct")
     model_cache_dir: str = _f("", "cache folder of the converted embedded model ('' = ~/.cache/skillpipe)")
     skill_bank: str = _f("", "SkillRL skill-bank JSON to start from ('' = no skills)")
+    skill_bank_env: str = _f("", "env named in the bank's metadata when it is not `env` (e.g. an ALFWorld bank on "
+                                 "TextWorld: general skills and mistakes apply, categories will not match); "
+                                 "'' = must be `env`")
     resume: str = _f("", "'' = fresh run; 'auto' = latest checkpoint in output_dir; or a checkpoint folder")
     # --- environment
     env: str = _f("textworld", "textworld (TextWorld Express) | alfworld (needs the package and ALFWORLD_DATA)")

@@ -82,18 +82,20 @@ class SkillBank:
         return path
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], env: str) -> "SkillBank":
-        rows = skillbank.from_skillrl_json(data, env)
+    def from_json(cls, data: dict[str, Any], env: str, source_env: str = "") -> "SkillBank":
+        """Bank of ``env`` from SkillRL JSON; ``source_env`` accepts a bank whose metadata names
+        another env (``ValueError`` from ``skillbank.from_skillrl_json`` otherwise)."""
+        rows = skillbank.from_skillrl_json(data, source_env or env)
         meta = data.get("metadata") or {}
         return cls(rows, env, list(meta.get("dynamic_skills") or []), list(meta.get("history") or []))
 
     @classmethod
-    def load(cls, path: str, env: str) -> "SkillBank":
+    def load(cls, path: str, env: str, source_env: str = "") -> "SkillBank":
         """Read a SkillRL bank file; ``""`` gives an empty bank. Raises ``ValueError`` for a non-bank."""
         if not path:
             return cls([], env)
         with open(path, encoding="utf-8") as f:
-            return cls.from_json(json.load(f), env)
+            return cls.from_json(json.load(f), env, source_env)
 
 
 @dataclass

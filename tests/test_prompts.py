@@ -15,7 +15,7 @@ ALF_HEADER = "You are an expert agent operating in the ALFRED Embodied Environme
 
 
 def skill(sid, kind, title="", principle="", when="", category="", desc="", why="", how=""):
-    return {"skill_id": sid, "kind": kind, "category": category, "title": title, "principle": principle,
+    return {"skill_id": sid, "env": "", "kind": kind, "category": category, "title": title, "principle": principle,
             "when_to_apply": when, "description": desc, "why_it_happens": why, "how_to_avoid": how}
 
 

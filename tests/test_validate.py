@@ -10,7 +10,7 @@ from pipeline.records import (DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA,
 from pipeline.runner import StageContext, run_stage
 from test_prompts import ALF_HEADER, ALF_TURN, tv6
 
-SKILL = {"skill_id": "gen-1", "kind": "general", "category": "", "title": "Check Twice",
+SKILL = {"skill_id": "gen-1", "env": "", "kind": "general", "category": "", "title": "Check Twice",
          "principle": "Verify before answering; the answer is March 16, 2018.", "when_to_apply": "",
          "description": "", "why_it_happens": "", "how_to_avoid": "", "source_memory_ids": ["mem-1"],
          "source_trajectory_ids": ["traj-x"], "bank_version": "bank-1", "model": "m", "prompt_sha": "p"}

@@ -147,7 +147,7 @@ def call_rows(call: Call, model: str) -> list[dict[str, Any]]:
     mem_ids = [m["memory_id"] for m in call.memories]
     traj_ids = [m["trajectory_id"] for m in call.memories]
     return [skillbank.make_row(call.kind, call.category, {k: v.strip() for k, v in item.items()},
-                               mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha)
+                               mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha, env=call.env)
             for item in call.result.value[key]]
 
 

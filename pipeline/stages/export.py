@@ -111,13 +111,23 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
     return "\n".join(lines)
 
 
-def _skill_bank_json(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, str]:
+    """SkillRL bank JSON files: ``skill_bank_<env>.json`` per env with skills or pairs, and
+    ``skill_bank.json`` = the bank of the env with the most SFT pairs (SkillRL banks are per env;
+    ties broken by env name). Each file lists all of its env's categories, as official banks do.
+    """
     from ..skillbank import to_skillrl_json
-    used_envs = {r["env"] for r in rows}
-    # With one known env, list all of its categories (official banks name every category).
-    cats = envs.get(next(iter(used_envs))).CATEGORIES if len(used_envs) == 1 and \
-        next(iter(used_envs)) in envs.REGISTRY else None
-    return json.dumps(to_skillrl_json(bank_rows, categories=cats), ensure_ascii=False, indent=2)
+    pair_counts = Counter(r["env"] for r in rows)
+    env_names = sorted({r.get("env") or "" for r in bank_rows} | set(pair_counts)) or [""]
+    files = {}
+    for env in env_names:
+        env_rows = [r for r in bank_rows if (r.get("env") or "") in ("", env)]
+        cats = envs.get(env).CATEGORIES if env in envs.REGISTRY else None
+        bank = to_skillrl_json(env_rows, categories=cats, metadata={"env": env} if env else None)
+        files[f"skill_bank_{env or 'all'}.json"] = json.dumps(bank, ensure_ascii=False, indent=2)
+    main = max(env_names, key=lambda e: (pair_counts.get(e, 0), -env_names.index(e)))
+    files["skill_bank.json"] = files[f"skill_bank_{main or 'all'}.json"]
+    return files
 
 
 def run(ctx: StageContext) -> StageOutput:
@@ -130,7 +140,7 @@ def run(ctx: StageContext) -> StageOutput:
         TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
         VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
         "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
-        "skill_bank.json": _skill_bank_json(bank_rows, rows),
+        **skill_bank_files(bank_rows, rows),
         "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, ecfg.val_fraction, ecfg.seed),
     }
     split_counts = Counter(r["split"] for r in rows)
