@@ -19,7 +19,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,6 +71,47 @@ def _write_parts(folder: str, table: pa.Table) -> list[str]:
     return names
 
 
+class _PartWriter:
+    """Streams record batches into ``part-NNNNN.parquet`` files of at most ``PART_ROWS`` rows."""
+
+    def __init__(self, folder: str, schema: pa.Schema):
+        self.folder, self.schema = folder, schema
+        self.names: list[str] = []
+        self.rows = 0
+        self._writer = None
+        self._in_part = 0
+        os.makedirs(folder, exist_ok=True)
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        table = to_table(rows, self.schema)
+        offset = 0
+        while offset < table.num_rows:
+            if self._writer is None or self._in_part >= PART_ROWS:
+                self._open()
+            n = min(PART_ROWS - self._in_part, table.num_rows - offset)
+            self._writer.write_table(table.slice(offset, n))
+            self._in_part += n
+            offset += n
+        self.rows += table.num_rows
+
+    def _open(self) -> None:
+        self.close()
+        name = f"part-{len(self.names):05d}.parquet"
+        self._writer = pq.ParquetWriter(os.path.join(self.folder, name), self.schema, compression="zstd")
+        self.names.append(name)
+        self._in_part = 0
+
+    def close(self) -> list[str]:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if not self.names:  # an empty artifact still has one (empty) part with the schema
+            self._open()
+            self._writer.close()
+            self._writer = None
+        return self.names
+
+
 class ArtifactStore:
     """Reads and writes the stage artifacts of one run.
 
@@ -113,14 +154,40 @@ class ArtifactStore:
     def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],
               manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None) -> StageArtifact:
         """Write a stage atomically: temp folder, then rename over any previous version."""
+        def body(tmp: str) -> tuple[list[str], dict[str, Any], dict[str, bytes | str]]:
+            files = _write_parts(tmp, table)
+            qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
+            files += ["quarantine/" + n for n in _write_parts(os.path.join(tmp, "quarantine"), qtable)]
+            return files, manifest, extra_files or {}
+        return self._transaction(stage, body)
+
+    def write_stream(self, stage: str, schema: pa.Schema,
+                     batches: Iterable[tuple[list[dict[str, Any]], list[QuarantineRow]]],
+                     finish: Callable[[int, int], tuple[dict[str, Any], dict[str, bytes | str]]]) -> StageArtifact:
+        """Stream ``(rows, quarantine_rows)`` batches to Parquet parts with bounded memory, then
+        call ``finish(n_rows, n_quarantined) -> (manifest, extra_files)``; atomic like :meth:`write`."""
+        def body(tmp: str):
+            out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, "quarantine"), QUARANTINE_SCHEMA)
+            try:
+                for rows, qrows in batches:
+                    if rows:
+                        out.write(rows)
+                    if qrows:
+                        qout.write([q.__dict__ for q in qrows])
+            finally:
+                files = out.close() + ["quarantine/" + n for n in qout.close()]
+            manifest, extra = finish(out.rows, qout.rows)
+            return files, manifest, extra
+        return self._transaction(stage, body)
+
+    def _transaction(self, stage: str, body) -> StageArtifact:
         final = self.stage_dir(stage)
         os.makedirs(self.run_dir, exist_ok=True)
         tmp = os.path.join(self.run_dir, f".{stage}.tmp-{uuid.uuid4().hex[:8]}")
         try:
-            files = _write_parts(tmp, table)
-            qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
-            files += ["quarantine/" + n for n in _write_parts(os.path.join(tmp, "quarantine"), qtable)]
-            for name, data in (extra_files or {}).items():
+            os.makedirs(tmp)
+            files, manifest, extra_files = body(tmp)
+            for name, data in extra_files.items():
                 if os.path.isabs(name) or ".." in name.split("/"):
                     raise ValueError(f"extra file name escapes the stage folder: {name!r}")
                 p = os.path.join(tmp, name)

@@ -53,6 +53,7 @@ def _previous_input(root: str, run_id: str) -> str:
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="trace file or folder (default: the run's previous input)"),
     env: str = typer.Option("auto", help="environment: auto | alfworld | webshop | search"),
+    format: Optional[str] = typer.Option(None, "--format", help="input format for every file (default: auto-detect per file)"),
     run_id: str = typer.Option("default", "--run-id", help="run id; outputs go to ROOT/runs/RUN_ID/<stage>/"),
     root: str = typer.Option(".", help="folder that holds runs/"),
     stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
@@ -68,6 +69,11 @@ def run(
     from .runner import CountMismatch, run_pipeline
 
     cfg = load_config(config)
+    if format is not None:
+        from .formats.discover import READERS
+        if format != "auto" and format not in READERS:
+            raise typer.BadParameter(f"unknown format {format!r}; choose from auto, {', '.join(READERS)}")
+        cfg.parse.format = format
     if llm_base_url is not None:
         cfg.llm.base_url = llm_base_url
     if llm_model is not None:

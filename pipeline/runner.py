@@ -22,7 +22,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import __version__
 from .artifacts import ArtifactStore, StageArtifact
@@ -52,6 +52,11 @@ class StageOutput:
     units_out: int | None = None
     counters: dict[str, Any] = field(default_factory=dict)
     extra_files: dict[str, bytes | str] = field(default_factory=dict)
+    # Streaming alternative to rows/quarantine: an iterator of (rows, quarantine) batches. The
+    # stage may update rows_in/units_in/units_out/counters while it is consumed; the runner
+    # reads them only after the last batch.
+    stream: Iterator[tuple[list[dict[str, Any]], list[QuarantineRow]]] | None = None
+    reasons: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -142,29 +147,36 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     t0 = time.monotonic()
     llm_before = ctx._llm.stats_snapshot() if (mod.USES_LLM and ctx._llm is not None) else None
     out: StageOutput = mod.run(ctx)
-    wall = time.monotonic() - t0
 
-    units_in = out.rows_in if out.units_in is None else out.units_in
-    units_out = len(out.rows) if out.units_out is None else out.units_out
-    if units_in != units_out + len(out.quarantine):
-        raise CountMismatch(f"[{name}] units in {units_in} != out {units_out} + quarantined {len(out.quarantine)}")
-    reasons = Counter(q.reason for q in out.quarantine)
-    llm_stats = {}
-    if mod.USES_LLM and ctx._llm is not None:
-        llm_stats = ctx._llm.stats_delta(llm_before)
-    manifest = {
-        "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,
-        "input_path": ctx.input_path if not mod.INPUTS else "",
-        "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
-                   "out": len(out.rows), "quarantined": len(out.quarantine),
-                   "quarantine_reasons": dict(sorted(reasons.items()))},
-        "counters": out.counters, "llm": llm_stats, "wall_s": round(wall, 3),
-    }
-    table = to_table(out.rows, mod.SCHEMA)
-    art = ctx.store.write(name, table, out.quarantine, manifest, out.extra_files)
-    log(f"[{name}] in={out.rows_in} out={len(out.rows)} quarantined={len(out.quarantine)} "
-        f"{dict(reasons) if reasons else ''} ({wall:.1f}s)")
-    return StageResult(name, art.path, len(out.rows), fp, False, art.manifest)
+    def finish(n_rows: int, n_quarantined: int) -> tuple[dict[str, Any], dict[str, bytes | str]]:
+        units_in = out.rows_in if out.units_in is None else out.units_in
+        units_out = n_rows if out.units_out is None else out.units_out
+        if units_in != units_out + n_quarantined:
+            raise CountMismatch(f"[{name}] units in {units_in} != out {units_out} + quarantined {n_quarantined}")
+        llm_stats = ctx._llm.stats_delta(llm_before) if (mod.USES_LLM and ctx._llm is not None) else {}
+        return {
+            "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,
+            "input_path": ctx.input_path if not mod.INPUTS else "",
+            "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
+                       "out": n_rows, "quarantined": n_quarantined,
+                       "quarantine_reasons": dict(sorted(out.reasons.items()))},
+            "counters": out.counters, "llm": llm_stats, "wall_s": round(time.monotonic() - t0, 3),
+        }, out.extra_files
+
+    if out.stream is not None:  # large stages: bounded memory, rows never all in memory
+        def batches():
+            for rows, qrows in out.stream:
+                out.reasons.update(q.reason for q in qrows)
+                yield rows, qrows
+        art = ctx.store.write_stream(name, mod.SCHEMA, batches(), finish)
+    else:
+        out.reasons.update(q.reason for q in out.quarantine)
+        manifest, extra = finish(len(out.rows), len(out.quarantine))
+        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine, manifest, extra)
+    c = art.manifest["counts"]
+    log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
+        f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")
+    return StageResult(name, art.path, c["out"], fp, False, art.manifest)
 
 
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:

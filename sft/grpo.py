@@ -12,8 +12,8 @@ One step (spec §12.1, our fixes D-R1..D-R4):
    the slots are interleaved (task 0, task 1, ..., task 0, ...), and advantages are still exact
    because groups are keyed by id (``sft.grpo_loss.group_advantages``);
 3. one policy-gradient update over every step sample (``sft.grpo_loss.policy_loss``, KL to a
-   frozen copy of the starting policy, made by TRL's ``create_reference_model``) with
-   ``torch.optim.AdamW``; log-probabilities by TRL's ``selective_log_softmax``;
+   frozen copy of the starting policy) with ``torch.optim.AdamW``; log-probabilities and
+   entropies by TRL's ``selective_log_softmax`` / ``entropy_from_logits``;
 4. every ``eval_steps``: validate on dev games, evolve the bank (``sft.skill_evolution``);
 5. every ``save_steps`` and at the end: a coupled checkpoint (``sft.grpo_checkpoint``).
 
@@ -178,8 +178,9 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     Raises ``FileNotFoundError`` (model/bank/checkpoint missing), ``EnvUnavailable`` (ALFWorld
     without data), ``ValueError`` (bad config).
     """
+    import copy
+
     import torch
-    from trl.experimental.utils import create_reference_model
 
     from .policy import HFPolicy, load_model
 
@@ -195,8 +196,9 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
     model, tok = load_model(model_dir)
     ref_model = None
-    if cfg.beta > 0:  # reference = the starting policy, also after a resume
-        ref_model = create_reference_model(load_model(start_dir)[0] if resume_from else model)
+    if cfg.beta > 0:  # reference = a frozen copy of the starting policy, also after a resume
+        ref_model = load_model(start_dir)[0] if resume_from else copy.deepcopy(model)
+        ref_model.eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     start, bank = 0, SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
     if resume_from:
@@ -228,6 +230,7 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
             metrics = update(model, ref_model, optimizer, eps, adv, cfg, tok.pad_token_id)
             recent_train = (recent_train + eps)[-4 * n_slots:]
             log.write({"kind": "train", "step": step, "bank_version": bank.version, **metrics,
+                       "no_signal_groups": sum(g.no_signal for g in stats.values()),
                        "groups": _groups_log(eps, rewards, stats), **episode_summary(eps),
                        "rollout_s": round(t_roll, 2), "wall_s": round(time.monotonic() - t0, 2)})
             if cfg.eval_steps and step % cfg.eval_steps == 0:
@@ -247,7 +250,7 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
                 log.write(entry)
             if (cfg.save_steps and step % cfg.save_steps == 0) or step == cfg.max_steps:
                 last_ckpt = ckpt.save(cfg.output_dir, step, model, tok, optimizer, bank, to_dict(cfg),
-                                      {"base_model": model_dir})
+                                      {"base_model": start_dir})
     summary = {"output_dir": cfg.output_dir, "steps": step, "started_at_step": start, "checkpoint": last_ckpt,
                "bank_version": bank.version, "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": model_dir}

@@ -58,6 +58,11 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
         assert c["units_in"] == c["units_out"] + c["quarantined"], (stage, c)
     parse = store.load("parse").manifest["counts"]
     assert parse["in"] == len(records) and parse["out"] + parse["quarantined"] == len(records)
-    # the embedded server was stopped by the teardown task
+    # the setup task started the embedded server; the teardown task stopped it (state file gone)
     state = os.path.join(str(tmp_path), "runs", "dagtest", "_llm_server")
-    assert os.path.isdir(state)
+    assert os.path.isdir(state) and not os.path.exists(os.path.join(state, "llm_server.json"))
+    # sft_fit trained on exactly this export artifact
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "sft_fit", "skillpipe_sft_manifest.json")) as f:
+        sft = json.load(f)
+    assert sft["export"]["fingerprint"] == store.load("export").fingerprint
+    assert sft["global_step"] == 3
