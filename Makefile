@@ -23,6 +23,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/skillpipe run --input data/samples --run-id sample
 	$(BIN)/skillpipe sft fit --run-id sample
+	$(BIN)/skillpipe grpo --run-id sample
 
 # pytest exit code 5 means "no tests collected": a broken setup, not a pass.
 test: install

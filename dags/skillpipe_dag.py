@@ -80,12 +80,19 @@ def skillpipe():
         m = fit_for_run(a["root"], a["run_id"])
         return {"uri": m["uri"], "rows": m["global_step"], "fingerprint": m["export"]["fingerprint"]}
 
+    @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/grpo_step.py.")
+    def grpo(sft: dict, params=None) -> dict:
+        from sft.grpo_step import grpo_for_run
+        a = _args(params, {"base_url": "", "model": ""})
+        m = grpo_for_run(a["root"], a["run_id"])
+        return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}
+
     llm = start_llm()
     ref = None
     for name in STAGES:
         ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
-    sft_fit(ref)
+    grpo(sft_fit(ref))
 
 
 skillpipe()

@@ -29,6 +29,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 from sft.cli import app as sft_app  # noqa: E402  (typer sub-app: `skillpipe sft submit`)
 
 app.add_typer(sft_app, name="sft", help="SFT fit on exported pairs: build/run/submit accelerate jobs.")
+from sft.grpo_cli import grpo as _grpo_cmd, rollout as _rollout_cmd  # noqa: E402
+
+app.command("grpo")(_grpo_cmd)
+app.command("rollout")(_rollout_cmd)
 console = Console(stderr=False)
 err = Console(stderr=True)
 

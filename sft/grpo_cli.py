@@ -123,6 +123,10 @@ def grpo(
     skill_bank: Optional[str] = typer.Option(None, help="override skill_bank (SkillRL JSON)"),
     resume: Optional[str] = typer.Option(None, help="'' | auto | a checkpoint folder"),
     llm_base_url: Optional[str] = typer.Option(None, help="skill updater endpoint ('' = embedded server)"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="start from this pipeline run's SFT checkpoint "
+                                         "and skill bank; output to runs/RUN_ID/grpo (the `make run` step)"),
+    root: str = typer.Option(".", help="folder that holds runs/ (with --run-id)"),
+    force: bool = typer.Option(False, help="with --run-id: rerun even when inputs and config are unchanged"),
 ):
     """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution."""
     from .grpo import train
@@ -135,6 +139,20 @@ def grpo(
         with open(config, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
     cfg = smoke_cfg(**data) if smoke else (from_dict(data) if data else GRPOConfig())
+    if run_id:
+        from .grpo_step import grpo_for_run
+        cfg = cfg if (config or not smoke) and data else smoke_cfg(**data)
+        if max_steps is not None:
+            cfg.max_steps = max_steps
+        if llm_base_url is not None:
+            cfg.llm_base_url = llm_base_url
+        try:
+            m = grpo_for_run(root, run_id, cfg, force=force, log=typer.echo)
+        except (FileNotFoundError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1)
+        typer.echo(json.dumps({k: m[k] for k in ("uri", "steps", "checkpoint", "bank_version", "log", "skipped")}))
+        return
     for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model, skill_bank=skill_bank, resume=resume,
                      llm_base_url=llm_base_url).items():
         if v is not None:

@@ -37,6 +37,7 @@ def load_model(path: str | Path, dtype: str = "float32"):
     if (p / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
         model = AutoPeftModelForCausalLM.from_pretrained(str(p), dtype=torch_dtype).merge_and_unload()
+        model.requires_grad_(True)  # PEFT froze the base weights; GRPO trains the merged model
     elif (p / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=torch_dtype)
     else:

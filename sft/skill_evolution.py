@@ -86,6 +86,8 @@ class SkillBank:
         """Bank of ``env`` from SkillRL JSON; ``source_env`` accepts a bank whose metadata names
         another env (``ValueError`` from ``skillbank.from_skillrl_json`` otherwise)."""
         rows = skillbank.from_skillrl_json(data, source_env or env)
+        for r in rows:  # an explicitly reused bank of another env becomes this env's bank (else
+            r["env"] = env  # prompts.select_skills would hide its rows from this env's prompts)
         meta = data.get("metadata") or {}
         return cls(rows, env, list(meta.get("dynamic_skills") or []), list(meta.get("history") or []))
 
@@ -195,7 +197,8 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
         calls.append({"category": c, "ok": res.ok, "error": res.error, "detail": res.detail[:300]})
         if not res.ok:
             continue
-        rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=client.model_id, prompt_sha=PROMPT_SHA)
+        rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=client.model_id, prompt_sha=PROMPT_SHA,
+                                   env=bank.env)
                 for s in res.value[:cfg.max_new_skills]]
         rows = [r for r in rows if r["skill_id"] not in {x["skill_id"] for x in new.rows}]
         new.rows, new.dynamic, out = _insert(new, c, rows, cfg.max_dynamic_skills)

@@ -5,10 +5,14 @@ Each POST to ``/v1/chat/completions`` consumes the next step of the script:
 * ``{"content": str, "finish_reason": "stop"}`` - a normal answer (usage 10 prompt + 5 completion);
 * ``{"status": 429, "headers": {"Retry-After": "1"}, "body": {...}}`` - an HTTP error;
 * ``{"reset": True}`` - close the socket with an RST and no response;
-* ``{"sleep": 1.0, ...}`` - wait before doing the rest of the step (timeouts).
+* ``{"sleep": 1.0, ...}`` - wait before doing the rest of the step (timeouts);
+* ``{"status": 401, "echo_auth": True}`` - an error whose body repeats the request's credentials
+  (a careless proxy; the client must redact them).
 
-An exhausted script answers 599 so an unexpected extra call fails the test loudly. Request bodies
-are kept in ``stub.requests`` (and Authorization headers in ``stub.auth``) for assertions.
+An exhausted script answers 599 so an unexpected extra call fails the test loudly, unless a
+``default`` step is given (benchmarks: every call gets it). Request bodies are kept in
+``stub.requests``, paths in ``stub.paths``, Authorization headers in ``stub.auth`` and all
+headers in ``stub.headers``, for assertions.
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ from typing import Any
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes; without TCP_NODELAY, Nagle + delayed ACK add ~40 ms
+    # to every response (measured: 0.544 s per 0.5 s request), which would swamp the benchmark
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, *args) -> None:  # keep test output quiet
@@ -47,7 +54,12 @@ class _Handler(BaseHTTPRequestHandler):
         with stub.lock:
             stub.requests.append(body)
             stub.auth.append(self.headers.get("Authorization", ""))
-            step = stub.script.pop(0) if stub.script else {"status": 599, "body": {"error": "script exhausted"}}
+            stub.paths.append(self.path)
+            stub.headers.append(dict(self.headers.items()))
+            step = stub.script.pop(0) if stub.script else (stub.default or {"status": 599, "body": {"error": "script exhausted"}})
+        if step.get("echo_auth"):
+            creds = f"{self.headers.get('Authorization', '')} {self.headers.get('api-key', '')}"
+            step = dict(step, body={"error": {"message": f"invalid credentials: {creds}"}})
         if step.get("sleep"):
             time.sleep(step["sleep"])
         if step.get("reset"):
@@ -79,8 +91,11 @@ class _Server(ThreadingHTTPServer):
 class ChatStub:
     """Context manager: ``with ChatStub(script) as stub: stub.base_url`` (ends in ``/v1``)."""
 
-    def __init__(self, script: list[dict[str, Any]]):
+    def __init__(self, script: list[dict[str, Any]], default: dict[str, Any] | None = None):
         self.script = list(script)
+        self.default = default
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str] = []  # Authorization header of each POST
         self.lock = threading.Lock()

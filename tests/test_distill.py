@@ -10,6 +10,7 @@ import pytest
 from pipeline import prompts, skillbank
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import DistillConfig, PipelineConfig
+from pipeline.llm.schemas import grammar_schema
 from pipeline.records import MEMORY_SCHEMA, SKILL_SCHEMA
 from pipeline.runner import StageContext, run_stage
 from pipeline.stages import _templates, distill
@@ -26,9 +27,17 @@ def test_schema_forces_exact_indices():
                 [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "b"}, {"step_index": 5, "think": "c"}],
                 [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": ""}],               # empty
                 [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "x" * 21}],         # too long
-                [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "<action>go</action>"}],
-                [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "line\nbreak"}]):
+                ):
         assert not v.is_valid({"thinks": bad}), bad
+    # tags and newlines: refused by the grammar form (llama.cpp) only; the check rejects tags everywhere
+    tagged = {"thinks": [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "<action>go</action>"}]}
+    assert v.is_valid(tagged)
+    g = jsonschema.Draft202012Validator(grammar_schema(distill.thinks_schema([3, 4], 20)))
+    assert not g.is_valid(tagged)
+    assert not g.is_valid({"thinks": [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "line\nbreak"}]})
+    assert distill.check_thinks([3, 4], 20)(tagged) == "think for step 4 contains a tag; write plain text"
+    think = distill.thinks_schema([3, 4], 20)["properties"]["thinks"]["prefixItems"][1]["properties"]["think"]
+    assert (think["maxLength"], think["x-grammar-forbid"]) == (20, "<>{}")  # x-grammar-forbid from the file
 
 
 def test_check_reports_alignment_and_content_errors():

@@ -68,7 +68,8 @@ def test_scripted_update_adds_ranked_capped_skills_with_lineage(plays, tmp_path)
     assert "Task: pick up objects" in stub.requests[0]["messages"][1]["content"]
     assert "- Open Containers" in stub.requests[0]["messages"][1]["content"]  # existing titles as dedup hint
     new = [r for r in r1.bank.rows if r["title"] == "Take Then Store"][0]
-    assert (new["kind"], new["category"], new["model"]) == ("task_specific", "put_away_objects", "stub-model")
+    assert (new["kind"], new["category"], new["model"], new["env"]) == ("task_specific", "put_away_objects",
+                                                                    "stub-model", "textworld")
     assert new["source_trajectory_ids"] == [train[0].trajectory.trajectory_id]
     # new version, parent = the old one; the old bank object is unchanged
     assert r1.bank.version != bank.version and r1.bank.history[-1]["parent_version"] == bank.version
@@ -114,3 +115,12 @@ def test_embedded_llm_writes_a_new_bank_version(plays, tmp_path):
     assert 1 <= len(added) <= 2
     assert all(r["category"] == "put_away_objects" and r["source_trajectory_ids"] == [train[0].trajectory.trajectory_id]
                for r in added)
+
+
+def test_bank_of_another_env_is_reused_only_when_named(tmp_path):
+    data = skillbank.to_skillrl_json([skillbank.make_row("general", "", {"title": "Look", "principle": "Look."},
+                                                         env="alfworld")], metadata={"env": "alfworld"})
+    with pytest.raises(ValueError, match="skill bank is for env 'alfworld', not 'textworld'"):
+        SkillBank.from_json(data, "textworld")
+    bank = SkillBank.from_json(data, "textworld", source_env="alfworld")
+    assert [r["env"] for r in bank.rows] == ["textworld"] and bank.env == "textworld"

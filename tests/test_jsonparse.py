@@ -66,6 +66,14 @@ def test_trailing_comma_repair_in_fence():
     assert extract_json_with_method(raw) == ({"a": [1, 2], "b": "x,]"}, "fenced+trailing_comma")
 
 
+def test_trailing_comma_on_outer_object_beats_inner_object():
+    # Without the repair the scan would stop at the inner {"b": 1}, which decodes on its own.
+    raw = 'Here: {"a": {"b": 1}, "c": [2,],} done'
+    assert extract_json_with_method(raw) == ({"a": {"b": 1}, "c": [2]}, "scan+trailing_comma")
+    fenced = '```json\n{"thinks": [{"step_index": 0, "think": "go"}],}\n```'
+    assert extract_json_with_method(fenced) == ({"thinks": [{"step_index": 0, "think": "go"}]}, "fenced+trailing_comma")
+
+
 def test_remove_trailing_commas_keeps_strings():
     assert remove_trailing_commas('{"s": "a, }", "t": [1,\n ],}') == '{"s": "a, }", "t": [1\n ]}'
     assert remove_trailing_commas('{"q": "say \\"hi,\\" ]",}') == '{"q": "say \\"hi,\\" ]"}'

@@ -40,8 +40,10 @@ def test_fenced_json_with_trailing_comma():
     assert res.usage == {"prompt_tokens": 10, "completion_tokens": 5}
     assert counters(client) == {"calls": 1, "retries": 0, "repairs": 0, "failures": 0, "cache_hits": 0}
     assert client.stats_snapshot()["prompt_tokens"] == 10
-    # The json_object dialect carries the schema (llama.cpp grammar), plus sampling settings.
-    assert stub.requests[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    # The json_object dialect carries the grammar form of the schema (llama.cpp): the string gets a
+    # length-bounded pattern without quote, backslash or control characters.
+    city = {"type": "string", "maxLength": 20, "pattern": '^[^"\\\\\\x00-\\x1f]{0,20}$'}
+    assert stub.requests[0]["response_format"] == {"type": "json_object", "schema": {**SCHEMA, "properties": {"city": city}}}
     assert (stub.requests[0]["temperature"], stub.requests[0]["max_tokens"], stub.requests[0]["seed"]) == (0.0, 768, 0)
 
 

@@ -9,6 +9,7 @@ from tests.llm_stage_data import ROOM, cool_apple, embedded_llm, heat_mug, write
 from pipeline import lineage
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import MemoryConfig, PipelineConfig
+from pipeline.llm.schemas import grammar_schema, load_schema
 from pipeline.llm.types import JSONResult
 from pipeline.runner import StageContext, run_stage
 from pipeline.stages import _templates, memory
@@ -36,8 +37,12 @@ def test_schema_is_outcome_specific_and_bounds_step_numbers():
     bad = jsonschema.Draft202012Validator(memory.memory_schema("failure", 3))
     assert bad.is_valid(FAILURE_VALUE)
     assert not bad.is_valid({**FAILURE_VALUE, "mistakes_to_avoid": []})
-    # a newline inside a field is refused (llama.cpp grammars would otherwise emit raw control chars)
-    assert not bad.is_valid({**FAILURE_VALUE, "contextual_description": "two\nlines"})
+    # the file form lets a real model write quotes and newlines; the grammar form sent to llama.cpp
+    # bounds each string and keeps raw quotes/control characters out
+    quoted = {**FAILURE_VALUE, "contextual_description": 'took the "wrong" door\nthen stopped'}
+    assert bad.is_valid(quoted)
+    assert not jsonschema.Draft202012Validator(grammar_schema(memory.memory_schema("failure", 3))).is_valid(quoted)
+    assert not bad.is_valid({**FAILURE_VALUE, "contextual_description": "x" * 201})  # bound from the file
     assert memory.memory_schema("success", 2)["properties"]["refined_trajectory"]["items"]["properties"][
         "step_index"] == {"type": "integer", "enum": [0, 1, 2]}
     with pytest.raises(ValueError, match="unknown outcome 'partial'"):
@@ -96,10 +101,21 @@ def test_request_and_row_lineage():
         ("memory", "not_json", "traj-f", "{oops", "rollouts/env001/test1.txt")
 
 
-def test_prompt_files_cover_every_env_template():
-    names = [p.split("templates/")[1] for p in memory.prompt_files(None)]
-    assert names == ["memory.txt", "alfworld/memory.txt", "default/memory.txt", "search/memory.txt",
-                     "textworld/memory.txt", "webshop/memory.txt"]
+def test_schema_is_derived_from_the_file():
+    # one source of truth: the per-outcome schema reuses the file's field schemas verbatim
+    file_props = load_schema("memory")["properties"]
+    derived = memory.memory_schema("failure", 3)["properties"]
+    assert derived == {k: {**file_props[k], **({"minItems": 1} if k == "mistakes_to_avoid" else {})}
+                       for k in ("contextual_description", "mistakes_to_avoid")}
+    assert file_props["contextual_description"]["maxLength"] == 200
+
+
+def test_prompt_files_cover_every_env_template_and_the_schema():
+    names = [p.split("/pipeline/templates/")[-1].split("/schemas/")[-1] for p in memory.prompt_files(None)]
+    assert names == ["memory.txt", "memory.alfworld.txt", "memory.default.txt", "memory.search.txt",
+                     "memory.textworld.txt", "memory.webshop.txt", "memory.schema.json"]
+    # unique basenames: the runner keys template hashes by basename
+    assert len({p.rsplit("/", 1)[1] for p in memory.prompt_files(None)}) == 7
 
 
 def test_empty_input_needs_no_llm(tmp_path):

@@ -56,3 +56,42 @@ def classify(task: str, hint: str | None = None) -> str:
     if _MULTI_HOP_D.search(" " + q + " "):
         return "multi_hop_reasoning"
     return "direct_retrieval"
+
+
+#: Reference fallback for the data source of a SkillRL Search rollout file named ``<int>.txt``
+#: (spec §3.3, inclusive ranges; 0-80 holds 81 ids, the others 80). Used only when neither the
+#: file nor its path names a source (D-S3): a configured table, never the first choice.
+DATA_SOURCE_RANGES: tuple[tuple[int, int, str], ...] = (
+    (0, 80, "nq"), (81, 160, "popqa"), (161, 240, "2wikimultihopqa"), (241, 320, "triviaqa"),
+    (321, 400, "hotpotqa"), (401, 480, "musique"))
+#: Source of any other integer stem (reference behaviour, spec §3.3 table).
+DATA_SOURCE_DEFAULT = "bamboogle"
+
+
+def data_source_from_stem(stem: str, ranges=DATA_SOURCE_RANGES, default: str = DATA_SOURCE_DEFAULT) -> str | None:
+    """Reference range table (spec §3.3, TV7): ``"0081"`` -> ``popqa``, ``"-3"`` -> ``bamboogle``;
+    ``None`` for a non-integer stem (the reference returned ``"unknown"``)."""
+    try:
+        n = int(stem)
+    except ValueError:
+        return None
+    for lo, hi, name in ranges:
+        if lo <= n <= hi:
+            return name
+    return default
+
+
+_REACT_QA = re.compile(r"^\s*(search|finish)\[(.*)\]\s*$", re.I | re.S)
+
+
+def normalise_action(action: str) -> str:
+    """Map a ReAct QA action onto SkillRL Search's tag form (our normalisation, documented so the
+    SFT targets of every QA source share one action syntax, spec §6.3):
+    ``Search[x]`` -> ``<search>x</search>``, ``Finish[x]`` -> ``<answer>x</answer>``.
+    Anything else (``Lookup[x]``, already-tagged actions) is returned unchanged; validation
+    then judges its format."""
+    m = _REACT_QA.match(action or "")
+    if not m:
+        return action
+    tag = "search" if m[1].lower() == "search" else "answer"
+    return f"<{tag}>{m[2].strip()}</{tag}>"

@@ -13,7 +13,8 @@ import re
 from typing import Callable, Iterator
 
 from ..records import QuarantineRow, Trajectory
-from . import chat_json, react_alfworld_json, react_webshop_log, reflexion_txt, skillrl_txt
+from . import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
+               skillrl_memory_json, skillrl_search_txt, skillrl_txt)
 from .common import bad
 
 Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
@@ -25,6 +26,11 @@ READERS: dict[str, Reader] = {
     "reflexion_txt": reflexion_txt.read,
     "react_webshop_log": react_webshop_log.read,
     "chat_json": chat_json.read,
+    "skillrl_search_txt": skillrl_search_txt.read,
+    "reflexion_hotpotqa": reflexion_hotpotqa.read,
+    "skillrl_memory_json": skillrl_memory_json.read,
+    "skillrl_bank_json": skillrl_memory_json.read_bank,
+    "byo_json": byo_json.read,
 }
 
 HEAD_BYTES = 64 * 1024
@@ -64,12 +70,26 @@ def detect_format(path: str, head: bytes) -> str | None:
     text = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
     start = text.lstrip()[:1]
     if start in "{[":
+        if start == "{" and re.search(r'"(general_skills|task_specific_skills|query_type_skills)"\s*:', text):
+            return "skillrl_bank_json"
+        if start == "[" and re.search(r'"memory_id"\s*:', text) and re.search(r'"content"\s*:', text):
+            return "skillrl_memory_json"
+        if start == "[" and re.search(r'"trajectories"\s*:', text) and re.search(r'"env_id"\s*:', text):
+            return "byo_json"
         if re.search(r'"(conversations|messages)"\s*:', text):
             return "chat_json"
         # ReAct prompt file: an object whose first value is a transcript string.
         if start == "{" and re.match(r'\s*\{\s*"[^"]*"\s*:\s*"', text) and "Your task is to:" in text:
             return "react_alfworld_json"
         return None
+    if text.startswith("=== Trajectory for"):
+        return "skillrl_txt"
+    if "Your question:" in text and re.search(r"<(search|answer)>", text) \
+            and re.search(r"^History:|^Action \d+:", text, re.M):
+        return "skillrl_search_txt"
+    if re.search(r"^-+ BEGIN (CORRECT|INCORRECT|HALTED) AGENTS", text, re.M) \
+            or (re.search(r"^Question: ", text, re.M) and re.search(r"^Thought 1: ", text, re.M)):
+        return "reflexion_hotpotqa"
     if re.search(r"^Step -?\d+ \| Action: ", text, re.M) or text.startswith("=== Trajectory for"):
         return "skillrl_txt"
     if re.search(r"^-{5,}\s*\n\d+\s*\nAction: reset", text, re.M):

@@ -39,6 +39,7 @@ from tqdm import tqdm
 from ..config import LLMConfig
 from .cache import ResponseCache, cache_key
 from .jsonparse import JSONExtractError, extract_json
+from .schemas import grammar_schema
 from .server import EMBEDDED_MODEL_ALIAS
 from .types import JSONRequest, JSONResult
 
@@ -93,6 +94,29 @@ def _mentions_response_format(exc: openai.APIStatusError) -> bool:
     return "response_format" in f"{exc} {exc.body}"
 
 
+AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+AZURE_API_VERSION_ENV = "OPENAI_API_VERSION"          # the openai SDK's own variable for Azure
+AZURE_DEPLOYMENT_ENV = "AZURE_OPENAI_DEPLOYMENT"      # optional; default: llm.model
+
+
+def azure_settings(base_url: str, model: str) -> dict[str, str] | None:
+    """Azure OpenAI settings for ``base_url``, or ``None`` when it is not a classic Azure endpoint.
+
+    ``LLMConfig`` has no ``api_version`` field, so (docs/llm_endpoints.md) the API version comes
+    from ``$OPENAI_API_VERSION`` and the deployment from ``$AZURE_OPENAI_DEPLOYMENT``, else
+    ``model``. An Azure URL whose path holds ``/openai/v1`` is the v1 API, which speaks the plain
+    OpenAI protocol: ``None``. Raises ``ValueError`` when an Azure endpoint has no API version.
+    """
+    from urllib.parse import urlparse
+    url = urlparse(base_url)
+    if not (url.hostname or "").endswith(AZURE_HOSTS) or "/openai/v1" in url.path:
+        return None
+    version = os.environ.get(AZURE_API_VERSION_ENV, "")
+    if not version:
+        raise ValueError(f"Azure OpenAI endpoint {base_url}: set ${AZURE_API_VERSION_ENV} (e.g. 2024-10-21)")
+    return {"api_version": version, "deployment": os.environ.get(AZURE_DEPLOYMENT_ENV, "") or model}
+
+
 class LLMClient:
     """Structured-output client over ``openai.AsyncOpenAI``; see the module docstring.
 
@@ -104,13 +128,15 @@ class LLMClient:
             :func:`server.embedded_model_id` for the embedded model.
         base_url: overrides ``cfg.base_url`` (e.g. an :class:`EmbeddedServer` URL).
         backoff_initial_s, backoff_max_s: exponential backoff range for transport retries.
+        azure: ``{"api_version", "deployment"}`` to speak Azure OpenAI (``AsyncAzureOpenAI``);
+            ``None`` = detect from the URL with :func:`azure_settings`; ``{}`` = never Azure.
 
     Raises ``ValueError`` for an unknown dialect, a missing endpoint or an unset key variable.
     """
 
     def __init__(self, cfg: LLMConfig, cache_path: str | None = None, model_id: str | None = None,
                  *, base_url: str | None = None, backoff_initial_s: float = 1.0,
-                 backoff_max_s: float = 30.0):
+                 backoff_max_s: float = 30.0, azure: dict[str, str] | None = None):
         if cfg.structured_output not in DIALECTS:
             raise ValueError(f"llm.structured_output must be one of {DIALECTS}, got {cfg.structured_output!r}")
         self.cfg = cfg
@@ -125,6 +151,7 @@ class LLMClient:
         self.model_id = model_id
         self._auto = cfg.structured_output == "auto"
         self.dialect = ("json_object" if embedded else "json_schema") if self._auto else cfg.structured_output
+        self.azure = azure_settings(self.base_url, self.model) if azure is None else (azure or None)
         self._api_key()  # fail early on an unset key variable
         self._cache = ResponseCache(cache_path) if cache_path else None
         self._stats = dict.fromkeys(COUNTERS, 0)
@@ -171,9 +198,8 @@ class LLMClient:
         """Async form of :meth:`complete_json_many`."""
         for r in requests:
             self._get_validator(r.schema)
-        # One AsyncOpenAI per batch: its connection pool belongs to the running event loop.
-        oai = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key(),
-                                 timeout=self.cfg.timeout_s, max_retries=0)
+        # One client per batch: its connection pool belongs to the running event loop.
+        oai = self._open()
         sem = asyncio.Semaphore(max(1, self.cfg.concurrency))
         bar = tqdm(total=len(requests), desc=desc, unit="req", mininterval=2.0)
 
@@ -190,6 +216,22 @@ class LLMClient:
             await oai.close()
 
     # ---- one request ----------------------------------------------------------------------
+    def _open(self) -> openai.AsyncOpenAI:
+        """The async SDK client: ``AsyncAzureOpenAI`` for an Azure endpoint, else ``AsyncOpenAI``.
+
+        The SDK's own retries are off (``max_retries=0``): tenacity does them, counted.
+        """
+        common = dict(api_key=self._api_key(), timeout=self.cfg.timeout_s, max_retries=0)
+        if self.azure is None:
+            return openai.AsyncOpenAI(base_url=self.base_url, **common)
+        return openai.AsyncAzureOpenAI(azure_endpoint=self.base_url, api_version=self.azure["api_version"],
+                                       azure_deployment=self.azure["deployment"], **common)
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``***`` (a server may echo it in an error body)."""
+        key = os.environ.get(self.cfg.api_key_env, "") if self.cfg.api_key_env else ""
+        return text.replace(key, "***") if key and text else text
+
     def _api_key(self) -> str:
         if not self.cfg.api_key_env:
             return "sk-no-key"
@@ -274,15 +316,15 @@ class LLMClient:
 
     def _fail(self, req, reason, raw, detail, counter, usage) -> JSONResult:
         self._bump(failures=1)
-        return JSONResult(req.key, False, raw=raw, error=reason, detail=detail,
+        return JSONResult(req.key, False, raw=self._redact(raw), error=reason, detail=self._redact(detail),
                           attempts=counter["calls"], usage=usage)
 
     # ---- transport ------------------------------------------------------------------------
     def _response_format(self, req: JSONRequest) -> dict[str, Any] | None:
         if self.dialect == "json_schema":
             return {"type": "json_schema", "json_schema": {"name": req.schema_name, "schema": req.schema}}
-        if self.dialect == "json_object":
-            return {"type": "json_object", "schema": req.schema}
+        if self.dialect == "json_object":  # llama.cpp grammar: bound every string (schemas.py)
+            return {"type": "json_object", "schema": grammar_schema(req.schema)}
         return None
 
     def _is_dialect_rejection(self, exc: BaseException) -> bool:

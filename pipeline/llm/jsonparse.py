@@ -8,9 +8,11 @@ on the text with every ``<think>...</think>`` block removed:
 3. ``scan``: the FIRST balanced JSON object or array found scanning left to right.
 
 The reference instead takes the greedy span from the first ``{`` to the last ``}``, which breaks
-on text holding two JSON values (D-M1, verified). Only if all three fail is one repair tried:
-``trailing_comma`` removes commas that directly precede ``}`` or ``]`` outside strings (a common
-small-model slip), then steps 1-3 run again; the method name gets the suffix ``+trailing_comma``.
+on text holding two JSON values (D-M1, verified). One repair, ``trailing_comma``, removes commas
+that directly precede ``}`` or ``]`` outside strings (a common small-model slip; it never changes
+valid JSON): steps 1-2 run on the text as written, then on the repaired text, and step 3 scans the
+repaired text, so an outer object with a trailing comma is not lost to an inner object that
+decodes on its own. When the repair changed the text, the method name gets ``+trailing_comma``.
 ``NaN``/``Infinity`` are rejected: they are not JSON and would not survive a Parquet round trip.
 """
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _scan_first_balanced(text: str) -> tuple[bool, Any]:
     return False, None
 
 
-def _strict(text: str) -> tuple[str, Any] | None:
+def _strict(text: str, scan: bool = True) -> tuple[str, Any] | None:
     ok, value = _loads(text)
     if ok:
         return "whole", value
@@ -69,9 +71,10 @@ def _strict(text: str) -> tuple[str, Any] | None:
             ok, value = _loads(m.group(1).strip())
             if ok:
                 return "fenced", value
-    ok, value = _scan_first_balanced(text)
-    if ok:
-        return "scan", value
+    if scan:
+        ok, value = _scan_first_balanced(text)
+        if ok:
+            return "scan", value
     return None
 
 
@@ -115,12 +118,19 @@ def extract_json_with_method(text: str | None) -> tuple[Any, str]:
     body = _THINK.sub("", text or "").strip()
     if not body:
         raise JSONExtractError("empty", "the answer is empty")
-    found = _strict(body)
-    if found is not None:
-        return found[1], found[0]
-    found = _strict(remove_trailing_commas(body))
-    if found is not None:
-        return found[1], found[0] + "+trailing_comma"
+    repaired = remove_trailing_commas(body)
+    suffix = "+trailing_comma" if repaired != body else ""
+    # whole/fenced on the text as written, then on the repaired text; only then scan, and scan the
+    # repaired text: an outer object with a trailing comma must not lose to an inner object that
+    # happens to decode on its own. The repair never changes valid JSON, so a valid first value is
+    # found the same way in both texts.
+    for text, tag in ((body, ""), (repaired, suffix)):
+        found = _strict(text, scan=False)
+        if found is not None:
+            return found[1], found[0] + tag
+    ok, value = _scan_first_balanced(repaired)
+    if ok:
+        return value, "scan" + suffix
     raise JSONExtractError("no_json", "no JSON object or array found in the answer")
 
 

@@ -1,13 +1,17 @@
 """Prompt templates of the LLM stages (memory, aggregate, distill), loaded from plain text files.
 
-Layout (package data under ``pipeline/templates/``)::
+Layout (package data under ``pipeline/templates/``, one flat folder)::
 
     <stage>.txt            sections "@@ <name>" (e.g. "@@ system", "@@ user"), {placeholders}
-    <env>/<stage>.txt      env guidance inserted as {env_rules}; ``default/`` for other envs
+    <stage>.<env>.txt      env guidance inserted as {env_rules}; ``<stage>.default.txt`` for other envs
 
-The prompt wording is ours (the reference's prompts are not copied, DESIGN.md §3). A row's
-``prompt_sha`` is the SHA-256 of the exact files used for it (stage file + env file), so editing
-a template changes the fingerprint and the rows it produced can be traced to it.
+The names are unique on purpose: the runner keys a stage's template hashes by file basename
+(``runner.fingerprint``), so ``alfworld/memory.txt`` and ``webshop/memory.txt`` would collide and
+an edit of one could go unnoticed. The prompt wording is ours (the reference's prompts are not
+copied, DESIGN.md §3). A row's ``prompt_sha`` is the SHA-256 of the exact files used for it
+(stage file + env file), so editing a template changes the fingerprint (stage and downstream
+rerun) and the rows it produced can be traced to it. ``TEMPLATE_DIR`` is read at call time, so
+tests may point it at a copy (then call ``load.cache_clear()``).
 """
 from __future__ import annotations
 
@@ -60,9 +64,9 @@ def _split(text: str, path: str) -> dict[str, str]:
 
 
 def env_file(stage: str, env: str) -> str:
-    """Path of the env guidance for ``stage``: ``<env>/<stage>.txt``, else ``default/<stage>.txt``."""
-    path = os.path.join(TEMPLATE_DIR, env, f"{stage}.txt")
-    return path if os.path.exists(path) else os.path.join(TEMPLATE_DIR, "default", f"{stage}.txt")
+    """Path of the env guidance for ``stage``: ``<stage>.<env>.txt``, else ``<stage>.default.txt``."""
+    path = os.path.join(TEMPLATE_DIR, f"{stage}.{env}.txt")
+    return path if env and os.path.exists(path) else os.path.join(TEMPLATE_DIR, f"{stage}.default.txt")
 
 
 @lru_cache(maxsize=64)
@@ -75,11 +79,13 @@ def load(stage: str, env: str) -> Template:
     return Template(_split(stage_text, stage_path), env_text.strip(), (stage_path, env_path), sha)
 
 
-def stage_files(stage: str) -> list[str]:
-    """Every file that can shape ``stage``'s prompts (for the runner's fingerprint), sorted."""
+def stage_files(stage: str, *schemas: str) -> list[str]:
+    """Every file that can shape ``stage``'s calls, for the runner's fingerprint: the stage
+    template, its env templates (sorted), then the named answer schemas (``schemas/<name>.schema.json``)."""
+    from ..llm.schemas import schema_files
     files = [os.path.join(TEMPLATE_DIR, f"{stage}.txt")]
-    files += sorted(glob.glob(os.path.join(TEMPLATE_DIR, "*", f"{stage}.txt")))
-    return files
+    files += sorted(glob.glob(os.path.join(TEMPLATE_DIR, f"{stage}.*.txt")))
+    return files + schema_files(*schemas)
 
 
 def env_name(env: str) -> str:
@@ -90,16 +96,3 @@ def clip(text: str | None, limit: int) -> str:
     """``text`` cut to ``limit`` characters, marking the cut with `` ...`` (None -> "")."""
     text = (text or "").strip()
     return text if len(text) <= limit else text[: max(0, limit - 4)].rstrip() + " ..."
-
-
-def text_schema(max_len: int, forbid: str = "") -> dict:
-    """JSON Schema of a one-line text of 1..``max_len`` characters without ``forbid`` characters.
-
-    The ``pattern`` excludes control characters (newlines, tabs), ``"`` and ``\\``: llama.cpp's
-    Python grammar lets a model emit raw control characters inside JSON strings, which strict
-    JSON parsers reject, and a char class in a pattern is copied into the grammar unescaped, so a
-    raw quote would end the string. The pattern also bounds the length for grammar endpoints
-    (their converter ignores min/maxLength once a pattern is present).
-    """
-    cls = '"\\\\' + forbid + "\\x00-\\x1f"
-    return {"type": "string", "minLength": 1, "maxLength": max_len, "pattern": f"^[^{cls}]{{1,{max_len}}}$"}

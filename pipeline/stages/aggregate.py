@@ -15,7 +15,9 @@ carries the ids of the memories and trajectories fed to its call (D-M6). Near-du
 merged by embedding similarity (``_skillmerge``). Units are memories: a memory is *used* when it
 fed at least one successful call; every other memory is quarantined with the reason (the failed
 call's error and raw output, or ``not_used``). The bank is also written as SkillRL JSON
-(``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs).
+(``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs) and registered
+as a version of the store ``<root>/banks`` (``pipeline.bank.store``; parent = the store's HEAD),
+listed by ``skillpipe bank list``.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import skillbank
+from ..bank.store import BankStore
 from ..config import AggregateConfig
+from ..llm.schemas import load_schema
 from ..llm.types import JSONRequest
 from ..prompts import category_label
 from ..records import SKILL_SCHEMA, QuarantineRow
@@ -37,8 +41,9 @@ INPUTS = ("memory",)
 SCHEMA = SKILL_SCHEMA
 USES_LLM = True
 
-SKILL_MAX = {"title": 60, "principle": 200, "when_to_apply": 150}
-MISTAKE_MAX = {"description": 160, "why_it_happens": 160, "how_to_avoid": 160}
+SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
+MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json
+SCHEMA_FILES = {"general": "skills", "task_specific": "skills", "mistake": "mistakes"}
 
 
 @dataclass
@@ -85,19 +90,18 @@ def _lines(items: list[tuple[str, int]]) -> str:
 
 
 def answer_schema(kind: str, n: int) -> dict[str, Any]:
-    """JSON Schema of a call's answer: ``{"skills": [...]}`` or ``{"mistakes": [...]}``, 1..n items."""
-    fields = MISTAKE_MAX if kind == "mistake" else SKILL_MAX
-    item = {"type": "object", "properties": {k: _templates.text_schema(m) for k, m in fields.items()},
-            "required": list(fields), "additionalProperties": False}
-    key = "mistakes" if kind == "mistake" else "skills"
-    return {"type": "object", "properties": {key: {"type": "array", "items": item, "minItems": 1,
-                                                   "maxItems": max(1, n)}},
-            "required": [key], "additionalProperties": False}
+    """JSON Schema of a call's answer, ``{"skills": [...]}`` or ``{"mistakes": [...]}`` with
+    1..``n`` items: ``schemas/skills.schema.json`` / ``mistakes.schema.json`` with ``maxItems``
+    narrowed to ``n`` (never above the file's bound)."""
+    schema = load_schema(SCHEMA_FILES[kind])
+    arr = schema["properties"]["mistakes" if kind == "mistake" else "skills"]
+    arr["maxItems"] = max(1, min(n, arr.get("maxItems", n)))
+    return schema
 
 
 def check_answer(kind: str):
     """``JSONRequest.check``: every field of every item must have non-blank text (D-K4)."""
-    key, fields = ("mistakes", MISTAKE_MAX) if kind == "mistake" else ("skills", SKILL_MAX)
+    key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
 
     def check(value: dict[str, Any]) -> str | None:
         for i, item in enumerate(value.get(key) or []):
@@ -175,7 +179,7 @@ def unused_quarantine(memories: list[dict[str, Any]], calls: list[Call]) -> tupl
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME)
+    return _templates.stage_files(NAME, "skills", "mistakes")
 
 
 def _distribution(memories: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -215,19 +219,23 @@ def run(ctx: StageContext) -> StageOutput:
     version = skillbank.bank_version(rows)
     for r in rows:
         r["bank_version"] = version
+    # Register the bank as a version of <root>/banks (idempotent: a rerun finds the same record).
+    parent = None
+    if rows:
+        parent = BankStore(ctx.store.root).register(rows, run_id=ctx.store.run_id, stage=NAME).record["parent"]
     used, quarantine = unused_quarantine(memories, calls)
     extra = {}
     if not banks:  # an empty run still gets a (loadable, empty) bank
         banks[ctx.env] = ([], [])
     for env, (env_rows, mems) in banks.items():
         bank = skillbank.to_skillrl_json(env_rows, categories=_categories(env, mems), metadata={
-            "env": env, "bank_version": version, "source_model": model,
+            "env": env, "bank_version": version, "parent_version": parent, "source_model": model,
             "total_memories_analyzed": len(mems), "task_distribution": _distribution(mems)})
         name = "skill_bank.json" if len(banks) == 1 else f"skill_bank_{env}.json"
         extra[name] = json.dumps(bank, ensure_ascii=False, indent=2)
     counters = {"calls": dict(Counter(c.kind for c in calls)),
                 "calls_failed": dict(Counter(c.kind for c in calls if not c.result.ok)),
                 "skills": dict(Counter(r["kind"] for r in rows)), "merged": len(merges), "merges": merges,
-                "bank_version": version}
+                "bank_version": version, "bank_parent": parent}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(memories), units_in=len(memories),
                        units_out=len(used), counters=counters, extra_files=extra)

@@ -13,14 +13,23 @@ second ``click[next >]`` that reached page 3, or a retried action that won: D-D1
   ``dedupe.removed_spans``; the remaining steps are renumbered 0..n-1.
 
 Trajectories with fewer than ``dedupe.min_actions`` actions left are quarantined ``too_short``.
+Step-indexed metadata written by readers (``invalid_actions``, D-P8) is renumbered with the steps
+(entries of removed steps are dropped and listed under ``dedupe.removed_invalid_actions``).
+
+The stage streams: the parse artifact is read in record batches and rows are deduplicated as
+plain dicts (no dataclass round trip), so memory does not grow with the input.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+from typing import Any, Iterator
 
-from ..formats.common import bad
-from ..records import TRAJECTORY_SCHEMA, QuarantineRow, Step, Trajectory
+import pyarrow.parquet as pq
+
+from ..formats.common import bad, trajectory_row
+from ..records import TRAJECTORY_SCHEMA, Step, Trajectory
 from ..runner import StageContext, StageOutput
 
 NAME = "dedupe"
@@ -40,17 +49,21 @@ def _norm(text: str | None) -> str:
     return _WS.sub(" ", (text or "").strip().lower())
 
 
-def is_reasoning(step: Step) -> bool:
+def is_reasoning(step: Step | dict) -> bool:
     """True for a thinking-only step (``think: ...`` ALFWorld, ``think[...]`` WebShop)."""
-    return step.action is not None and bool(_REASONING.match(step.action))
+    action = step["action"] if isinstance(step, dict) else step.action
+    return action is not None and bool(_REASONING.match(action))
 
 
-def _removable(step: Step) -> bool:
-    return not step.done and step.reward <= 0
+BATCH = 1000  # trajectories per record batch read from the parse artifact
 
 
-def loop_steps(steps: list[Step]) -> list[list[int]]:
-    """Positions (into ``steps``) of each removed loop copy, in removal order.
+def _removable(step: dict) -> bool:
+    return not step["done"] and step["reward"] <= 0
+
+
+def loop_steps(steps: list[dict]) -> list[list[int]]:
+    """Positions (into ``steps``, row dicts) of each removed loop copy, in removal order.
 
     Incremental over the action steps (reset and reasoning steps excluded): after appending a
     step, for L = 1 .. n//2 (shortest first), if the last L kept steps equal the L before them on
@@ -59,9 +72,9 @@ def loop_steps(steps: list[Step]) -> list[list[int]]:
     """
     kept: list[int] = []
     removed: list[list[int]] = []
-    key = [(_norm(s.action), _norm(s.observation)) for s in steps]
+    key = [(_norm(s["action"]), _norm(s["observation"])) for s in steps]
     for pos, s in enumerate(steps):
-        if s.action is None or is_reasoning(s):
+        if s["action"] is None or is_reasoning(s):
             continue
         kept.append(pos)
         n = len(kept)
@@ -74,38 +87,73 @@ def loop_steps(steps: list[Step]) -> list[list[int]]:
     return removed
 
 
+def dedupe_row(row: dict[str, Any]) -> tuple[dict[str, Any], list[list[int]]]:
+    """A ``TRAJECTORY_SCHEMA`` row without loop steps (a new dict; ``row`` is not changed) and
+    the removed spans as original step indices."""
+    steps = row["steps"]
+    spans = loop_steps(steps)
+    if not spans:
+        return row, []
+    gone = {p for span in spans for p in span}
+    new_pos = {}
+    kept_steps = []
+    for p, s in enumerate(steps):
+        if p not in gone:
+            new_pos[p] = len(kept_steps)
+            kept_steps.append({**s, "index": len(kept_steps)})
+    orig = [[steps[p]["index"] for p in span] for span in spans]
+    meta = json.loads(row["metadata"] or "{}")
+    meta["dedupe"] = {"removed_spans": [[span[0], span[-1]] for span in orig]}
+    if meta.get("invalid_actions"):  # reader annotations follow their steps (D-P8)
+        moved, lost = [], []
+        for entry in meta["invalid_actions"]:
+            (moved if entry.get("index") in new_pos else lost).append(entry)
+        meta["invalid_actions"] = [{**e, "index": new_pos[e["index"]]} for e in moved]
+        if lost:
+            meta["dedupe"]["removed_invalid_actions"] = lost
+    removed = sorted(set(row["removed_step_indices"] or []) | {i for span in orig for i in span})
+    return {**row, "steps": kept_steps, "removed_step_indices": removed,
+            "metadata": json.dumps(meta, ensure_ascii=False, sort_keys=True)}, orig
+
+
 def dedupe_trajectory(t: Trajectory) -> tuple[Trajectory, list[list[int]]]:
     """A copy of ``t`` without loop steps, and the removed spans as original step indices."""
-    spans = loop_steps(t.steps)
-    gone = {p for span in spans for p in span}
-    if not gone:
-        return t, []
-    steps = [Step(**{**s.__dict__, "index": i}) for i, s in enumerate(s for p, s in enumerate(t.steps) if p not in gone)]
-    orig = [[t.steps[p].index for p in span] for span in spans]
-    meta = json.loads(t.metadata or "{}")
-    meta["dedupe"] = {"removed_spans": [[span[0], span[-1]] for span in orig]}
-    removed = sorted(set(t.removed_step_indices) | {i for span in orig for i in span})
-    return Trajectory(**{**t.__dict__, "steps": steps, "removed_step_indices": removed,
-                         "metadata": json.dumps(meta, ensure_ascii=False, sort_keys=True)}), orig
+    row, spans = dedupe_row(trajectory_row(t))
+    return (Trajectory.from_row(row) if spans else t), spans
+
+
+def _upstream_rows(folder: str) -> Iterator[list[dict[str, Any]]]:
+    parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
+    for name in parts:
+        for batch in pq.ParquetFile(os.path.join(folder, name)).iter_batches(batch_size=BATCH):
+            yield batch.to_pylist()
 
 
 def run(ctx: StageContext) -> StageOutput:
     """Dedupe every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
-    rows = ctx.upstream("parse").read_rows()
-    out, quarantine = [], []
-    shortened = steps_removed = 0
-    for row in rows:
-        t, spans = dedupe_trajectory(Trajectory.from_row(row))
-        if spans:
-            shortened += 1
-            steps_removed += sum(len(s) for s in spans)
-        n_actions = sum(1 for s in t.steps[1:] if not is_reasoning(s))
-        if n_actions < ctx.config.dedupe.min_actions:
-            quarantine.append(bad("too_short", f"{n_actions} actions left after loop removal "
-                                  f"(min_actions={ctx.config.dedupe.min_actions})", t.source_uri, t.source_line,
-                                  json.dumps(t.to_row(), ensure_ascii=False), item_id=t.trajectory_id,
-                                  stage=NAME, limit=None))
-            continue
-        out.append(t.to_row())
-    return StageOutput(rows=out, quarantine=quarantine, rows_in=len(rows),
-                       counters={"trajectories_shortened": shortened, "steps_removed": steps_removed})
+    min_actions = ctx.config.dedupe.min_actions
+    out = StageOutput(rows=[], quarantine=[], rows_in=0)
+    counts = {"trajectories_shortened": 0, "steps_removed": 0}
+
+    def stream():
+        for rows in _upstream_rows(ctx.upstream("parse").path):
+            out.rows_in += len(rows)
+            kept, qrows = [], []
+            for row in rows:
+                new, spans = dedupe_row(row)
+                if spans:
+                    counts["trajectories_shortened"] += 1
+                    counts["steps_removed"] += sum(len(s) for s in spans)
+                n_actions = sum(1 for s in new["steps"][1:] if not is_reasoning(s))
+                if n_actions < min_actions:
+                    qrows.append(bad("too_short", f"{n_actions} actions left after loop removal "
+                                     f"(min_actions={min_actions})", new["source_uri"], new["source_line"],
+                                     json.dumps(new, ensure_ascii=False), item_id=new["trajectory_id"],
+                                     stage=NAME, limit=None))
+                else:
+                    kept.append(new)
+            yield kept, qrows
+        out.counters.update(counts)
+
+    out.stream = stream()
+    return out

@@ -19,10 +19,12 @@ quarantined. Units: trajectories.
 """
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 from .. import prompts
+from ..llm.schemas import load_schema
 from ..llm.types import JSONRequest, JSONResult
 from ..records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
@@ -37,23 +39,27 @@ OBS_CHARS = 500          # observation shown per step (the reasoning needs the g
 ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
 EARLIER_ACTIONS = 12     # earlier actions recalled at the top of a later chunk
 
-THINK_FORBID = "<>{}"    # no tags (D-T3) and no JSON babble, enforced by the grammar too
+SCHEMA_FILE = "reasoning"  # schemas/reasoning.schema.json
 FORBIDDEN_TAG = re.compile(r"</?\s*(think|action|search|answer)\s*>", re.IGNORECASE)
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
-    """``{"thinks": [{step_index, think}]}`` with exactly ``len(indices)`` items, item ``j`` having
-    ``step_index == indices[j]`` (``const``) and a one-line think of 1..``max_chars`` characters
-    without ``<>{}`` (``_templates.text_schema``)."""
-    item = [{"type": "object",
-             "properties": {"step_index": {"type": "integer", "const": i},
-                            "think": _templates.text_schema(max_chars, THINK_FORBID)},
-             "required": ["step_index", "think"], "additionalProperties": False} for i in indices]
-    return {"type": "object",
-            "properties": {"thinks": {"type": "array", "prefixItems": item, "items": False,
-                                      "minItems": len(indices), "maxItems": len(indices)}},
-            "required": ["thinks"], "additionalProperties": False}
+    """``{"thinks": [{step_index, think}]}`` for one call, derived from ``schemas/reasoning.schema.json``:
+    exactly ``len(indices)`` items (``prefixItems``, ``items: false``), item ``j`` with
+    ``step_index == indices[j]`` (``const``) and a think of 1..``max_chars`` characters (the
+    file's ``x-grammar-forbid`` keeps ``<>{}`` out on grammar endpoints)."""
+    schema = load_schema(SCHEMA_FILE)
+    arr = schema["properties"]["thinks"]
+    template = arr.pop("items")
+    template["properties"]["think"]["maxLength"] = max_chars
+    items = []
+    for i in indices:
+        item = copy.deepcopy(template)
+        item["properties"]["step_index"] = {"type": "integer", "const": i}
+        items.append(item)
+    arr.update(prefixItems=items, items=False, minItems=len(indices), maxItems=len(indices))
+    return schema
 
 
 def check_thinks(indices: list[int], max_chars: int):
@@ -132,7 +138,7 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME)
+    return _templates.stage_files(NAME, SCHEMA_FILE)
 
 
 def _quarantine(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
@@ -172,7 +178,8 @@ def run(ctx: StageContext) -> StageOutput:
             if bad is not None:
                 quarantine.append(_quarantine(t, bad.error or "llm_failed", f"call {bad.key}: {bad.detail}", bad.raw))
                 continue
-            thinks = [{"step_index": int(x["step_index"]), "think": x["think"].strip()}
+            # one line per think: a real model may write newlines (the JSON decoder accepts them)
+            thinks = [{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
                       for r in res for x in r.value["thinks"]]
             rows.append({"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                          "thinks": thinks, "synthetic_done": synthetic, "skill_ids_used": skill_ids,

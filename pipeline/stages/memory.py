@@ -8,7 +8,7 @@ whose JSON Schema depends on the outcome:
   led to the win) and ``planning_pattern`` (abstract phases with placeholders);
 * failure -> ``contextual_description`` and ``mistakes_to_avoid`` ({trigger_condition, bad_action}).
 
-The schema is validated by the client, and :func:`check_memory` additionally enforces the
+The schema (derived from ``schemas/memory.schema.json``) is validated by the client, and :func:`check_memory` additionally enforces the
 outcome-specific content (a success needs a non-blank planning pattern, a failure at least one
 mistake). A call that still fails is quarantined with the model's raw output. Units: trajectories;
 ``in = out + quarantined``.
@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import lineage
 from ..config import MemoryConfig
+from ..llm.schemas import load_schema
 from ..llm.types import JSONRequest, JSONResult
 from ..records import MEMORY_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
@@ -29,44 +30,37 @@ INPUTS = ("dedupe",)
 SCHEMA = MEMORY_SCHEMA
 USES_LLM = True
 
-# Length bounds of the answer. A 135M model fills strings up to their bound, so every string and
-# list is bounded; the worst case (~2.4k chars) stays under the default 768-token budget.
-DESCRIPTION_MAX = 200
-PATTERN_MAX = 240
-REFINED_MAX_STEPS = 5
-REFINED_FIELD_MAX = {"action": 80, "critical_observation": 100, "reasoning": 100}
-MISTAKES_MAX = 3
-MISTAKE_FIELD_MAX = {"trigger_condition": 120, "bad_action": 120}
-
-
-def _string(max_len: int) -> dict[str, Any]:
-    return _templates.text_schema(max_len)
-
-
-def _object(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
+REFINED_FIELDS = ("action", "critical_observation", "reasoning")
+MISTAKE_FIELDS = ("trigger_condition", "bad_action")
 
 
 def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
-    """JSON Schema of the memory answer for ``outcome`` ("success" | "failure").
+    """JSON Schema of the memory answer for ``outcome`` ("success" | "failure"), derived from
+    ``schemas/memory.schema.json`` (bounds and field texts come from the file).
 
-    ``refined_trajectory[].step_index`` is an ``enum`` of the episode's step numbers 0..``n_actions``
-    (a grammar endpoint then cannot invent a step); strings are one-line and bounded
-    (``_templates.text_schema``). Raises ``ValueError`` for another outcome.
+    success: ``contextual_description``, ``refined_trajectory`` (``minItems`` 1, ``step_index`` an
+    ``enum`` of the episode's step numbers 0..``n_actions``, so a grammar endpoint cannot invent a
+    step) and ``planning_pattern`` (a non-null string). failure: ``contextual_description`` and
+    ``mistakes_to_avoid`` (``minItems`` 1). Raises ``ValueError`` for another outcome.
     """
-    props: dict[str, Any] = {"contextual_description": _string(DESCRIPTION_MAX)}
+    base = load_schema(SCHEMA_FILE)
+    props = base["properties"]
     if outcome == "success":
-        step = _object({"step_index": {"type": "integer", "enum": list(range(n_actions + 1))},
-                        **{k: _string(n) for k, n in REFINED_FIELD_MAX.items()}})
-        props["refined_trajectory"] = {"type": "array", "items": step, "minItems": 1,
-                                       "maxItems": REFINED_MAX_STEPS}
-        props["planning_pattern"] = _string(PATTERN_MAX)
+        refined = props["refined_trajectory"]
+        refined["minItems"] = 1
+        refined["items"]["properties"]["step_index"] = {"type": "integer", "enum": list(range(n_actions + 1))}
+        pattern = props["planning_pattern"]
+        pattern["type"] = "string"
+        keep = ("contextual_description", "refined_trajectory", "planning_pattern")
     elif outcome == "failure":
-        mistake = _object({k: _string(n) for k, n in MISTAKE_FIELD_MAX.items()})
-        props["mistakes_to_avoid"] = {"type": "array", "items": mistake, "minItems": 1, "maxItems": MISTAKES_MAX}
+        props["mistakes_to_avoid"]["minItems"] = 1
+        keep = ("contextual_description", "mistakes_to_avoid")
     else:
         raise ValueError(f"unknown outcome {outcome!r}; expected 'success' or 'failure'")
-    return _object(props)
+    base["properties"] = {k: props[k] for k in keep}
+    base["required"] = list(keep)
+    return base
 
 
 def check_memory(outcome: str):
@@ -82,11 +76,11 @@ def check_memory(outcome: str):
             if not str(value.get("planning_pattern") or "").strip():
                 return "a successful episode needs a non-empty planning_pattern"
             for s in value.get("refined_trajectory") or []:
-                if not all(str(s.get(k, "")).strip() for k in REFINED_FIELD_MAX):
+                if not all(str(s.get(k, "")).strip() for k in REFINED_FIELDS):
                     return f"refined_trajectory step {s.get('step_index')} has a blank field"
         else:
             mistakes = [m for m in value.get("mistakes_to_avoid") or []
-                        if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELD_MAX)]
+                        if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELDS)]
             if not mistakes:
                 return "a failed episode needs at least one mistake with trigger_condition and bad_action"
         return None
@@ -139,10 +133,10 @@ def build_request(traj: Trajectory, cfg: MemoryConfig) -> JSONRequest:
 def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str, Any]:
     """The MEMORY_SCHEMA row for a validated answer; strings are stripped, ids content-derived."""
     success = traj.success
-    refined = [{"step_index": int(s["step_index"]), **{k: s[k].strip() for k in REFINED_FIELD_MAX}}
+    refined = [{"step_index": int(s["step_index"]), **{k: s[k].strip() for k in REFINED_FIELDS}}
                for s in value.get("refined_trajectory") or []] if success else []
-    mistakes = [{k: m[k].strip() for k in MISTAKE_FIELD_MAX} for m in value.get("mistakes_to_avoid") or []
-                if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELD_MAX)] if not success else []
+    mistakes = [{k: m[k].strip() for k in MISTAKE_FIELDS} for m in value.get("mistakes_to_avoid") or []
+                if all(str(m.get(k, "")).strip() for k in MISTAKE_FIELDS)] if not success else []
     content = {"contextual_description": value["contextual_description"].strip(),
                "refined_trajectory": refined,
                "planning_pattern": (value.get("planning_pattern") or "").strip() if success else "",
@@ -159,7 +153,7 @@ def quarantine_row(traj: Trajectory, result: JSONResult) -> QuarantineRow:
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME)
+    return _templates.stage_files(NAME, SCHEMA_FILE)
 
 
 def run(ctx: StageContext) -> StageOutput:

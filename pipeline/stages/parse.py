@@ -10,22 +10,36 @@ Selection (spec §3.2, with D-P5 and D-P6 fixed), per (env, env_instance) and ou
   source URI, then record index (the reference broke ties by filesystem order);
 * failures: the first ``max_per_instance`` by source file name, then URI, then record index;
 * mixed-outcome instances keep both outcomes (the reference dropped them: D-P5);
-* optional caps on instances with a success / failure-only instances (in (env, instance) order)
-  and a global cap on trajectories.
+* optional caps on instances with a success / failure-only instances, counted **per env** (the
+  reference ran one env at a time: 70 success / 30 failure envs each), and a global cap on
+  trajectories, all counted in the deterministic order below;
+* per-env overrides of ``max_per_instance`` / ``max_success_instances`` /
+  ``max_failure_instances``: ``parse.per_env`` (e.g. ``{"search": {"max_per_instance": 1}}``),
+  module default :data:`PER_ENV_CAPS` until the config carries that field.
 
 Everything not selected is quarantined with reason ``not_selected`` and the full trajectory row
 as JSON in ``raw``, so nothing disappears silently.
+
+Streaming and order: files are sorted by path and cut into **groups** = consecutive files of one
+folder (an ``envNNN`` folder of a SkillRL tree). Selection is exact within a group; groups are
+emitted in path order and, inside a group, instances in (env, instance) order, which is the
+order global caps count in. An instance whose records lie in several folders is selected per
+folder (counted as ``instances_split_across_groups``). Groups are read by a process pool
+(ordered ``imap``, chunked) when there are enough files, so memory stays bounded by a chunk of
+groups and both cores are used; the output is identical to a sequential run.
 """
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 from collections import Counter, defaultdict
-
-from tqdm import tqdm
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any, Iterator
 
 from ..config import ParseConfig
-from ..formats.common import bad, rebase
+from ..formats.common import bad, rebase, trajectory_row
 from ..formats.discover import list_input_files, read_file
 from ..records import TRAJECTORY_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
@@ -34,6 +48,15 @@ NAME = "parse"
 INPUTS: tuple[str, ...] = ()
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
+
+#: Per-env overrides of the per-instance / instance caps, used while ``ParseConfig`` has no
+#: ``per_env`` field: ``{env: {"max_per_instance": n, "max_success_instances": n, ...}}``.
+PER_ENV_CAPS: dict[str, dict[str, int]] = {}
+#: Worker processes (0 = one per CPU); inputs with fewer than ``MIN_FILES_FOR_POOL`` files are
+#: read in-process (starting a pool costs more than it saves).
+WORKERS = 0
+MIN_FILES_FOR_POOL = 64
+BATCH_ROWS = 2000  # rows handed to the Parquet writer at a time
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
@@ -44,72 +67,176 @@ def _file_key(t: Trajectory) -> tuple:
     return (os.path.basename(t.source_uri), t.source_uri, t.record_index)
 
 
-def select(trajs: list[Trajectory], cfg: ParseConfig) -> tuple[list[Trajectory], dict[str, str]]:
-    """Split ``trajs`` into (kept, {trajectory_id: why not selected}); kept keeps input order.
+def caps(cfg: ParseConfig, env: str) -> dict[str, int]:
+    """The caps for ``env``: the config values, overridden by ``per_env[env]``."""
+    per_env = getattr(cfg, "per_env", None) or PER_ENV_CAPS
+    base = {k: getattr(cfg, k) for k in ("max_per_instance", "max_success_instances", "max_failure_instances")}
+    return {**base, **(per_env.get(env) or {})}
 
-    Deterministic: depends only on trajectory fields, never on read order.
+
+def rank_instances(trajs: list[Trajectory], cfg: ParseConfig
+                   ) -> tuple[list[tuple[tuple[str, str], bool, list[Trajectory]]], dict[str, str]]:
+    """Per-instance selection of one group.
+
+    Returns ``([(instance key, has_success, ranked trajectories)], {trajectory_id: why dropped})``
+    with instances in (env, instance) order and each instance's trajectories as successes
+    (shortest first) then failures (by file), both already cut to ``max_per_instance``.
     """
     groups: dict[tuple[str, str], dict[str, list[Trajectory]]] = defaultdict(lambda: {"success": [], "failure": []})
     for t in trajs:
         groups[(t.env, t.env_instance)]["success" if t.success else "failure"].append(t)
     dropped: dict[str, str] = {}
-    ranked: list[tuple[tuple, Trajectory]] = []  # (global order key, trajectory)
-    n_success_inst = n_failure_inst = 0
+    out = []
     for key in sorted(groups):
+        limit = caps(cfg, key[0])["max_per_instance"]
         succ = sorted(groups[key]["success"], key=lambda t: (len(t.steps) - 1, *_file_key(t)))
         fail = sorted(groups[key]["failure"], key=_file_key)
-        if succ:
-            n_success_inst += 1
-            over = cfg.max_success_instances and n_success_inst > cfg.max_success_instances
-            cap_rule = "max_success_instances"
-        else:
-            n_failure_inst += 1
-            over = cfg.max_failure_instances and n_failure_inst > cfg.max_failure_instances
-            cap_rule = "max_failure_instances"
+        ranked = []
         for outcome, items in (("success", succ), ("failure", fail)):
             for rank, t in enumerate(items):
-                if over:
-                    dropped[t.trajectory_id] = f"{cap_rule}={getattr(cfg, cap_rule)} instances reached"
-                elif cfg.max_per_instance and rank >= cfg.max_per_instance:
-                    dropped[t.trajectory_id] = (f"{outcome} #{rank + 1} of instance {key[1]!r}: "
-                                                f"max_per_instance={cfg.max_per_instance}")
+                if limit and rank >= limit:
+                    dropped[t.trajectory_id] = f"{outcome} #{rank + 1} of instance {key[1]!r}: max_per_instance={limit}"
                 else:
-                    ranked.append(((key, outcome != "success", rank), t))
-    if cfg.max_trajectories:
-        for _, t in sorted(ranked, key=lambda x: x[0])[cfg.max_trajectories:]:
-            dropped[t.trajectory_id] = f"max_trajectories={cfg.max_trajectories} reached"
+                    ranked.append(t)
+        out.append((key, bool(succ), ranked))
+    return out, dropped
+
+
+@dataclass
+class GlobalCaps:
+    """Instance caps (per env) and the global trajectory cap, applied in stream order."""
+    cfg: ParseConfig
+    success_instances: Counter = field(default_factory=Counter)
+    failure_instances: Counter = field(default_factory=Counter)
+    kept: int = 0
+
+    def admit(self, key: tuple[str, str], has_success: bool, n: int) -> list[str | None]:
+        """For an instance with ``n`` ranked trajectories: ``None`` (kept) or the drop reason each."""
+        c = caps(self.cfg, key[0])
+        rule = "max_success_instances" if has_success else "max_failure_instances"
+        counter = self.success_instances if has_success else self.failure_instances
+        counter[key[0]] += 1
+        if c[rule] and counter[key[0]] > c[rule]:
+            return [f"{rule}={c[rule]} instances of env {key[0]!r} reached"] * n
+        out: list[str | None] = []
+        for _ in range(n):
+            if self.cfg.max_trajectories and self.kept >= self.cfg.max_trajectories:
+                out.append(f"max_trajectories={self.cfg.max_trajectories} reached")
+            else:
+                self.kept += 1
+                out.append(None)
+        return out
+
+
+def select(trajs: list[Trajectory], cfg: ParseConfig) -> tuple[list[Trajectory], dict[str, str]]:
+    """Select among ``trajs`` as one group: ``(kept in input order, {trajectory_id: why not})``."""
+    ranked, dropped = rank_instances(trajs, cfg)
+    gcaps = GlobalCaps(cfg)
+    for key, has_success, items in ranked:
+        for t, why in zip(items, gcaps.admit(key, has_success, len(items))):
+            if why:
+                dropped[t.trajectory_id] = why
     return [t for t in trajs if t.trajectory_id not in dropped], dropped
+
+
+@dataclass
+class GroupResult:
+    """What a worker returns for one group (picklable, rows already in schema form)."""
+    ranked: list[tuple[tuple[str, str], bool, list[tuple[str, dict[str, Any]]]]]
+    order: list[str]                       # trajectory ids in read order (output order)
+    quarantine: list[QuarantineRow]
+    read_by_format: Counter
+
+
+def read_group(args: tuple[str, list[str], str, str | None, float, ParseConfig]) -> GroupResult:
+    """Read and rank one group of files (runs in a worker process)."""
+    root, paths, fmt, env, threshold, cfg = args
+    trajs, quarantine, by_format = [], [], Counter()
+    for path in paths:
+        rel = os.path.relpath(path, root)  # URIs relative to the input root: ids independent of location
+        for item in read_file(path, fmt, env, threshold):
+            if isinstance(item, QuarantineRow):
+                item.source_uri = rel
+                quarantine.append(item)
+            else:  # ids hash (source URI, record index, content): unique per record
+                trajs.append(rebase(item, rel))
+                by_format[item.source_format] += 1
+    ranked, dropped = rank_instances(trajs, cfg)
+    for t in trajs:
+        if t.trajectory_id in dropped:
+            quarantine.append(_not_selected(t, dropped[t.trajectory_id]))
+    rows = [(key, has_s, [(t.trajectory_id, trajectory_row(t)) for t in items]) for key, has_s, items in ranked]
+    return GroupResult(rows, [t.trajectory_id for t in trajs if t.trajectory_id not in dropped], quarantine, by_format)
+
+
+def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
+    row = t if isinstance(t, dict) else trajectory_row(t)
+    return bad("not_selected", why, row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
+               item_id=row["trajectory_id"], limit=None)
+
+
+def _groups(files: list[str]) -> list[list[str]]:
+    return [list(g) for _, g in groupby(files, key=os.path.dirname)]
+
+
+def _results(tasks: list[tuple], n_files: int) -> Iterator[GroupResult]:
+    workers = WORKERS or os.cpu_count() or 1
+    if workers <= 1 or n_files < MIN_FILES_FOR_POOL:
+        yield from map(read_group, tasks)
+        return
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    chunk = max(1, min(32, len(tasks) // (workers * 8)))
+    with ctx.Pool(workers) as pool:
+        yield from pool.imap(read_group, tasks, chunksize=chunk)
 
 
 def run(ctx: StageContext) -> StageOutput:
     """Read ``ctx.input_path``; see the module docstring. Counts: in = kept + quarantined."""
     cfg = ctx.config.parse
     files = list_input_files(ctx.input_path)
-    trajs: list[Trajectory] = []
-    quarantine: list[QuarantineRow] = []
-    read_by_format: Counter = Counter()
     root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-    for path in tqdm(files, desc="parse", unit="file", disable=None):
-        rel = os.path.relpath(path, root)  # URIs relative to the input root: ids independent of location
-        for item in read_file(path, cfg.format, ctx.env, cfg.success_threshold):
-            if isinstance(item, QuarantineRow):
-                item.source_uri = rel
-                quarantine.append(item)
-            else:  # ids hash (source URI, record index, content): unique per record
-                trajs.append(rebase(item, rel))
-                read_by_format[item.source_format] += 1
-    rows_in = len(trajs) + len(quarantine)
-    kept, dropped = select(trajs, cfg)
-    for t in trajs:
-        if t.trajectory_id in dropped:
-            quarantine.append(bad("not_selected", dropped[t.trajectory_id], t.source_uri, t.source_line,
-                                  json.dumps(t.to_row(), ensure_ascii=False), item_id=t.trajectory_id, limit=None))
-    counters = {
-        "files": len(files),
-        "read_by_source_format": dict(sorted(read_by_format.items())),
-        "kept_by_source_format": dict(sorted(Counter(t.source_format for t in kept).items())),
-        "kept_by_env_category_outcome": dict(sorted(
-            Counter(f"{t.env}/{t.category}/{t.outcome}" for t in kept).items())),
-        "kept_instances": len({(t.env, t.env_instance) for t in kept}),
-    }
-    return StageOutput(rows=[t.to_row() for t in kept], quarantine=quarantine, rows_in=rows_in, counters=counters)
+    tasks = [(root, g, cfg.format, ctx.env, cfg.success_threshold, cfg) for g in _groups(files)]
+    out = StageOutput(rows=[], quarantine=[], rows_in=0)
+    read_by_format, kept_by_format, kept_by_cat = Counter(), Counter(), Counter()
+    seen_instances: set[tuple[str, str]] = set()
+    kept_instances: set[tuple[str, str]] = set()
+    split = set()
+
+    def stream():
+        gcaps = GlobalCaps(cfg)
+        rows, qrows = [], []
+        for res in _results(tasks, len(files)):
+            read_by_format.update(res.read_by_format)
+            out.rows_in += sum(res.read_by_format.values()) + sum(q.reason != "not_selected" for q in res.quarantine)
+            qrows += res.quarantine
+            kept: dict[str, dict[str, Any]] = {}
+            for key, has_success, items in res.ranked:
+                split.update({key} & seen_instances)
+                seen_instances.add(key)
+                for (tid, row), why in zip(items, gcaps.admit(key, has_success, len(items))):
+                    if why:
+                        qrows.append(_not_selected(row, why))
+                    else:
+                        kept[tid] = row
+                        kept_instances.add(key)
+            for tid in res.order:
+                if tid in kept:
+                    row = kept[tid]
+                    rows.append(row)
+                    kept_by_format[row["source_format"]] += 1
+                    kept_by_cat[f"{row['env']}/{row['category']}/{row['outcome']}"] += 1
+            if len(rows) + len(qrows) >= BATCH_ROWS:
+                yield rows, qrows
+                rows, qrows = [], []
+        out.counters.update({
+            "files": len(files),
+            "read_by_source_format": dict(sorted(read_by_format.items())),
+            "kept_by_source_format": dict(sorted(kept_by_format.items())),
+            "kept_by_env_category_outcome": dict(sorted(kept_by_cat.items())),
+            "kept_instances": len(kept_instances),
+            "instances_split_across_groups": len(split),
+        })
+        yield rows, qrows
+
+    out.stream = stream()
+    return out

@@ -1,0 +1,112 @@
+"""`skillpipe bank ...`: list, show, diff, restore and export the versioned skill banks.
+
+Mounted by ``pipeline/cli.py`` as ``app.add_typer(bank_app, name="bank")``. Examples::
+
+    skillpipe bank list --root .                      # versions, parents, creators; * = HEAD
+    skillpipe bank show bank-3f2a                     # one version (a unique prefix is enough)
+    skillpipe bank diff bank-3f2a HEAD                # added / removed skills, source changes
+    skillpipe bank restore bank-3f2a                  # make an older version current again
+    skillpipe bank export HEAD --out out/ --format skillrl    # skill_bank.json (SkillRL)
+    skillpipe bank export HEAD --out skills/ --format skill-md  # one SKILL.md folder per skill
+"""
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from .export import export_skill_md, export_skillrl
+from .store import BankError, BankStore, diff, label
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Versioned skill banks under ROOT/banks: list, show, diff, restore, export.")
+console = Console()
+ROOT = typer.Option(".", "--root", help="folder that holds runs/ and banks/")
+
+
+def _store(root: str) -> BankStore:
+    return BankStore(root)
+
+
+def _fail(e: Exception) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {e}")
+    raise typer.Exit(1)
+
+
+@app.command("list")
+def list_(root: str = ROOT) -> None:
+    """Every stored version, oldest first; the current one (HEAD) is marked with *."""
+    store = _store(root)
+    head = store.head()
+    for v in store.versions():  # plain lines, not a table: full ids stay copyable and greppable
+        r = store.get(v).record
+        c = r["counts"]
+        console.print(f"{'*' if v == head else ' '} {v}  parent={r['parent'] or '-'}  {r['created_at']}  "
+                      f"{r['run_id']}/{r['stage']}  general={c['general']} task_specific={c['task_specific']} "
+                      f"mistake={c['mistake']}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def show(ref: str = typer.Argument("HEAD", help="version id, unique prefix or HEAD"), root: str = ROOT,
+         as_json: bool = typer.Option(False, "--json", help="print the record and rows as JSON")) -> None:
+    """One version: its record, then its skills by kind and category."""
+    try:
+        bank = _store(root).get(ref)
+    except BankError as e:
+        _fail(e)
+    if as_json:
+        console.print_json(json.dumps({"record": bank.record, "rows": bank.rows}, ensure_ascii=False))
+        return
+    r = bank.record
+    console.print(f"{r['version']}  parent={r['parent'] or '-'}  created {r['created_at']} by "
+                  f"{r['run_id']}/{r['stage']}  envs={','.join(r['envs'])}")
+    for s in bank.rows:
+        where = f"{s['kind']}/{s['category']}" if s["category"] else s["kind"]
+        console.print(f"  {s['skill_id']}  [{s.get('env') or '-'}] {where}: {label(s)}  "
+                      f"(memories: {len(s['source_memory_ids'])})", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("diff")
+def diff_(old: str = typer.Argument(..., help="older version"), new: str = typer.Argument("HEAD"),
+          root: str = ROOT) -> None:
+    """Skills added (+), removed (-) and with changed source memories (~) from OLD to NEW."""
+    store = _store(root)
+    try:
+        d = diff(store.get(old), store.get(new))
+    except BankError as e:
+        _fail(e)
+    for r in d["added"]:
+        console.print(f"+ {r['skill_id']}  {r['kind']}  {label(r)}", markup=False, highlight=False, soft_wrap=True)
+    for r in d["removed"]:
+        console.print(f"- {r['skill_id']}  {r['kind']}  {label(r)}", markup=False, highlight=False, soft_wrap=True)
+    for c in d["sources_changed"]:
+        console.print(f"~ {c['skill_id']}  {c['title']}  memories +{len(c['added_memory_ids'])} "
+                      f"-{len(c['removed_memory_ids'])}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['sources_changed'])} re-sourced")
+
+
+@app.command()
+def restore(ref: str = typer.Argument(..., help="version to make current"), root: str = ROOT,
+            note: str = typer.Option("", help="why (kept in banks/history.jsonl)")) -> None:
+    """Make an older version HEAD again (an event in the history; no version is deleted)."""
+    try:
+        bank = _store(root).restore(ref, note=note)
+    except BankError as e:
+        _fail(e)
+    console.print(f"HEAD -> {bank.version}")
+
+
+@app.command()
+def export(ref: str = typer.Argument("HEAD"), out: str = typer.Option(..., "--out", help="output folder"),
+           format: str = typer.Option("skillrl", "--format", help="skillrl (skill_bank.json) | skill-md"),
+           root: str = ROOT) -> None:
+    """Write a version as SkillRL skill_bank.json or as one SKILL.md folder per skill."""
+    if format not in ("skillrl", "skill-md"):
+        _fail(ValueError(f"--format must be skillrl or skill-md, got {format!r}"))
+    try:
+        bank = _store(root).get(ref)
+    except BankError as e:
+        _fail(e)
+    paths = export_skillrl(bank, out) if format == "skillrl" else export_skill_md(bank, out)
+    console.print(f"{bank.version}: wrote {len(paths)} file(s) under {out}")
