@@ -1,7 +1,8 @@
 """Benchmark of the LLM client's concurrency and cache against the local stub (issue 4, deliverable 8).
 
 200 structured requests, each answered by the stub (tests/llm_stub.py) after an injected latency
-of 0.5 s, through ``LLMClient.complete_json_many`` with ``llm.concurrency = 16``:
+of 0.5 s, through ``LLMClient.complete_json_many`` with ``llm.concurrency = 16``. The stub runs in
+its own process, as a real endpoint would (in-process, its threads would share the client's GIL):
 
 * ``ratio_to_ideal`` = wall time / (requests x latency / concurrency); target <= 1.15. With 200
   requests in waves of 16 the floor is 13 waves / 12.5 = 1.04.
@@ -15,10 +16,13 @@ Run: ``.venv/bin/python bench/llm_stage.py`` (about 20 s). The last line is ``ra
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing as mp
 import os
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,8 +40,8 @@ def requests(n: int, tag: str) -> list[JSONRequest]:
             for i in range(n)]
 
 
-def client(stub: ChatStub, concurrency: int, cache: str | None) -> LLMClient:
-    cfg = LLMConfig(base_url=stub.base_url, model="stub-model", structured_output="json_object",
+def client(url: str, concurrency: int, cache: str | None) -> LLMClient:
+    cfg = LLMConfig(base_url=url, model="stub-model", structured_output="json_object",
                     concurrency=concurrency, timeout_s=30.0)
     return LLMClient(cfg, cache_path=cache)
 
@@ -52,6 +56,23 @@ def timed(c: LLMClient, reqs: list[JSONRequest]) -> tuple[float, int]:
     return wall, len(results)
 
 
+def serve_stub(default: dict, conn) -> None:
+    """Child process: a ChatStub answering every call with ``default``; sends its URL, then
+    serves until the parent closes the pipe. A separate process, as a real endpoint would be:
+    the stub's threads must not compete with the client for the GIL."""
+    with ChatStub([], default=default) as stub:
+        conn.send(stub.base_url)
+        try:
+            conn.recv()
+        except EOFError:
+            pass
+
+
+def sent(url: str) -> int:
+    with urllib.request.urlopen(url + "/_stats") as r:
+        return json.load(r)["requests"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=200)
@@ -60,23 +81,30 @@ def main() -> None:
     ap.add_argument("--sequential-sample", type=int, default=20)
     a = ap.parse_args()
     answer = {"sleep": a.latency, "content": '{"think": "the goal needs this object"}'}
-    with tempfile.TemporaryDirectory() as tmp, ChatStub([], default=answer) as stub:
-        cache = os.path.join(tmp, "llm_cache.sqlite")
-        reqs = requests(a.requests, "c")
-        wall, n = timed(client(stub, a.concurrency, cache), reqs)
-        sent = len(stub.requests)
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=serve_stub, args=(answer, child), daemon=True)
+    proc.start()
+    try:
+        url = parent.recv()
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "llm_cache.sqlite")
+            reqs = requests(a.requests, "c")
+            wall, n = timed(client(url, a.concurrency, cache), reqs)
+            n_sent = sent(url)
 
-        seq_wall, seq_n = timed(client(stub, 1, None), requests(a.sequential_sample, "s"))
-        seq_est = seq_wall / seq_n * a.requests
+            seq_wall, seq_n = timed(client(url, 1, None), requests(a.sequential_sample, "s"))
+            seq_est = seq_wall / seq_n * a.requests
 
-        before = len(stub.requests)
-        rerun = client(stub, a.concurrency, cache)
-        rerun_wall, _ = timed(rerun, reqs)
-        rerun_sent = len(stub.requests) - before
-        hits = rerun.stats_snapshot()["cache_hits"]
-
+            before = sent(url)
+            rerun = client(url, a.concurrency, cache)
+            rerun_wall, _ = timed(rerun, reqs)
+            rerun_sent = sent(url) - before
+            hits = rerun.stats_snapshot()["cache_hits"]
+    finally:
+        parent.send("stop")
+        proc.join(10)
     ideal = a.requests * a.latency / a.concurrency
-    print(f"requests={n} latency_s={a.latency} concurrency={a.concurrency} sent={sent}")
+    print(f"requests={n} latency_s={a.latency} concurrency={a.concurrency} sent={n_sent}")
     print(f"wall_s={wall:.3f} ideal_s={ideal:.3f} floor_s={-(-a.requests // a.concurrency) * a.latency:.3f}")
     print(f"sequential_s={seq_est:.3f} (measured {seq_wall:.3f} s for {seq_n} requests, scaled to {a.requests})"
           f" speedup_vs_sequential={seq_est / wall:.2f}")

@@ -95,7 +95,8 @@ class _PartWriter:
         self.rows += table.num_rows
 
     def _open(self) -> None:
-        self.close()
+        if self._writer is not None:
+            self._writer.close()
         name = f"part-{len(self.names):05d}.parquet"
         self._writer = pq.ParquetWriter(os.path.join(self.folder, name), self.schema, compression="zstd")
         self.names.append(name)

@@ -93,7 +93,7 @@ def run(
     t0 = time.monotonic()
     try:
         results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
-                               stages=names, force=force, log=lambda m: err.print(m, highlight=False))
+                               stages=names, force=force, log=lambda m: err.print(m, highlight=False, markup=False))
     except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
         err.print(f"[bold red]error:[/] {e}")
         raise typer.Exit(1)

@@ -12,7 +12,7 @@ Each POST to ``/v1/chat/completions`` consumes the next step of the script:
 An exhausted script answers 599 so an unexpected extra call fails the test loudly, unless a
 ``default`` step is given (benchmarks: every call gets it). Request bodies are kept in
 ``stub.requests``, paths in ``stub.paths``, Authorization headers in ``stub.auth`` and all
-headers in ``stub.headers``, for assertions.
+headers in ``stub.headers``, for assertions; ``GET /v1/_stats`` answers ``{"requests": n}``.
 """
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        if self.path.endswith("/_stats"):  # for a stub in another process (bench/llm_stage.py)
+            self._send(200, {"requests": len(self.server.stub.requests)})
+            return
         self._send(200, {"object": "list", "data": [{"id": "stub-model", "object": "model", "owned_by": "stub"}]})
 
     def do_POST(self) -> None:

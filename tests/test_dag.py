@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from pipeline.artifacts import ArtifactStore
+from pipeline.inspect import lineage_report
 from pipeline.runner import STAGES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,3 +67,16 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
         sft = json.load(f)
     assert sft["export"]["fingerprint"] == store.load("export").fingerprint
     assert sft["global_step"] == 3
+    # grpo ran from that checkpoint and names the bank version it ended with
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "grpo", "grpo_manifest.json")) as f:
+        grpo = json.load(f)
+    assert grpo["steps"] == 2 and grpo["bank_version"].startswith("bank-")
+
+    # lineage: one exported SFT pair back to its source file and line, memory and skills
+    pair = store.load("export").read_rows()[0]
+    report = lineage_report(store.stage_dir("export"), pair["pair_id"])
+    traj = next(t for t in store.load("dedupe").read_rows() if t["trajectory_id"] == pair["trajectory_id"])
+    assert f"source        {os.path.join(input_dir, traj['source_uri'])}" in report
+    assert f"first line {traj['source_line']}" in report and pair["step_id"] in report
+    assert all(m in report for m in pair["memory_ids"]) and pair["memory_ids"]
+    assert all(s in report for s in pair["skill_ids_used"])

@@ -34,6 +34,11 @@ READERS: dict[str, Reader] = {
 }
 
 HEAD_BYTES = 64 * 1024
+#: Files up to this size are read once (check + sniff + parse share the bytes); larger ones are
+#: checked in 1 MB blocks first so a bad byte deep in a huge file is found with its line.
+WHOLE_READ_BYTES = 16 << 20
+#: Readers that accept the already-decoded ``text=`` (saves re-reading small files).
+TEXT_READERS = frozenset({"skillrl_txt", "skillrl_search_txt"})
 _SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
 
 
@@ -100,6 +105,22 @@ def detect_format(path: str, head: bytes) -> str | None:
     return None
 
 
+def _check_bytes(path: str, data: bytes) -> tuple[QuarantineRow | None, str]:
+    """``(problem, text)`` for a whole small file: same reasons and lines as :func:`_check_text`."""
+    if b"\x00" in data:
+        return bad("binary_file", "file contains NUL bytes (binary data, not text)", path,
+                   1 + data[:data.index(b"\x00")].count(b"\n")), ""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _check_text(path), ""  # the streaming check words the reason and finds the line
+    if not text.strip():
+        return bad("empty_file", "file is empty or whitespace only", path, 1), ""
+    if "\r" in text:  # the same universal-newline translation as open(..., encoding="utf-8")
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return None, text
+
+
 def _check_text(path: str) -> QuarantineRow | None:
     """Stream the file once: ``None`` if it is non-empty valid UTF-8 text, else the reason row."""
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -139,8 +160,17 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
     if fmt != "auto" and fmt not in READERS:
         raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
     hint = None if env_hint in (None, "", "auto") else env_hint
+    text = None
     try:
-        problem = _check_text(path)
+        if os.path.getsize(path) <= WHOLE_READ_BYTES:
+            with open(path, "rb") as f:
+                data = f.read()
+            problem, text = _check_bytes(path, data)
+            head = data[:HEAD_BYTES]
+        else:
+            problem = _check_text(path)
+            with open(path, "rb") as f:
+                head = f.read(HEAD_BYTES)
     except OSError as e:
         yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
         return
@@ -148,14 +178,14 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         yield problem
         return
     if fmt == "auto":
-        with open(path, "rb") as f:
-            fmt = detect_format(path, f.read(HEAD_BYTES)) or ""
+        fmt = detect_format(path, head) or ""
         if not fmt:
             yield bad("unrecognised_format", "content matches no known input format", path, 1)
             return
+    kwargs = {"text": text} if (text is not None and fmt in TEXT_READERS) else {}
     n = 0
     try:
-        for item in READERS[fmt](path, hint, success_threshold=success_threshold):
+        for item in READERS[fmt](path, hint, success_threshold=success_threshold, **kwargs):
             n += 1
             yield item
     except Exception as e:  # a reader bug or an unforeseen shape must not end the run

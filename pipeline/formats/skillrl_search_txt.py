@@ -59,12 +59,13 @@ def data_source(text: str, path: str) -> tuple[str | None, str]:
     return from_stem, ("stem_ranges" if from_stem else "none")
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the one trajectory of a Search rollout file, or one quarantine row
     (``no_question``, ``no_steps``)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    if text is None:  # read_file passes the text of small files it already decoded
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     q = _QUESTION.search(text)
     if not q or not q[1].strip():
         yield bad("no_question", "no 'Your question:' line", path, 1, text)

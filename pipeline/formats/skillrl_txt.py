@@ -139,6 +139,21 @@ def _instance(path: str, banner_env: str | None) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def _header_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every line that starts a step (``Step <int> |``), in order; a
+    ``str.find`` scan for "\\nStep " (the multi-line regex tried every position of the file)."""
+    spans = []
+    pos = 0 if text.startswith("Step ") else text.find("\nStep ")
+    while pos >= 0:
+        start = pos if pos == 0 and text.startswith("Step ") else pos + 1
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        if _HEADER_LINE.match(text, start, end):
+            spans.append((start, end))
+        pos = text.find("\nStep ", start)
+    return spans
+
+
 def split_block(body: str) -> tuple[str, dict[str, str]]:
     """``(Obs payload, {key: value})`` of the text after a step header (D-P8 key lines).
 
@@ -161,7 +176,7 @@ def split_block(body: str) -> tuple[str, dict[str, str]]:
     return (body[o.start():] if o else ""), {k: v.strip() for k, v in keys.items()}
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the one trajectory of a rollout file, or one quarantine row saying why not.
 
@@ -169,29 +184,31 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     ``bad_step_sequence`` (ids not -1, 0, 1, ...: a step is missing), ``no_steps``.
     env_instance is the ``envNNN`` folder (else the banner's env number, else the file stem).
     """
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    if text is None:  # read_file passes the text of small files it already decoded
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     env = envs.detect_env(text[:8192], env_hint)  # the Step -1 prompt names the environment
-    heads = list(_HEADER_LINE.finditer(text))
+    heads = _header_spans(text)
     if not heads:
         yield bad("no_steps", "no 'Step <id> | Action: ...' headers found", path, 1, text)
         return
-    banner = _BANNER.search(text, 0, heads[0].start())
+    banner = _BANNER.search(text, 0, heads[0][0])
     line, prev = 1, 0
     blocks = []
-    for k, h in enumerate(heads):
-        line, prev = line + text.count("\n", prev, h.start()), h.start()
-        m = _HEADER.match(h[0])
+    for k, (start, stop) in enumerate(heads):
+        line, prev = line + text.count("\n", prev, start), start
+        m = _HEADER.match(text[start:stop])
         if not m:
             yield bad("bad_step_header", "step header does not parse (expected "
-                      "'Step <id> | Action: <a> | Reward: <float> | Done: True|False')", path, line, h[0])
+                      "'Step <id> | Action: <a> | Reward: <float> | Done: True|False')", path, line,
+                      text[start:stop])
             return
         if int(m[1]) != k - 1:
             yield bad("bad_step_sequence", f"step id {m[1]} where {k - 1} was expected (a step is missing "
                       "or out of order)", path, line)
             return
-        end = heads[k + 1].start() if k + 1 < len(heads) else len(text)
-        blocks.append((m, line, text[h.end() + 1:end]))
+        end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
+        blocks.append((m, line, text[stop + 1:end]))
     steps, invalid, cache = [], [], {}
     for m, line, body in blocks:
         payload, keys = split_block(body)

@@ -1,0 +1,90 @@
+"""ArtifactStore: atomic stage folders, manifests, streaming parts, run-id safety."""
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from pipeline import artifacts
+from pipeline.artifacts import ArtifactError, ArtifactStore
+from pipeline.records import QuarantineRow, to_table
+
+SCHEMA = pa.schema([("id", pa.string()), ("n", pa.int64())])
+
+
+def rows(a, b):
+    return [{"id": f"r{i}", "n": i} for i in range(a, b)]
+
+
+def test_write_then_load_roundtrip(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    q = [QuarantineRow("s", "bad_row", "why", "r9", "in.txt", 7, "raw text")]
+    art = store.write("s", to_table(rows(0, 3), SCHEMA), q, {"fingerprint": "fp1"}, {"notes/a.txt": "hello"})
+    assert art.path == os.path.join(str(tmp_path), "runs", "r1", "s")
+    loaded = store.load("s")
+    assert loaded.fingerprint == "fp1" and loaded.manifest["status"] == "complete"
+    assert loaded.manifest["files"] == ["notes/a.txt", "part-00000.parquet", "quarantine/part-00000.parquet"]
+    assert loaded.read_rows() == rows(0, 3)
+    assert loaded.read_rows(quarantine=True) == [{"stage": "s", "reason": "bad_row", "detail": "why", "item_id": "r9",
+                                                  "source_uri": "in.txt", "line": 7, "raw": "raw text"}]
+    with open(os.path.join(art.path, "notes", "a.txt")) as f:
+        assert f.read() == "hello"
+
+
+def test_rewrite_replaces_and_leaves_no_temp_folders(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    store.write("s", to_table(rows(0, 5), SCHEMA), [], {"fingerprint": "a"})
+    store.write("s", to_table(rows(0, 2), SCHEMA), [], {"fingerprint": "b"})
+    assert store.load("s").read_rows() == rows(0, 2)
+    assert sorted(os.listdir(store.run_dir)) == ["s"]
+
+
+def test_failed_write_keeps_previous_version(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    store.write("s", to_table(rows(0, 2), SCHEMA), [], {"fingerprint": "a"})
+    with pytest.raises(ValueError, match="escapes"):
+        store.write("s", to_table(rows(0, 9), SCHEMA), [], {"fingerprint": "b"}, {"../evil": "x"})
+    assert store.load("s").fingerprint == "a" and sorted(os.listdir(store.run_dir)) == ["s"]
+
+
+def test_incomplete_manifest_is_not_an_artifact(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    os.makedirs(store.stage_dir("s"))
+    with open(os.path.join(store.stage_dir("s"), artifacts.MANIFEST), "w") as f:
+        json.dump({"status": "running", "fingerprint": "x"}, f)
+    assert store.load("s") is None
+    with pytest.raises(ArtifactError, match="stage 's' has no complete artifact"):
+        store.require("s")
+
+
+def test_stream_splits_parts_and_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(artifacts, "PART_ROWS", 4)
+    store = ArtifactStore(str(tmp_path), "r1")
+    batches = [(rows(0, 3), []), (rows(3, 10), [QuarantineRow("s", "x")]), ([], [])]
+    seen = {}
+
+    def finish(n_rows, n_q):
+        seen.update(n_rows=n_rows, n_q=n_q)
+        return {"fingerprint": "f"}, {}
+    art = store.write_stream("s", SCHEMA, iter(batches), finish)
+    assert seen == {"n_rows": 10, "n_q": 1}
+    assert [f for f in art.manifest["files"] if not f.startswith("quarantine")] == \
+        ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert art.read_rows() == rows(0, 10)
+
+
+def test_empty_stream_writes_a_readable_empty_artifact(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    art = store.write_stream("s", SCHEMA, iter([]), lambda n, q: ({"fingerprint": "e"}, {}))
+    assert art.read_table().num_rows == 0 and art.read_table().schema == SCHEMA
+
+
+@pytest.mark.parametrize("bad", ["", "../x", ".hidden", "a/b", "a b"])
+def test_run_id_cannot_escape_root(tmp_path, bad):
+    with pytest.raises(ValueError, match="invalid run id"):
+        ArtifactStore(str(tmp_path), bad)
+
+
+def test_to_table_rejects_unknown_and_missing_fields():
+    with pytest.raises(KeyError, match=r"unknown=\['extra'\] missing=\['n'\]"):
+        to_table([{"id": "a", "extra": 1}], SCHEMA)

@@ -1,0 +1,67 @@
+"""The `skillpipe` CLI on the shipped real sample (deterministic stages only; LLM stages are
+covered end to end by tests/test_dag.py)."""
+import os
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.artifacts import ArtifactStore
+from pipeline.cli import app
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "data", "samples")
+cli = CliRunner()
+
+
+def run(*args):
+    return cli.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def mixed_input(tmp_path):
+    """Real ReAct WebShop sample + a binary file + a non-UTF-8 file + a truncated JSON file."""
+    d = tmp_path / "in"
+    shutil.copytree(os.path.join(SAMPLES, "react-webshop"), d / "react-webshop")
+    (d / "junk.bin").write_bytes(bytes(range(256)) * 4)
+    (d / "latin1.txt").write_bytes("Your task is to: caf\xe9\n> go to desk 1\n".encode("latin-1"))
+    (d / "truncated.json").write_text('[{"id": "x", "conversations": [{"role": "user", "content": "Your ta')
+    return str(d)
+
+
+def test_run_parse_dedupe_quarantines_bad_files_and_finishes(tmp_path, mixed_input):
+    res = run("run", "--input", mixed_input, "--run-id", "t", "--root", str(tmp_path), "--stages", "parse,dedupe")
+    assert res.exit_code == 0, res.output
+    assert "skillpipe run summary" in res.output
+    parse = ArtifactStore(str(tmp_path), "t").load("parse")
+    q = {r["source_uri"]: r for r in parse.read_rows(quarantine=True)}
+    assert q["junk.bin"]["reason"] == "binary_file" and q["junk.bin"]["line"] == 1
+    assert q["latin1.txt"]["reason"] == "not_utf8"
+    assert q["truncated.json"]["line"] >= 1 and q["truncated.json"]["reason"]
+    c = parse.manifest["counts"]
+    assert c["out"] == 4 and c["in"] == c["out"] + c["quarantined"]
+    again = run("run", "--run-id", "t", "--root", str(tmp_path), "--stages", "parse,dedupe")
+    assert again.exit_code == 0
+    assert "[parse] unchanged" in again.output and "[dedupe] unchanged" in again.output
+
+
+def test_unknown_stage_and_missing_input_fail_with_a_message(tmp_path):
+    res = run("run", "--input", SAMPLES, "--root", str(tmp_path), "--stages", "parse,distil")
+    assert res.exit_code != 0 and "unknown stage(s) distil" in res.output
+    res = run("run", "--root", str(tmp_path), "--run-id", "new")
+    assert res.exit_code != 0 and "--input is required" in res.output
+
+
+def test_later_stage_without_upstream_artifact_exits_1(tmp_path):
+    res = run("run", "--run-id", "empty", "--root", str(tmp_path), "--stages", "validate")
+    assert res.exit_code == 1 and "stage 'dedupe' has no complete artifact" in res.output
+
+
+def test_inspect_shows_schema_counts_and_rows(tmp_path):
+    assert run("run", "--input", SAMPLES, "--run-id", "i", "--root", str(tmp_path), "--stages", "parse").exit_code == 0
+    res = run("inspect", os.path.join(str(tmp_path), "runs", "i", "parse"), "--rows", "1")
+    assert res.exit_code == 0
+    assert "steps: large_list<item: struct<index: int32" in res.output or "steps: list<" in res.output
+    assert '"trajectory_id": "traj-' in res.output and "counts:" in res.output
+    bad = run("inspect", os.path.join(str(tmp_path), "nope"))
+    assert bad.exit_code == 1 and "no such artifact" in bad.output

@@ -1,0 +1,89 @@
+"""Runner mechanics: fingerprint skip, count invariant, streaming stages, config in fingerprints."""
+import types
+
+import pyarrow as pa
+import pytest
+
+from pipeline import runner
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import PipelineConfig
+from pipeline.records import QuarantineRow
+from pipeline.runner import CountMismatch, StageContext, StageOutput, run_stage
+
+SCHEMA = pa.schema([("id", pa.string())])
+
+
+def fake_stage(calls, make_output):
+    def run(ctx):
+        calls.append(1)
+        return make_output()
+    return types.SimpleNamespace(NAME="dedupe", INPUTS=(), SCHEMA=SCHEMA, USES_LLM=False,
+                                 prompt_files=lambda ctx: [], run=run)
+
+
+@pytest.fixture
+def ctx(tmp_path, monkeypatch):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.txt").write_text("hello")
+    monkeypatch.setattr(runner, "_input_fingerprint", lambda ctx, mod: [{"uri": "a.txt", "sha256": "x"}])
+    return StageContext(ArtifactStore(str(tmp_path), "r"), PipelineConfig(), input_path=str(data))
+
+
+def use(monkeypatch, mod):
+    monkeypatch.setattr(runner, "stage_module", lambda name: mod)
+
+
+def test_unchanged_stage_is_skipped_and_config_change_reruns(ctx, monkeypatch):
+    calls = []
+    use(monkeypatch, fake_stage(calls, lambda: StageOutput(rows=[{"id": "a"}, {"id": "b"}], quarantine=[], rows_in=2)))
+    first = run_stage("dedupe", ctx, log=lambda m: None)
+    second = run_stage("dedupe", ctx, log=lambda m: None)
+    assert (first.skipped, second.skipped, len(calls)) == (False, True, 1)
+    assert second.fingerprint == first.fingerprint and second.rows == 2
+    ctx.config.dedupe.min_actions = 2
+    third = run_stage("dedupe", ctx, log=lambda m: None)
+    assert not third.skipped and third.fingerprint != first.fingerprint and len(calls) == 2
+
+
+def test_llm_transport_settings_do_not_change_the_fingerprint(ctx, monkeypatch):
+    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[], quarantine=[], rows_in=0)))
+    fp1, _ = runner.fingerprint(ctx, "dedupe")
+    ctx.config.llm.concurrency, ctx.config.llm.base_url = 16, "http://elsewhere/v1"
+    assert runner.fingerprint(ctx, "dedupe")[0] == fp1
+    ctx.config.llm.temperature = 0.7
+    assert runner.fingerprint(ctx, "dedupe")[0] != fp1
+
+
+def test_count_mismatch_raises_and_writes_nothing(ctx, monkeypatch):
+    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[{"id": "a"}], quarantine=[], rows_in=2)))
+    with pytest.raises(CountMismatch, match=r"units in 2 != out 1 \+ quarantined 0"):
+        run_stage("dedupe", ctx, log=lambda m: None)
+    assert ctx.store.load("dedupe") is None
+
+
+def test_streaming_stage_counts_and_reasons(ctx, monkeypatch):
+    def make():
+        out = StageOutput(rows=[], quarantine=[], rows_in=0)
+
+        def gen():
+            for i in range(3):
+                out.rows_in += 2
+                yield [{"id": f"k{i}"}], [QuarantineRow("dedupe", "too_short" if i else "empty", item_id=f"q{i}")]
+        out.stream = gen()
+        return out
+    use(monkeypatch, fake_stage([], make))
+    res = run_stage("dedupe", ctx, log=lambda m: None)
+    c = res.manifest["counts"]
+    assert (c["in"], c["out"], c["quarantined"]) == (6, 3, 3)
+    assert c["quarantine_reasons"] == {"empty": 1, "too_short": 2}
+    assert [r["id"] for r in ctx.store.load("dedupe").read_rows()] == ["k0", "k1", "k2"]
+
+
+def test_unknown_stage_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown stage 'distil'"):
+        runner.stage_module("distil")
+
+
+def test_safe_run_id_maps_airflow_ids():
+    assert runner.safe_run_id("manual__2026-11-30T10:00:00+00:00") == "manual__2026-11-30T10-00-00-00-00"
