@@ -72,8 +72,12 @@ def measure(tree: str) -> None:
         stop.set()
         sampler.join()
         shutil.rmtree(store_root, ignore_errors=True)
-    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    self_ru, kids_ru = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, kids = self_ru.ru_maxrss / 1024, kids_ru.ru_maxrss / 1024
+    cpu = self_ru.ru_utime + self_ru.ru_stime + kids_ru.ru_utime + kids_ru.ru_stime
+    # CPU seconds do not depend on other load on the machine; wall time does.
+    print(f"cpu_s={cpu:.2f} (main {self_ru.ru_utime + self_ru.ru_stime:.2f}, workers "
+          f"{kids_ru.ru_utime + kids_ru.ru_stime:.2f}) cores={len(os.sched_getaffinity(0))}")
     print(f"main_peak_rss_mb={me:.0f} largest_worker_peak_rss_mb={kids:.0f} sampled_tree_peak_rss_mb={peak[0]:.0f}")
     print(f"ratio_to_reference={wall / REFERENCE_S:.3f}")
     print(f"wall_s={wall:.2f} peak_rss_mb={me + kids:.0f}")

@@ -82,8 +82,13 @@ class _PartWriter:
         self._in_part = 0
         os.makedirs(folder, exist_ok=True)
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        table = to_table(rows, self.schema)
+    def write(self, rows: list[dict[str, Any]] | pa.Table) -> None:
+        if isinstance(rows, pa.Table):  # built by a worker process: must already match exactly
+            if not rows.schema.equals(self.schema):
+                raise ArtifactError(f"batch schema differs from the declared schema:\n{rows.schema}\nvs\n{self.schema}")
+            table = rows
+        else:
+            table = to_table(rows, self.schema)
         offset = 0
         while offset < table.num_rows:
             if self._writer is None or self._in_part >= PART_ROWS:
@@ -171,7 +176,7 @@ class ArtifactStore:
             out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, "quarantine"), QUARANTINE_SCHEMA)
             try:
                 for rows, qrows in batches:
-                    if rows:
+                    if len(rows):
                         out.write(rows)
                     if qrows:
                         qout.write([q.__dict__ for q in qrows])

@@ -42,6 +42,7 @@ class ParseConfig:
     max_failure_instances: int = _f(0, "cap on environment instances with only failures (0 = no cap)")
     max_trajectories: int = _f(0, "global cap on kept trajectories, in deterministic order (0 = no cap)")
     success_threshold: float = _f(1.0, "graded rewards (WebShop score, QA) >= this count as success")
+    per_env: dict = _f({}, "per-env overrides of the caps above, e.g. {webshop: {max_per_instance: 1}}")
 
 
 @dataclass
@@ -85,6 +86,8 @@ class ValidateConfig:
     not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag")
     empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag")
     leakage: str = _f("quarantine", "policy for a prompt that contains the target answer: quarantine | flag")
+    webshop_reject: str = _f("drop_whole", "WebShop trajectory with an inadmissible click: drop_whole | truncate "
+                                           "(keep the pairs before it; spec TV11)")
 
 
 @dataclass

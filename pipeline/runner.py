@@ -31,6 +31,7 @@ from .lineage import content_hash, file_sha256
 from .records import QuarantineRow, to_table
 
 STAGES = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
+MAX_LISTED_INPUTS = 1000  # input files listed one by one in the parse manifest
 
 
 class CountMismatch(RuntimeError):
@@ -105,8 +106,18 @@ def stage_module(name: str):
 def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
     if not mod.INPUTS:  # parse reads files
         from .formats.discover import list_input_files
+        # One digest over (relative path, sha256) of every file: constant memory however many
+        # files; the per-file list is kept in the manifest only for small inputs.
+        import hashlib
         root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-        return [{"uri": os.path.relpath(p, root), "sha256": file_sha256(p)} for p in list_input_files(ctx.input_path)]
+        digest, listing, n = hashlib.sha256(), [], 0
+        for p in list_input_files(ctx.input_path):
+            rel, sha = os.path.relpath(p, root), file_sha256(p)
+            digest.update(f"{rel}\0{sha}\n".encode())
+            n += 1
+            if n <= MAX_LISTED_INPUTS:
+                listing.append({"uri": rel, "sha256": sha})
+        return [{"files": n, "sha256": digest.hexdigest(), "listed": listing if n <= MAX_LISTED_INPUTS else []}]
     return [{"uri": ctx.upstream(s).path, "fingerprint": ctx.upstream(s).fingerprint} for s in mod.INPUTS]
 
 

@@ -166,3 +166,46 @@ def test_run_on_embedded_model(tmp_path):
     assert bank["metadata"]["task_distribution"] == {"cool": {"success": 2, "failure": 1},
                                                      "heat": {"success": 1, "failure": 0}}
     assert len(counters["merges"]) == counters["merged"]
+
+
+def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
+    """Through run_stage on the stub: a call that repeats a skill yields one row (ids are content
+    hashes, so within-call duplicates merge), every skill names its memories and trajectories,
+    the SkillRL export validates, and the bank is registered in <root>/banks."""
+    from pipeline.bank.store import BankStore
+    from pipeline.llm.schemas import load_schema
+    from tests.llm_stub import ChatStub
+    from tests.test_llm_faults import stage_ctx, stub_llm_config
+    import jsonschema
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
+    script = [{"content": json.dumps({"skills": [skill, skill]})},                       # general (repeated)
+              {"content": json.dumps({"skills": [dict(skill, title="Cool In Fridge")]})},  # task_specific cool
+              {"content": json.dumps({"skills": [dict(skill, title="Heat In Microwave")]})},
+              {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
+                                                    "misread", "how_to_avoid": "Reread the goal"}]})}]
+    with ChatStub(script) as stub:
+        ctx = stage_ctx(store, PipelineConfig(llm=stub_llm_config(stub)))
+        res = run_stage("aggregate", ctx, model_id="stub-model", log=lambda s: None)
+    rows = store.require("aggregate").read_rows()
+    assert [(r["kind"], r["category"], r["title"] or r["description"]) for r in rows] == [
+        ("general", "", "Search Then Act"), ("task_specific", "cool", "Cool In Fridge"),
+        ("task_specific", "heat", "Heat In Microwave"), ("mistake", "", "Wrong appliance")]
+    assert len({r["skill_id"] for r in rows}) == 4
+    assert [r["source_memory_ids"] for r in rows] == [["mem-1", "mem-2", "mem-3"], ["mem-1", "mem-3", "mem-4"],
+                                                      ["mem-2"], ["mem-4"]]
+    assert rows[1]["source_trajectory_ids"] == ["traj-1", "traj-3", "traj-4"]
+    counters = res.manifest["counters"]
+    assert counters["merges"] == [{"kept": rows[0]["skill_id"], "dropped": rows[0]["skill_id"], "kind": "general",
+                                   "category": "", "similarity": 1.0}]
+    assert res.manifest["counts"]["units_out"] == 4 and res.manifest["llm"]["calls"] == 4
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    jsonschema.Draft202012Validator(load_schema("skill_bank")).validate(bank)
+    assert all(e["source_memory_ids"] for e in bank["general_skills"] + bank["common_mistakes"]
+               + [e for v in bank["task_specific_skills"].values() for e in v])
+    banks = BankStore(str(tmp_path))
+    assert banks.head() == counters["bank_version"] == bank["metadata"]["bank_version"]
+    assert (banks.get("HEAD").record["run_id"], counters["bank_parent"]) == ("r1", None)

@@ -61,3 +61,15 @@ def test_reflexion_stoveburner_loop_collapses():
                                            "go to stoveburner 1", "examine stoveburner 1"]
     assert json.loads(t.metadata)["dedupe"] == {"removed_spans": [[2, 2], [7, 7], [8, 8], [9, 9]]}
     assert t.steps[1].thought == a.steps[1].thought  # kept copy keeps its own fields
+
+
+def test_invalid_action_annotations_follow_their_steps():
+    acts = [None, "look", "look", "go to desk 1", "bad action"]
+    t = traj(acts, ["s", "room", "room", "desk", "Nothing happens."])
+    t.metadata = json.dumps({"invalid_actions": [{"index": 2, "line": 9, "reason": "r2"},
+                                                 {"index": 4, "line": 20, "reason": "r4"}]})
+    new, spans = dedupe_trajectory(t)
+    assert spans == [[2]] and [s.action for s in new.steps] == [None, "look", "go to desk 1", "bad action"]
+    meta = json.loads(new.metadata)
+    assert meta["invalid_actions"] == [{"index": 3, "line": 20, "reason": "r4"}]
+    assert meta["dedupe"]["removed_invalid_actions"] == [{"index": 2, "line": 9, "reason": "r2"}]

@@ -139,3 +139,17 @@ def test_run_on_embedded_model(tmp_path):
         expected = prompts.select_skills(bank, "alfworld", t.category, cfg.prompt)
         assert r["skill_ids_used"] == [s["skill_id"] for s in expected] and r["skill_ids_used"]
         assert r["model"] == client.model_id and r["prompt_sha"] == _templates.load("distill", "alfworld").sha
+
+
+def test_prompt_keeps_when_to_apply_and_why_it_happens():
+    # the single renderer (prompts.render_skills_block) is what distill puts in its prompt (D-K3)
+    with open(ALFWORLD_BANK, encoding="utf-8") as f:
+        bank = skillbank.from_skillrl_json(json.load(f), "alfworld")
+    traj = heat_mug()
+    skills = prompts.select_skills(bank, "alfworld", "heat", PipelineConfig().prompt)
+    [req] = distill.build_requests(traj, distill.step_entries(traj, None), prompts.render_skills_block(skills), 8, 200)
+    user = req.messages[1]["content"]
+    first = next(s for s in skills if s["kind"] == "general")
+    mistake = next(s for s in skills if s["kind"] == "mistake")
+    assert f"- **{first['title']}**: {first['principle']}\n  _Apply when: {first['when_to_apply']}_" in user
+    assert f"_Why it happens: {mistake['why_it_happens']}_" in user

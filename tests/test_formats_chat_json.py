@@ -46,7 +46,8 @@ def test_messages_jsonl_with_reward_and_sharegpt(tmp_path):
     a, q, c = list(read_file(str(p)))
     assert (a.env, a.task, a.outcome, a.reward, a.category) == (
         "search", "Are both bands from the same country?", "failure", 0.0, "comparison")
-    assert a.steps[2].action == "finish[yes]" and a.steps[2].done
+    # QA actions share SkillRL Search's tag syntax (envs.search.normalise_action)
+    assert [s.action for s in a.steps[1:]] == ["<search>band A</search>", "<answer>yes</answer>"] and a.steps[2].done
     assert (q.reason, q.line) == ("invalid_json", 2)
     assert (c.env, c.category, c.steps[1].action, c.steps[1].thought, c.source_line) == (
         "alfworld", "cool", "go to fridge 1", "find it", 3)

@@ -1,4 +1,5 @@
 """Input discovery, sniffing, and corrupt inputs: each quarantined with a reason and line."""
+import json
 import os
 import shutil
 
@@ -36,6 +37,7 @@ def test_corrupt_inputs_quarantined_others_parse(tmp_path):
         "binary.dat": [("binary_file", 1)],
         "empty.txt": [("empty_file", 1)],
         "good.txt": ["traj"] * 4,
+        "headerless.txt": [("unrecognised_format", 1)],
         "not_utf8.txt": [("not_utf8", 2)],
         "truncated_chat.json": ["traj", ("invalid_json", 14)],
         "wrong_format.txt": [("unrecognised_format", 1)],
@@ -48,3 +50,32 @@ def test_forced_wrong_reader_gives_no_records():
     items = list(read_file("data/samples/react-webshop/webshop_react_episodes_sample.txt", fmt="chat_json"))
     assert [i.reason for i in items] == ["invalid_json"]
     assert not any(isinstance(i, Trajectory) for i in items)
+
+
+def test_header_less_rollout_forced_as_skillrl_txt():
+    (q,) = list(read_file(os.path.join(FIX, "corrupt", "headerless.txt"), fmt="skillrl_txt"))
+    assert (q.reason, q.line) == ("no_steps", 1)
+
+
+def _jsonl(messages_text):
+    return json.dumps({"messages": [{"role": "user", "content": "Are both bands from the same country?"},
+                                    {"role": "assistant", "content": messages_text}]})
+
+
+def test_20mb_single_line_is_quarantined_and_the_rest_read(tmp_path):
+    # > WHOLE_READ_BYTES, so the streaming UTF-8 check and the JSONL line reader both see it
+    p = tmp_path / "big.jsonl"
+    with open(p, "w", encoding="utf-8") as f:
+        f.write(_jsonl("Thought: a.\nAction: search[x]") + "\n")
+        f.write('{"messages": [' + "x" * (20 << 20) + "\n")
+        f.write(_jsonl("Thought: b.\nAction: finish[yes]") + "\n")
+    items = list(read_file(str(p)))
+    assert [(i.reason, i.line, len(i.raw)) if isinstance(i, QuarantineRow) else "traj" for i in items] == [
+        "traj", ("invalid_json", 2, 4000), "traj"]
+
+
+def test_not_utf8_deep_in_a_large_file_has_its_line(tmp_path):
+    p = tmp_path / "late.txt"
+    p.write_bytes(b"Step -1 | Action: None | Reward: 0.000 | Done: False\n" + b"Obs: ok\n" * (3 << 20) + b"\xff\n")
+    (q,) = list(read_file(str(p)))
+    assert (q.reason, q.line) == ("not_utf8", 1 + 1 + (3 << 20))

@@ -1,4 +1,5 @@
 """SkillRL rollout txt reader: spec TV1 (with our fixes D-P1..D-P4, D-P7), D-P2 lists, generated trees."""
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,19 @@ def test_generated_tree(tmp_path):
             assert "go to" in s.admissible_actions[0] and s.admissible_actions[-2:] == ["inventory", "look"]
             for junk in ("Your admissible actions", "Now it's your turn", "ALFRED", "Your task is to", "Prior to this step"):
                 assert junk not in s.observation
+
+
+def test_model_output_lines_d_p8():
+    (t,) = list(read_file(os.path.join(FIX, "skillrl_txt_validity", "env007", "test1.txt")))
+    assert [s.action for s in t.steps] == [None, "go to drawer 1", "i should take the pen from it now",
+                                           "take pen 1 from drawer 1", "move pen 1 to desk 1"]
+    # the <think> of Raw Model Output (multi-line) becomes the step's thought
+    assert [s.thought for s in t.steps[:3]] == [None, "The pen is probably in the drawer.\nI will check it first.",
+                                                "The pen is here."]
+    assert t.steps[0].admissible_actions == ["go to desk 1", "go to drawer 1", "look"]  # one-line comma list
+    assert t.steps[1].observation == "You arrive at drawer 1. On the drawer 1, you see a pen 1."
+    assert t.steps[2].observation == "Nothing happens." and t.steps[2].reward == -0.1
+    assert json.loads(t.metadata)["invalid_actions"] == [
+        {"index": 2, "line": 23, "parsed_action": "i should take the pen from it now",
+         "reason": "no <action> tag; the projection kept the last 30 characters"}]
+    assert (t.outcome, t.env_instance) == ("success", "env007")

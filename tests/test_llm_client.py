@@ -221,3 +221,16 @@ def test_local_endpoint_gets_placeholder_key():
     with ChatStub([{"content": '{"city": "Paris"}'}]) as stub:
         run_one(make_client(stub))
     assert stub.auth == ["Bearer sk-no-key"]
+
+
+def test_none_dialect_puts_the_schema_in_the_prompt():
+    # endpoints without structured output (DeepSeek preset): no response_format, schema in the prompt
+    with ChatStub([{"content": 'Here you go: {"city": "Paris"}'}]) as stub:
+        res = run_one(make_client(stub, structured_output="none"))
+    assert (res.ok, res.value) == (True, {"city": "Paris"})
+    body = stub.requests[0]
+    assert "response_format" not in body
+    assert body["messages"][0]["content"] == (
+        MSGS[0]["content"] + "\n\nAnswer with only one JSON value, no prose and no code fence, that matches this "
+        'JSON Schema:\n{"type":"object","additionalProperties":false,"required":["city"],'
+        '"properties":{"city":{"type":"string","maxLength":20}}}')

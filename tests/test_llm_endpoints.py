@@ -75,3 +75,19 @@ def test_key_never_in_logs_manifest_artifacts_cache_or_errors(tmp_path, monkeypa
     with pytest.raises(ValueError) as exc:
         LLMClient(LLMConfig(base_url="https://x.openai.azure.com", model="m", api_key_env="SKILLPIPE_TEST_KEY"))
     assert SECRET not in str(exc.value) and SECRET not in repr(exc.value)
+
+
+def test_documented_presets_are_valid_configs():
+    # every ```yaml block of docs/llm_endpoints.md loads as a config (unknown keys would raise)
+    import re
+
+    import yaml
+
+    from pipeline.config import from_dict
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "llm_endpoints.md"), encoding="utf-8").read()
+    blocks = [from_dict(yaml.safe_load(b)).llm for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL)]
+    assert [(c.base_url, c.structured_output, c.api_key_env) for c in blocks] == [
+        ("", "auto", ""), ("https://api.openai.com/v1", "json_schema", "OPENAI_API_KEY"),
+        ("https://my-resource.openai.azure.com", "json_schema", "AZURE_OPENAI_API_KEY"),
+        ("https://api.deepseek.com", "none", "DEEPSEEK_API_KEY"),
+        ("http://gpu-node-1:8000/v1", "json_schema", "VLLM_API_KEY")]

@@ -10,9 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pipeline.config import LLMConfig
+from pipeline.config import LLMConfig, PipelineConfig
 from pipeline.llm import server
 from pipeline.llm.client import LLMClient
+from pipeline.llm.schemas import grammar_schema, load_schema
 from pipeline.llm.types import JSONRequest
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
@@ -115,36 +116,39 @@ def test_detached_start_reuse_stop(tmp_path):
     assert server.stop_detached(str(tmp_path)) is False  # teardown after a failed setup is a no-op
 
 
-# ---- schemas: valid JSON Schema, llama.cpp-grammar compatible, and the intended shapes validate ----
+# ---- schemas: the per-call schemas derived from schemas/*.schema.json, in the grammar form sent to
+# llama.cpp, compile to a grammar and are bounded so an answer at every bound fits max_tokens ----
 
-@pytest.mark.parametrize("name", ["memory", "skills", "mistakes", "reasoning"])
+def per_call_schemas() -> dict:
+    """What the stages send under the default config (the longest episode a memory call allows)."""
+    from pipeline.stages import aggregate, distill, memory
+    cfg = PipelineConfig()
+    return {"memory_success": memory.memory_schema("success", 40), "memory_failure": memory.memory_schema("failure", 5),
+            "general": aggregate.answer_schema("general", cfg.aggregate.n_general),
+            "task_specific": aggregate.answer_schema("task_specific", cfg.aggregate.n_task_specific),
+            "mistake": aggregate.answer_schema("mistake", cfg.aggregate.n_mistakes),
+            "distill": distill.thinks_schema(list(range(cfg.distill.max_steps_per_call)), cfg.distill.max_think_chars)}
+
+
+@pytest.mark.parametrize("name", ["memory_success", "memory_failure", "general", "task_specific", "mistake", "distill"])
 def test_schema_compiles_for_llama_cpp(name):
     from llama_cpp.llama_grammar import json_schema_to_gbnf
-    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    schema = grammar_schema(per_call_schemas()[name])
     jsonschema.Draft202012Validator.check_schema(schema)
     assert "root ::=" in json_schema_to_gbnf(json.dumps(schema))
 
 
-def load(name):
-    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-
-
-def test_memory_schema_accepts_success_and_failure_shapes():
-    success = {"contextual_description": "AlfWorld task classified as 'heat' to heat an apple. Solved by ...",
-               "refined_trajectory": [{"step_index": 3, "action": "take apple from countertop",
-                                       "critical_observation": "You pick up the apple", "reasoning": "need it"}],
-               "planning_pattern": "Search [Location] -> Acquire [Object_1] -> Heat", "mistakes_to_avoid": []}
-    failure = {"contextual_description": "Unsolved due to looping.", "refined_trajectory": [],
-               "planning_pattern": None,
-               "mistakes_to_avoid": [{"trigger_condition": "object not found", "bad_action": "repeat look"}]}
-    jsonschema.validate(success, load("memory"))
-    jsonschema.validate(failure, load("memory"))
-    with pytest.raises(jsonschema.ValidationError, match="is too long"):
-        jsonschema.validate({**failure, "contextual_description": "x" * 151}, load("memory"))
+@pytest.mark.parametrize("name", ["memory", "skills", "mistakes", "reasoning", "skill_bank"])
+def test_schema_files_are_valid_json_schema(name):
+    jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMAS / f"{name}.schema.json").read_text()))
 
 
 def worst_case_chars(node):
     """Length of the longest compact JSON the schema allows (every maxLength/maxItems reached)."""
+    if "const" in node:
+        return len(json.dumps(node["const"]))
+    if "enum" in node:
+        return max(len(json.dumps(v)) for v in node["enum"])
     types = node["type"] if isinstance(node["type"], list) else [node["type"]]
     sizes = []
     for t in types:
@@ -156,25 +160,33 @@ def worst_case_chars(node):
             sizes.append(4)
         elif t == "array":
             n = node["maxItems"]  # KeyError = an unbounded array
-            sizes.append(2 + n * worst_case_chars(node["items"]) + max(n - 1, 0))
+            items = node.get("prefixItems") or [node["items"]] * n
+            sizes.append(2 + sum(worst_case_chars(i) for i in items[:n]) + max(n - 1, 0))
         elif t == "object":
             props = node["properties"]
             sizes.append(2 + sum(len(k) + 3 + worst_case_chars(v) for k, v in props.items()) + len(props) - 1)
     return max(sizes)
 
 
-@pytest.mark.parametrize("name,expected", [("memory", 2669), ("skills", 2430), ("mistakes", 2383),
-                                           ("reasoning", 2521)])
+@pytest.mark.parametrize("name,expected", [("memory_success", 2269), ("memory_failure", 1094), ("general", 2514),
+                                           ("task_specific", 1680), ("mistake", 2549), ("distill", 1836)])
 def test_schema_worst_case_fits_max_tokens(name, expected):
     # SmolLM2 writes ~3.6 characters of English JSON per token (measured on a memory answer), so
     # an answer at every bound still ends before the default max_tokens and never as 'length'.
-    assert worst_case_chars(load(name)) == expected
+    assert worst_case_chars(per_call_schemas()[name]) == expected
     assert expected <= LLMConfig().max_tokens * 3.5
 
 
-def test_bank_schemas_accept_intended_shapes():
-    jsonschema.validate([{"title": "Search Before Acting", "principle": "p.", "when_to_apply": "w."}], load("skills"))
-    jsonschema.validate([{"description": "d", "why_it_happens": "w", "how_to_avoid": "h"}], load("mistakes"))
-    jsonschema.validate([{"step_index": 0, "think": "Go to the fridge."}], load("reasoning"))
+def test_schema_files_bound_the_intended_shapes():
+    skill = {"title": "Search Before Acting", "principle": "p.", "when_to_apply": "w."}
+    jsonschema.validate([skill], load_schema("skills"))  # arrays in the files (sft/skill_evolution.py reads it)
+    jsonschema.validate([{"description": "d", "why_it_happens": "w", "how_to_avoid": "h"}], load_schema("mistakes"))
+    jsonschema.validate([{"step_index": 0, "think": "Go to the fridge."}], load_schema("reasoning"))
     with pytest.raises(jsonschema.ValidationError, match="is too long"):
-        jsonschema.validate([{"title": "T" * 41, "principle": "p.", "when_to_apply": "w."}], load("skills"))
+        jsonschema.validate([dict(skill, title="T" * 61)], load_schema("skills"))
+    failure = {"contextual_description": "Unsolved due to looping.", "refined_trajectory": [],
+               "planning_pattern": None,
+               "mistakes_to_avoid": [{"trigger_condition": "object not found", "bad_action": "repeat look"}]}
+    jsonschema.validate(failure, load_schema("memory"))
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
+        jsonschema.validate({**failure, "contextual_description": "x" * 201}, load_schema("memory"))

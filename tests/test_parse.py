@@ -7,6 +7,7 @@ from pipeline.artifacts import ArtifactStore
 from pipeline.config import PipelineConfig
 from pipeline.records import Step, Trajectory
 from pipeline.runner import StageContext, run_stage
+from pipeline.stages import parse
 from pipeline.stages.parse import select
 
 
@@ -64,3 +65,53 @@ def test_select_caps(field, value, n_kept):
              _t("c", "failure", 1, "x"), _t("c", "failure", 1, "z"), _t("d", "failure", 1, "x")]
     kept, dropped = select(trajs, cfg)
     assert len(kept) == n_kept and all(value and field in why for why in dropped.values())
+
+
+def _parse_rows(tmp_path, name, inp, **cfg):
+    ctx = StageContext(store=ArtifactStore(str(tmp_path / name), "r1"), config=PipelineConfig(), input_path=str(inp))
+    for k, v in cfg.items():
+        setattr(ctx.config.parse, k, v)
+    res = run_stage("parse", ctx, log=lambda s: None)
+    art = ctx.store.require("parse")
+    return art.read_rows(), art.read_rows(quarantine=True), res.manifest
+
+
+def test_worker_pool_gives_identical_artifacts(tmp_path, monkeypatch):
+    """Streaming through the process pool (ordered, bounded) equals the in-process run, with
+    instance caps counted in path order across groups."""
+    inp = tmp_path / "in"
+    for name in ("env000", "env001"):
+        shutil.copytree(f"data/samples/skillrl-rollouts/{name}", inp / name)
+    shutil.copytree("tests/fixtures/formats/env005", inp / "env005")
+    seq_rows, seq_q, seq_m = _parse_rows(tmp_path, "seq", inp, max_success_instances=2)
+    monkeypatch.setattr(parse, "MIN_FILES_FOR_POOL", 1)
+    monkeypatch.setattr(parse, "WORKERS", 2)
+    monkeypatch.setattr(parse, "BATCH_ROWS", 1)
+    par_rows, par_q, par_m = _parse_rows(tmp_path, "par", inp, max_success_instances=2)
+    assert par_rows == seq_rows and par_q == seq_q and par_m["counts"] == seq_m["counts"]
+    assert [r["env_instance"] for r in par_rows] == ["env000", "env000", "env001", "env001"]
+    assert [q["detail"] for q in par_q] == ["max_success_instances=2 instances of env 'alfworld' reached"]
+
+
+def test_per_env_caps(tmp_path):
+    rows, q, m = _parse_rows(tmp_path, "caps", "data/samples/skillrl-rollouts",
+                             per_env={"alfworld": {"max_per_instance": 1}})
+    # env000 (mixed) keeps its success and its failure; env001 the shorter of its two successes
+    assert [(r["env_instance"], r["outcome"], len(r["steps"])) for r in rows] == [
+        ("env000", "success", 7), ("env000", "failure", 15), ("env001", "success", 9)]
+    assert [x["reason"] for x in q] == ["not_selected"]
+    assert q[0]["detail"] == "success #2 of instance 'env001': max_per_instance=1"
+    assert m["counts"]["in"] == 4 and m["counts"]["units_in"] == m["counts"]["out"] + m["counts"]["quarantined"]
+
+
+def test_corrupt_inputs_through_the_stage(tmp_path):
+    inp = tmp_path / "in"
+    shutil.copytree("tests/fixtures/formats/corrupt", inp)
+    shutil.copy("data/samples/react-webshop/webshop_react_episodes_sample.txt", inp / "good.txt")
+    rows, q, m = _parse_rows(tmp_path, "bad", inp)
+    assert len(rows) == 5  # 4 WebShop episodes + the truncated chat file's first record
+    assert sorted((x["source_uri"], x["reason"], x["line"]) for x in q) == [
+        ("bad_header.txt", "bad_step_header", 5), ("binary.dat", "binary_file", 1), ("empty.txt", "empty_file", 1),
+        ("headerless.txt", "unrecognised_format", 1), ("not_utf8.txt", "not_utf8", 2),
+        ("truncated_chat.json", "invalid_json", 14), ("wrong_format.txt", "unrecognised_format", 1)]
+    assert m["counts"]["in"] == 12 and m["counts"]["out"] == 5 and m["counts"]["quarantined"] == 7

@@ -1,5 +1,6 @@
 """Stage validate through runner.run_stage: TV6 ("ours") and one case per rule, exact reasons."""
 import dataclasses
+import json
 
 import pytest
 
@@ -159,3 +160,10 @@ def test_unknown_policy_is_rejected(tmp_path):
     traj = one_step()
     with pytest.raises(ValueError, match="validate.leakage must be one of"):
         run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], leakage="fix")
+
+
+def test_invalid_action_in_source_is_never_a_target(tmp_path):
+    traj = one_step()
+    traj.metadata = json.dumps({"invalid_actions": [{"index": 1, "line": 7, "reason": "no <action> tag"}]})
+    _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
+    assert reasons(q) == ["invalid_action_in_source"] and "no <action> tag" in q[0]["detail"] and q[0]["line"] == 7

@@ -6,7 +6,9 @@ Turns: an optional instruction prompt answered ``OK`` (ETO's preamble) is skippe
 turn is the reset observation (the task from its ``Your task is to:`` line, else the WebShop
 ``Instruction:``, else the whole first turn, e.g. a question); assistant turns are
 ``Thought: ...\\nAction: ...`` (or ``<think>``/``<action>`` tags; otherwise the whole turn is the
-action); user turns are ``Observation: ...``.
+action); user turns are ``Observation: ...``. QA actions (env ``search``) are mapped to SkillRL
+Search's tags by :func:`pipeline.envs.search.normalise_action` (``search[x]`` -> ``<search>x</search>``,
+``finish[x]`` -> ``<answer>x</answer>``).
 
 Outcome: an explicit record field (``success``/``won``/``outcome``/``reward``) or a closing
 ``reward = <value>`` observation decides; without any label (ETO) the record is a demonstration,
@@ -129,6 +131,9 @@ def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first
             prev.observation = (prev.observation + "\n" + _obs(content)).strip() if prev.observation else _obs(content)
     if len(steps) < 2:
         raise RecordError("conversation has no assistant action")
+    if env == "search":  # one QA action syntax for every source: finish[x] -> <answer>x</answer>
+        for s in steps[1:]:
+            s.action = search_env.normalise_action(s.action)
     outcome, reward, source = _label(rec, steps[-1].observation, env, threshold)
     if outcome == "success" or source == "observation":
         steps[-1].done = True

@@ -4,6 +4,12 @@
 for bad input. An empty, binary, non-UTF-8 or unrecognised file becomes exactly one
 :class:`~pipeline.records.QuarantineRow`; a reader that fails part-way keeps what it already
 yielded and adds one quarantine row for the rest (DESIGN §2, §7: nothing is lost silently).
+
+Formats (``--format`` / ``parse.format`` names): ``skillrl_txt`` (ALFWorld/WebShop rollout dumps),
+``skillrl_search_txt``, ``react_alfworld_json``, ``react_webshop_log``, ``reflexion_txt``
+(ALFWorld/WebShop few-shot failures), ``reflexion_hotpotqa``, ``chat_json`` (messages /
+ShareGPT conversations, JSON or JSONL), ``skillrl_memory_json``, ``skillrl_bank_json`` (recognised,
+quarantined ``skill_bank_not_trajectories``) and ``byo_json`` (the reference's parse output).
 """
 from __future__ import annotations
 
@@ -131,7 +137,8 @@ def _check_text(path: str) -> QuarantineRow | None:
                 return bad("binary_file", "file contains NUL bytes (binary data, not text)", path,
                            line + block[:block.index(b"\x00")].count(b"\n"))
             try:
-                seen_text = seen_text or bool(decoder.decode(block).strip())
+                chunk = decoder.decode(block)  # always decode: every block must be checked
+                seen_text = seen_text or bool(chunk.strip())
             except UnicodeDecodeError as e:
                 return bad("not_utf8", f"invalid UTF-8 at byte {e.start} of a block: {e.reason}", path,
                            line + block[:e.start].count(b"\n"), block[max(0, e.start - 200):e.start].decode("utf-8", "replace"))

@@ -87,8 +87,8 @@ def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory:
         raise RecordError("memory has no content.task_meta.original_goal")
     entries = [e for e in f["refined"] if isinstance(e, dict)]
     if not entries:
-        raise NoSteps(f"{f['outcome']} memory has no refined steps (refined_trajectory is "
-                      f"{'null: SkillRL keeps refined steps for successes only' if f['outcome'] == 'failure' else 'empty'})")
+        why = "null: SkillRL keeps refined steps for successes only" if f["outcome"] == "failure" else "empty"
+        raise NoSteps(f"{f['outcome']} memory has no refined steps (refined_trajectory is {why})")
     reset = Step(index=0, action=None, observation="", line=line)
     steps = [reset]
     for e in entries:
@@ -140,10 +140,22 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
 
 def read_bank(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
               ) -> Iterator[Trajectory | QuarantineRow]:
-    """A skill bank is recognised and quarantined as a whole: one ``skill_bank_not_trajectories`` row."""
+    """A skill bank is recognised and quarantined as a whole: one ``skill_bank_not_trajectories``
+    row whose detail names its sections (``invalid_json`` if it does not decode)."""
     with open(path, encoding="utf-8") as f:
-        head = f.read(2000)
-    keys = [k for k in BANK_KEYS if f'"{k}"' in head]
+        text = f.read()
+    try:
+        bank = json.loads(text)
+    except json.JSONDecodeError as e:
+        yield bad("invalid_json", f"skill bank does not decode: {e.msg}", path, e.lineno, text[:2000])
+        return
+    parts = []
+    for key in BANK_KEYS:
+        value = bank.get(key) if isinstance(bank, dict) else None
+        if isinstance(value, list):
+            parts.append(f"{key}: {len(value)}")
+        elif isinstance(value, dict):
+            parts.append(f"{key}: {len(value)} categories")
     yield bad("skill_bank_not_trajectories",
-              f"SkillRL skill bank ({', '.join(keys) or 'general_skills'}), not trajectories: pass it as a "
-              "skill bank (SkillRL JSON, see pipeline.skillbank), not as parse input", path, 1, head)
+              f"SkillRL skill bank ({', '.join(parts)}), not trajectories: pass it as a skill bank "
+              "(SkillRL JSON, see pipeline.skillbank), not as parse input", path, 1, text[:2000])

@@ -6,16 +6,24 @@ Per request (DESIGN §4; spec D-M1, D-M2 fixes):
 2. one chat call, with transport retries by tenacity (exponential backoff + jitter, ``Retry-After``
    honoured) on 429, 408/409, 5xx, timeouts and connection errors, at most ``cfg.max_retries``;
 3. ``finish_reason == "length"`` ends the request as ``length`` (a truncated answer is never data);
-4. extraction (:mod:`.jsonparse`), jsonschema validation, then the request's ``check``; an error is
+4. extraction (:mod:`.jsonparse`), jsonschema validation against the request's schema (the file
+   form, on every dialect), then the request's ``check``; an error is
    fed back to the model in up to ``cfg.max_repairs`` repair calls;
 5. success is cached; anything else returns ``JSONResult(ok=False, error=<reason>, raw, detail)``.
 
 Error reasons: ``length``, ``not_json``, ``schema_invalid``, ``check_failed``, ``http_error``,
 ``timeout``, ``connection_error``.
 
+Endpoints (docs/llm_endpoints.md): any OpenAI-compatible URL through ``openai.AsyncOpenAI``; a
+classic Azure OpenAI URL through ``openai.AsyncAzureOpenAI`` (:func:`azure_settings`). The API key
+is read from the environment variable named by ``llm.api_key_env`` at each batch, never stored,
+and redacted (``***``) from every quarantined detail and raw text.
+
 Structured-output dialects (``cfg.structured_output``): ``json_schema`` (OpenAI, vLLM),
-``json_object`` = ``{"type": "json_object", "schema": S}`` (llama.cpp's Python server, which answers
-HTTP 500 to ``json_schema``; measured, DESIGN §8), ``none``. ``auto`` picks ``json_object`` for the
+``json_object`` = ``{"type": "json_object", "schema": grammar_schema(S)}`` (llama.cpp's Python
+server, which answers HTTP 500 to ``json_schema``; measured, DESIGN §8; the grammar form bounds
+every string, :mod:`.schemas`), ``none`` (no ``response_format``; the schema is
+appended to the first user message, :func:`schema_hint`). ``auto`` picks ``json_object`` for the
 embedded model and ``json_schema`` otherwise, and switches once, for the client's lifetime, to
 ``json_object`` when the endpoint rejects ``response_format``.
 """
@@ -39,6 +47,7 @@ from tqdm import tqdm
 from ..config import LLMConfig
 from .cache import ResponseCache, cache_key
 from .jsonparse import JSONExtractError, extract_json
+from .endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
 from .schemas import grammar_schema
 from .server import EMBEDDED_MODEL_ALIAS
 from .types import JSONRequest, JSONResult
@@ -92,29 +101,6 @@ def _retry_after_s(exc: BaseException) -> float | None:
 
 def _mentions_response_format(exc: openai.APIStatusError) -> bool:
     return "response_format" in f"{exc} {exc.body}"
-
-
-AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
-AZURE_API_VERSION_ENV = "OPENAI_API_VERSION"          # the openai SDK's own variable for Azure
-AZURE_DEPLOYMENT_ENV = "AZURE_OPENAI_DEPLOYMENT"      # optional; default: llm.model
-
-
-def azure_settings(base_url: str, model: str) -> dict[str, str] | None:
-    """Azure OpenAI settings for ``base_url``, or ``None`` when it is not a classic Azure endpoint.
-
-    ``LLMConfig`` has no ``api_version`` field, so (docs/llm_endpoints.md) the API version comes
-    from ``$OPENAI_API_VERSION`` and the deployment from ``$AZURE_OPENAI_DEPLOYMENT``, else
-    ``model``. An Azure URL whose path holds ``/openai/v1`` is the v1 API, which speaks the plain
-    OpenAI protocol: ``None``. Raises ``ValueError`` when an Azure endpoint has no API version.
-    """
-    from urllib.parse import urlparse
-    url = urlparse(base_url)
-    if not (url.hostname or "").endswith(AZURE_HOSTS) or "/openai/v1" in url.path:
-        return None
-    version = os.environ.get(AZURE_API_VERSION_ENV, "")
-    if not version:
-        raise ValueError(f"Azure OpenAI endpoint {base_url}: set ${AZURE_API_VERSION_ENV} (e.g. 2024-10-21)")
-    return {"api_version": version, "deployment": os.environ.get(AZURE_DEPLOYMENT_ENV, "") or model}
 
 
 class LLMClient:
@@ -361,7 +347,8 @@ class LLMClient:
                                  before_sleep=lambda _s: self._bump(retries=1))
         async for attempt in retrying:
             with attempt:
-                kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=self.cfg.temperature,
+                sent = schema_hint(messages, req.schema) if self.dialect == "none" else messages
+                kwargs: dict[str, Any] = dict(model=self.model, messages=sent, temperature=self.cfg.temperature,
                                               max_tokens=self.cfg.max_tokens, seed=self.cfg.seed)
                 fmt = self._response_format(req)
                 if fmt is not None:

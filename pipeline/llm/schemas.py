@@ -60,6 +60,16 @@ def load_schema(name: str) -> dict[str, Any]:
     return {k: v for k, v in copy.deepcopy(data).items() if k not in FILE_KEYS}
 
 
+def wrap(key: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """``{"type": "object", "properties": {key: schema}, "required": [key], "additionalProperties": false}``.
+
+    The list schemas (skills, mistakes, reasoning) are arrays in their files, the shape the GRPO
+    skill update (``sft/skill_evolution.py``) also reads; OpenAI's ``json_schema`` needs an object
+    at the top, so the stages send the array under one key.
+    """
+    return {"type": "object", "properties": {key: schema}, "required": [key], "additionalProperties": False}
+
+
 def schema_files(*names: str) -> list[str]:
     """Paths of the named schema files (a stage hashes them into its fingerprint with its templates)."""
     return [schema_path(n) for n in names]

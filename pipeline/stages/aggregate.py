@@ -29,7 +29,7 @@ from typing import Any
 from .. import skillbank
 from ..bank.store import BankStore
 from ..config import AggregateConfig
-from ..llm.schemas import load_schema
+from ..llm.schemas import load_schema, wrap
 from ..llm.types import JSONRequest
 from ..prompts import category_label
 from ..records import SKILL_SCHEMA, QuarantineRow
@@ -91,12 +91,11 @@ def _lines(items: list[tuple[str, int]]) -> str:
 
 def answer_schema(kind: str, n: int) -> dict[str, Any]:
     """JSON Schema of a call's answer, ``{"skills": [...]}`` or ``{"mistakes": [...]}`` with
-    1..``n`` items: ``schemas/skills.schema.json`` / ``mistakes.schema.json`` with ``maxItems``
-    narrowed to ``n`` (never above the file's bound)."""
-    schema = load_schema(SCHEMA_FILES[kind])
-    arr = schema["properties"]["mistakes" if kind == "mistake" else "skills"]
+    1..``n`` items: the array of ``schemas/skills.schema.json`` / ``mistakes.schema.json`` with
+    ``maxItems`` narrowed to ``n`` (never above the file's bound), wrapped under its key."""
+    arr = load_schema(SCHEMA_FILES[kind])
     arr["maxItems"] = max(1, min(n, arr.get("maxItems", n)))
-    return schema
+    return wrap("mistakes" if kind == "mistake" else "skills", arr)
 
 
 def check_answer(kind: str):

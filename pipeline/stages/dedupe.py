@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from ..formats.common import bad, trajectory_row
+from ..formats.parallel import ordered_map, worker_count
 from ..records import TRAJECTORY_SCHEMA, Step, Trajectory
 from ..runner import StageContext, StageOutput
 
@@ -55,7 +56,8 @@ def is_reasoning(step: Step | dict) -> bool:
     return action is not None and bool(_REASONING.match(action))
 
 
-BATCH = 1000  # trajectories per record batch read from the parse artifact
+WORKERS = 0            # worker processes (0 = one per CPU)
+MIN_ROWS_FOR_POOL = 5000  # smaller inputs are deduplicated in-process
 
 
 def _removable(step: dict) -> bool:
@@ -122,36 +124,50 @@ def dedupe_trajectory(t: Trajectory) -> tuple[Trajectory, list[list[int]]]:
     return (Trajectory.from_row(row) if spans else t), spans
 
 
-def _upstream_rows(folder: str) -> Iterator[list[dict[str, Any]]]:
+def _row_groups(folder: str) -> list[tuple[str, int]]:
+    """``(part path, row group index)`` of every row group of the upstream artifact, in order."""
     parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
+    out = []
     for name in parts:
-        for batch in pq.ParquetFile(os.path.join(folder, name)).iter_batches(batch_size=BATCH):
-            yield batch.to_pylist()
+        path = os.path.join(folder, name)
+        out += [(path, i) for i in range(pq.ParquetFile(path).num_row_groups)]
+    return out
+
+
+def dedupe_group(args: tuple[str, int, int]) -> tuple[list[dict], list, int, int, int]:
+    """Dedupe one Parquet row group (runs in a worker): ``(kept, quarantine, n_in, shortened, removed)``."""
+    path, index, min_actions = args
+    rows = pq.ParquetFile(path).read_row_group(index).to_pylist()
+    kept, qrows, shortened, removed = [], [], 0, 0
+    for row in rows:
+        new, spans = dedupe_row(row)
+        if spans:
+            shortened += 1
+            removed += sum(len(s) for s in spans)
+        n_actions = sum(1 for s in new["steps"][1:] if not is_reasoning(s))
+        if n_actions < min_actions:
+            qrows.append(bad("too_short", f"{n_actions} actions left after loop removal (min_actions={min_actions})",
+                             new["source_uri"], new["source_line"], json.dumps(new, ensure_ascii=False),
+                             item_id=new["trajectory_id"], stage=NAME, limit=None))
+        else:
+            kept.append(new)
+    return kept, qrows, len(rows), shortened, removed
 
 
 def run(ctx: StageContext) -> StageOutput:
     """Dedupe every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
-    min_actions = ctx.config.dedupe.min_actions
+    upstream = ctx.upstream("parse")
+    tasks = [(path, i, ctx.config.dedupe.min_actions) for path, i in _row_groups(upstream.path)]
+    n_rows = upstream.manifest.get("counts", {}).get("out", 0)
+    workers = worker_count(WORKERS) if n_rows >= MIN_ROWS_FOR_POOL else 1
     out = StageOutput(rows=[], quarantine=[], rows_in=0)
     counts = {"trajectories_shortened": 0, "steps_removed": 0}
 
     def stream():
-        for rows in _upstream_rows(ctx.upstream("parse").path):
-            out.rows_in += len(rows)
-            kept, qrows = [], []
-            for row in rows:
-                new, spans = dedupe_row(row)
-                if spans:
-                    counts["trajectories_shortened"] += 1
-                    counts["steps_removed"] += sum(len(s) for s in spans)
-                n_actions = sum(1 for s in new["steps"][1:] if not is_reasoning(s))
-                if n_actions < min_actions:
-                    qrows.append(bad("too_short", f"{n_actions} actions left after loop removal "
-                                     f"(min_actions={min_actions})", new["source_uri"], new["source_line"],
-                                     json.dumps(new, ensure_ascii=False), item_id=new["trajectory_id"],
-                                     stage=NAME, limit=None))
-                else:
-                    kept.append(new)
+        for kept, qrows, n_in, shortened, removed in ordered_map(dedupe_group, tasks, workers, chunk=1):
+            out.rows_in += n_in
+            counts["trajectories_shortened"] += shortened
+            counts["steps_removed"] += removed
             yield kept, qrows
         out.counters.update(counts)
 

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from .. import prompts
-from ..llm.schemas import load_schema
+from ..llm.schemas import load_schema, wrap
 from ..llm.types import JSONRequest, JSONResult
 from ..records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
@@ -49,8 +49,7 @@ def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
     exactly ``len(indices)`` items (``prefixItems``, ``items: false``), item ``j`` with
     ``step_index == indices[j]`` (``const``) and a think of 1..``max_chars`` characters (the
     file's ``x-grammar-forbid`` keeps ``<>{}`` out on grammar endpoints)."""
-    schema = load_schema(SCHEMA_FILE)
-    arr = schema["properties"]["thinks"]
+    arr = load_schema(SCHEMA_FILE)
     template = arr.pop("items")
     template["properties"]["think"]["maxLength"] = max_chars
     items = []
@@ -59,7 +58,7 @@ def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
         item["properties"]["step_index"] = {"type": "integer", "const": i}
         items.append(item)
     arr.update(prefixItems=items, items=False, minItems=len(indices), maxItems=len(indices))
-    return schema
+    return wrap("thinks", arr)
 
 
 def check_thinks(indices: list[int], max_chars: int):

@@ -14,8 +14,7 @@ Selection (spec §3.2, with D-P5 and D-P6 fixed), per (env, env_instance) and ou
   reference ran one env at a time: 70 success / 30 failure envs each), and a global cap on
   trajectories, all counted in the deterministic order below;
 * per-env overrides of ``max_per_instance`` / ``max_success_instances`` /
-  ``max_failure_instances``: ``parse.per_env`` (e.g. ``{"search": {"max_per_instance": 1}}``),
-  module default :data:`PER_ENV_CAPS` until the config carries that field.
+  ``max_failure_instances``: ``parse.per_env`` (e.g. ``{"search": {"max_per_instance": 1}}``).
 
 Everything not selected is quarantined with reason ``not_selected`` and the full trajectory row
 as JSON in ``raw``, so nothing disappears silently.
@@ -31,7 +30,6 @@ groups and both cores are used; the output is identical to a sequential run.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from typing import Any, Iterator
 from ..config import ParseConfig
 from ..formats.common import bad, rebase, trajectory_row
 from ..formats.discover import list_input_files, read_file
+from ..formats.parallel import ordered_map, worker_count
 from ..records import TRAJECTORY_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
 
@@ -49,14 +48,11 @@ INPUTS: tuple[str, ...] = ()
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
 
-#: Per-env overrides of the per-instance / instance caps, used while ``ParseConfig`` has no
-#: ``per_env`` field: ``{env: {"max_per_instance": n, "max_success_instances": n, ...}}``.
-PER_ENV_CAPS: dict[str, dict[str, int]] = {}
 #: Worker processes (0 = one per CPU); inputs with fewer than ``MIN_FILES_FOR_POOL`` files are
 #: read in-process (starting a pool costs more than it saves).
 WORKERS = 0
 MIN_FILES_FOR_POOL = 64
-BATCH_ROWS = 2000  # rows handed to the Parquet writer at a time
+BATCH_ROWS = 500  # rows handed to the Parquet writer at a time (one Parquet row group)
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
@@ -69,7 +65,7 @@ def _file_key(t: Trajectory) -> tuple:
 
 def caps(cfg: ParseConfig, env: str) -> dict[str, int]:
     """The caps for ``env``: the config values, overridden by ``per_env[env]``."""
-    per_env = getattr(cfg, "per_env", None) or PER_ENV_CAPS
+    per_env = cfg.per_env or {}
     base = {k: getattr(cfg, k) for k in ("max_per_instance", "max_success_instances", "max_failure_instances")}
     return {**base, **(per_env.get(env) or {})}
 
@@ -175,19 +171,14 @@ def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
                item_id=row["trajectory_id"], limit=None)
 
 
-def _groups(files: list[str]) -> list[list[str]]:
-    return [list(g) for _, g in groupby(files, key=os.path.dirname)]
+def _groups(files: list[str]) -> Iterator[list[str]]:
+    return (list(g) for _, g in groupby(files, key=os.path.dirname))
 
 
-def _results(tasks: list[tuple], n_files: int) -> Iterator[GroupResult]:
-    workers = WORKERS or os.cpu_count() or 1
-    if workers <= 1 or n_files < MIN_FILES_FOR_POOL:
-        yield from map(read_group, tasks)
-        return
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    chunk = max(1, min(32, len(tasks) // (workers * 8)))
-    with ctx.Pool(workers) as pool:
-        yield from pool.imap(read_group, tasks, chunksize=chunk)
+def _results(tasks: Iterator[tuple], n_files: int) -> Iterator[GroupResult]:
+    workers = worker_count(WORKERS) if n_files >= MIN_FILES_FOR_POOL else 1
+    chunk = max(1, min(16, n_files // (workers * 32)))
+    return ordered_map(read_group, tasks, workers, chunk=chunk)
 
 
 def run(ctx: StageContext) -> StageOutput:
@@ -195,7 +186,7 @@ def run(ctx: StageContext) -> StageOutput:
     cfg = ctx.config.parse
     files = list_input_files(ctx.input_path)
     root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-    tasks = [(root, g, cfg.format, ctx.env, cfg.success_threshold, cfg) for g in _groups(files)]
+    tasks = ((root, g, cfg.format, ctx.env, cfg.success_threshold, cfg) for g in _groups(files))  # lazy
     out = StageOutput(rows=[], quarantine=[], rows_in=0)
     read_by_format, kept_by_format, kept_by_cat = Counter(), Counter(), Counter()
     seen_instances: set[tuple[str, str]] = set()

@@ -20,6 +20,13 @@ quarantine ``reason`` (or the flag, when config.ValidateConfig sets the rule's p
 * ``leakage``             the answer appears in the prompt outside task/observations/real list
                                                                               [policy: leakage]
 * ``truncated_no_target`` too long even with all history dropped (tokens approximated as chars/4)
+* ``invalid_action_in_source`` the rollout dump marked this action invalid (``Valid Action: False``,
+                          reader metadata ``invalid_actions``): the projection's garbage never
+                          becomes an SFT target (D-P8)
+* ``trajectory_rejected`` WebShop (TV11 ours, D-W1): once a ``click[...]`` is not admissible, the
+                          trajectory is dropped whole (policy ``webshop_reject = "drop_whole"``,
+                          default) or from that pair on (``"truncate"``: earlier pairs are kept and
+                          flagged ``trajectory_truncated``); nothing is inserted or invented.
 
 Flags that never quarantine: ``no_admissible_list`` (source recorded none: membership unchecked),
 ``action_normalised`` (the action was replaced by the real admissible item it matches after
@@ -30,6 +37,7 @@ WebShop ``search[...]`` is format-checked only (its admissible entry is ``search
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections import Counter
 from typing import Any
@@ -153,6 +161,47 @@ def candidates(d: dict[str, Any], traj: Trajectory, seed: int, synthetic_ok: boo
 
 
 POLICIES = ("quarantine", "flag")
+#: WebShop trajectory policy after an inadmissible click (TV11 ours), ``config.validate.webshop_reject``.
+WEBSHOP_REJECT_POLICIES = ("drop_whole", "truncate")
+
+
+def invalid_source_actions(traj: Trajectory) -> dict[int, str]:
+    """``{step index: reason}`` of actions the source marked invalid (reader metadata, D-P8)."""
+    try:
+        meta = json.loads(traj.metadata or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return {int(e["index"]): str(e.get("reason") or "") for e in meta.get("invalid_actions") or []
+            if isinstance(e, dict) and isinstance(e.get("index"), int)}
+
+
+def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None, QuarantineRow | None]],
+                   policy: str) -> list[tuple[Candidate, dict | None, QuarantineRow | None]]:
+    """Apply the WebShop trajectory policy (TV11 ours) to one trajectory's checked pairs.
+
+    The first pair quarantined ``not_admissible`` whose action is a ``click[...]`` rejects the
+    trajectory: with ``drop_whole`` every other kept pair is quarantined ``trajectory_rejected``;
+    with ``truncate`` only the later ones are, and the earlier ones are flagged
+    ``trajectory_truncated``. Other envs, and trajectories without such a pair, pass unchanged.
+    """
+    if traj.env != "webshop":
+        return results
+    first = next((c.k for c, _, q in results if q is not None and q.reason == "not_admissible"
+                  and c.action.strip().lower().startswith("click[")), None)
+    if first is None:
+        return results
+    out = []
+    for cand, row, q in results:
+        if row is not None and (policy == "drop_whole" or cand.k > first):
+            q = QuarantineRow(NAME, "trajectory_rejected",
+                              f"pair {first} of this WebShop trajectory has an inadmissible click "
+                              f"(validate.webshop_reject={policy})", row["pair_id"], traj.source_uri,
+                              row["source_line"], row["output"])
+            row = None
+        elif row is not None:
+            row["flags"].append("trajectory_truncated")
+        out.append((cand, row, q))
+    return out
 
 
 def run(ctx: StageContext) -> StageOutput:
@@ -161,6 +210,9 @@ def run(ctx: StageContext) -> StageOutput:
     for rule in ("not_admissible", "empty_think", "leakage"):
         if getattr(cfg.validate, rule) not in POLICIES:
             raise ValueError(f"validate.{rule} must be one of {POLICIES}, got {getattr(cfg.validate, rule)!r}")
+    webshop_reject = cfg.validate.webshop_reject
+    if webshop_reject not in WEBSHOP_REJECT_POLICIES:
+        raise ValueError(f"validate.webshop_reject must be one of {WEBSHOP_REJECT_POLICIES}, got {webshop_reject!r}")
     trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()}
     bank = ctx.upstream("aggregate").read_rows()
     bank_ids = {r["skill_id"] for r in bank}
@@ -188,9 +240,11 @@ def run(ctx: StageContext) -> StageOutput:
             units += 1
             quarantine.append(QuarantineRow(NAME, "unexpected_think", f"think step_index {i}: {why}", tid,
                                             traj.source_uri, traj.source_line, ""))
+        results = []
         for cand in cands:
             units += 1
-            row, q = check_pair(cand, d, block, ctx)
+            results.append((cand, *check_pair(cand, d, block, ctx)))
+        for _, row, q in reject_webshop(traj, results, webshop_reject):
             if q:
                 quarantine.append(q)
             else:
@@ -217,7 +271,10 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
         return QuarantineRow(NAME, reason, detail, pid, traj.source_uri, line, target)
 
     shown = visible_admissible(cand.admissible)
+    invalid = {} if cand.synthetic else invalid_source_actions(traj)
     checks = [
+        (cand.k in invalid, "invalid_action_in_source",
+         f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
         (cand.think is None, "missing_think", "distill row has no think for this action", "quarantine"),
         (bool(_TAG_PARTS.search(think)), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
         (bool(_CJK.search(think)), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
