@@ -31,6 +31,9 @@ from sft.cli import app as sft_app  # noqa: E402  (typer sub-app: `skillpipe sft
 app.add_typer(sft_app, name="sft", help="SFT fit on exported pairs: build/run/submit accelerate jobs.")
 from sft.grpo_cli import grpo as _grpo_cmd, rollout as _rollout_cmd  # noqa: E402
 
+from .bank.cli import app as bank_app  # noqa: E402
+
+app.add_typer(bank_app, name="bank", help="Versioned skill banks: list, show, diff, restore, export.")
 app.command("grpo")(_grpo_cmd)
 app.command("rollout")(_rollout_cmd)
 console = Console(stderr=False)

@@ -124,7 +124,9 @@ def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
 def fingerprint(ctx: StageContext, name: str, model_id: str = "") -> tuple[str, dict[str, Any]]:
     """Stage fingerprint and the facts it was computed from (stored in the manifest)."""
     mod = stage_module(name)
-    prompts = {os.path.basename(p): file_sha256(p) for p in mod.prompt_files(ctx)}
+    # keyed by path relative to the project (two templates may share a file name)
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    prompts = {os.path.relpath(os.path.abspath(p), top): file_sha256(p) for p in mod.prompt_files(ctx)}
     facts = {
         "stage": name,
         "inputs": _input_fingerprint(ctx, mod),

@@ -49,7 +49,8 @@ def test_search_without_source_uses_question_rules():
 def test_gamefile_wins_and_unknown_env_is_other():
     gf = "json_2.1.1/train/pick_heat_then_place_in_recep-Apple-None-Fridge-1/trial_T1"
     assert envs.classify("alfworld", "put some apple in fridge.", gf) == "heat"
-    assert envs.classify("textworld", "make a meal") == "other"
+    assert envs.classify("minecraft", "make a meal") == "other"
+    assert envs.classify("textworld", "prepare a meal following the cookbook") == "cooking"
     assert envs.classify("webshop", "red running shoes") == "footwear"  # plural of a keyword
 
 

@@ -42,8 +42,8 @@ def test_template_edit_reruns_stage_and_downstream(tmp_path, template_copy):
         second = run_stage("memory", ctx, model_id="stub-model", log=lambda s: None)
         agg_after, _ = fingerprint(ctx, "aggregate", "stub-model")
     assert not second.skipped and second.fingerprint != first.fingerprint
-    assert second.manifest["prompts"]["memory.alfworld.txt"] != first.manifest["prompts"]["memory.alfworld.txt"]
-    assert second.manifest["prompts"]["memory.webshop.txt"] == first.manifest["prompts"]["memory.webshop.txt"]
+    assert by_name(second, "memory.alfworld.txt") != by_name(first, "memory.alfworld.txt")
+    assert by_name(second, "memory.webshop.txt") == by_name(first, "memory.webshop.txt")
     # the edit reached the model and the row records the new template hash
     assert "Prefer the fridge for cooling." in stub.requests[1]["messages"][0]["content"]
     assert "Prefer the fridge for cooling." not in stub.requests[0]["messages"][0]["content"]
@@ -52,10 +52,17 @@ def test_template_edit_reruns_stage_and_downstream(tmp_path, template_copy):
     assert len(stub.requests) == 2
 
 
+def by_name(result, name):
+    """The fingerprinted hash of the template file called ``name`` (keys are project paths)."""
+    (sha,) = [v for k, v in result.manifest["prompts"].items() if k.endswith("/" + name)]
+    return sha
+
+
 def test_schema_file_is_part_of_the_fingerprint(tmp_path):
     store = ArtifactStore(str(tmp_path), "r1")
     write_trajectories(store, [])
     _, facts = fingerprint(stage_ctx(store, PipelineConfig()), "memory")
-    assert sorted(facts["prompts"]) == ["memory.alfworld.txt", "memory.default.txt", "memory.schema.json",
-                                        "memory.search.txt", "memory.textworld.txt", "memory.txt",
-                                        "memory.webshop.txt"]
+    assert sorted(facts["prompts"]) == ["pipeline/templates/memory.alfworld.txt", "pipeline/templates/memory.default.txt",
+                                        "pipeline/templates/memory.search.txt", "pipeline/templates/memory.textworld.txt",
+                                        "pipeline/templates/memory.txt", "pipeline/templates/memory.webshop.txt",
+                                        "schemas/memory.schema.json"]

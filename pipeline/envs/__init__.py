@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from types import ModuleType
 
-from . import alfworld, search, webshop
+from . import alfworld, search, textworld, webshop
 
 OTHER = "other"
 
-REGISTRY: dict[str, ModuleType] = {m.ENV: m for m in (alfworld, webshop, search)}
+REGISTRY: dict[str, ModuleType] = {m.ENV: m for m in (alfworld, webshop, search, textworld)}
 
 
 def get(env: str) -> ModuleType:
@@ -48,7 +48,7 @@ def detect_env(text: str, hint: str | None = None) -> str:
         text: any raw text of the record (prompt, transcript, observations).
         hint: an explicit env (``"alfworld"``, ...); a known value wins; ``"auto"``/``None`` = detect.
 
-    Returns ``"alfworld"``, ``"webshop"``, ``"search"`` or ``"other"``.
+    Returns ``"alfworld"``, ``"webshop"``, ``"search"``, ``"textworld"`` or ``"other"``.
     """
     if hint and hint in REGISTRY:
         return hint
@@ -57,6 +57,8 @@ def detect_env(text: str, hint: str | None = None) -> str:
     if "click[" in low or "[buy now]" in low or "[back to search]" in low or (
             "webshop" in low and _WEBSHOP.search(text)):
         return "webshop"
+    if textworld.HEADER in text:  # our own rollouts of TextWorld Express (pipeline.rollout)
+        return "textworld"
     if "ALFRED" in text or "TextWorld" in text or "in/on" in text or "Your task is to:" in text:
         return "alfworld"
     if _ALFWORLD.search(text):

@@ -13,8 +13,10 @@ env object, ~0.8 s to start) generates a game from (game name, params, fold, see
 ``Your task is to: <task>`` line reads naturally). ``won`` is the engine's ``tasksuccess``;
 ``reward`` is the change of the normalised score (0..1) caused by the step.
 
-Categories are derived from the game name (:data:`CATEGORIES`); TextWorld Express is not in
-``pipeline.envs.REGISTRY`` (its prompt wording is ``pipeline.prompts``' generic one).
+Categories are derived from the game name (:data:`GAME_CATEGORIES`), or from the task text
+when the game is unknown (a parsed rollout). The module is registered in
+``pipeline.envs.REGISTRY`` as env ``textworld``; its prompt wording is ``pipeline.prompts``'
+generic one (:data:`HEADER`, :data:`TURN_INSTRUCTION` are the same text).
 """
 from __future__ import annotations
 
@@ -22,8 +24,17 @@ from dataclasses import dataclass, field
 
 ENV = "textworld"
 
+#: Prompt header and turn instruction (same text as pipeline.prompts' generic wording, which
+#: cannot be imported here without a cycle; a test keeps them equal).
+HEADER = "You are an expert agent operating in a text-based game environment."
+TURN_INSTRUCTION = (
+    "Now it's your turn to take an action.\nYou should first reason step-by-step about the "
+    "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
+    "Once you've finished your reasoning, you should choose an admissible action for current "
+    "step and present it within <action> </action> tags.")
+
 #: Game name -> category key (our own names; one category per game).
-CATEGORIES = {"twc": "put_away_objects", "cookingworld": "cooking", "coin": "find_coin",
+GAME_CATEGORIES = {"twc": "put_away_objects", "cookingworld": "cooking", "coin": "find_coin",
               "mapreader": "map_reading", "arithmetic": "arithmetic", "sorting": "sorting",
               "simonsays": "simon_says", "peckingorder": "pecking_order"}
 
@@ -32,22 +43,29 @@ DEFAULT_PARAMS = {
     "twc": "numLocations=1,numItemsToPutAway=1,includeDoors=0,limitInventorySize=0",
     "cookingworld": "numLocations=1,numIngredients=1,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
 }
+CATEGORIES = tuple(dict.fromkeys(GAME_CATEGORIES.values()))
 _TASK_PREFIX = "your task is to"
+#: Words of each game's task description (engine text), for parsed rollouts with no game name.
+_TASK_WORDS = (("cooking", ("meal", "cookbook", "recipe")), ("put_away_objects", ("usual locations", "put away")),
+               ("find_coin", ("coin",)), ("sorting", ("sort",)), ("arithmetic", ("math", "arithmetic")))
 
 
 def category(game: str) -> str:
     """Category key of a TextWorld Express game (``"twc"`` -> ``"put_away_objects"``); unknown -> ``"other"``."""
-    return CATEGORIES.get(game, "other")
+    return GAME_CATEGORIES.get(game, "other")
 
 
 def classify(task: str, hint: str | None = None) -> str:
-    """Category from the game name given as ``hint`` (the task text of a game does not name it)."""
-    return category(hint or "")
+    """Category from the game name given as ``hint``; without one, from the task's wording."""
+    if hint in GAME_CATEGORIES:
+        return category(hint)
+    low = task.lower()
+    return next((cat for cat, words in _TASK_WORDS if any(w in low for w in words)), "other")
 
 
 @dataclass(frozen=True)
 class EnvTask:
-    """One reproducible game: ``game`` in :data:`CATEGORIES`, ``params`` the engine's
+    """One reproducible game: ``game`` in :data:`GAME_CATEGORIES`, ``params`` the engine's
     ``gameParams`` string ('' = :data:`DEFAULT_PARAMS`), ``fold`` train | dev | test, ``seed`` >= 0."""
     game: str
     seed: int
@@ -119,8 +137,8 @@ class TextWorldExpressEnv:
 
     def reset(self, task: EnvTask) -> Reset:
         """Start ``task``; returns the first observation, the task text and admissible actions."""
-        if task.game not in CATEGORIES:
-            raise ValueError(f"unknown TextWorld Express game {task.game!r}; known: {sorted(CATEGORIES)}")
+        if task.game not in GAME_CATEGORIES:
+            raise ValueError(f"unknown TextWorld Express game {task.game!r}; known: {sorted(GAME_CATEGORIES)}")
         obs, infos = self._engine.reset(seed=task.seed, gameFold=task.fold, gameName=task.game,
                                         gameParams=task.game_params(), generateGoldPath=True)
         self._task, self._score = task, float(infos.get("score", 0.0))
