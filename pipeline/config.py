@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _f(default: Any, help: str):
+def config_field(default: Any, help: str):
+    """A dataclass field with a default and a ``help`` text (lists/dicts get a fresh copy each)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+_f = config_field
 
 
 @dataclass

@@ -14,11 +14,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.config import config_field
+
 import yaml
 
 
-def _f(default: Any, help: str):
-    return field(default=default, metadata={"help": help})
+_f = config_field
 
 
 @dataclass

@@ -15,11 +15,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.config import config_field
 
-def _f(default: Any, help: str):
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+
+_f = config_field
 
 
 @dataclass
