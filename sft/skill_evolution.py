@@ -97,7 +97,14 @@ class SkillBank:
         if not path:
             return cls([], env)
         with open(path, encoding="utf-8") as f:
-            return cls.from_json(json.load(f), env, source_env)
+            data = json.load(f)
+        bank = cls.from_json(data, env, source_env)
+        if not bank.history:  # first use of an offline bank: record where it came from (lineage)
+            meta = data.get("metadata") or {}
+            bank.history.append({"event": "import", "file": os.path.abspath(path), "source_env": meta.get("env", ""),
+                                 "source_bank_version": meta.get("bank_version", ""),
+                                 "run_bank_version": meta.get("run_bank_version", ""), "version": bank.version})
+        return bank
 
 
 @dataclass

@@ -123,7 +123,9 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
     for env in env_names:
         env_rows = [r for r in bank_rows if (r.get("env") or "") in ("", env)]
         cats = envs.get(env).CATEGORIES if env in envs.REGISTRY else None
-        bank = to_skillrl_json(env_rows, categories=cats, metadata={"env": env} if env else None)
+        # the run's whole bank version (what SFT pairs record) links this per-env file to them
+        meta = {"env": env, "run_bank_version": next((r["bank_version"] for r in bank_rows), "")}
+        bank = to_skillrl_json(env_rows, categories=cats, metadata=meta if env else None)
         files[f"skill_bank_{env or 'all'}.json"] = json.dumps(bank, ensure_ascii=False, indent=2)
     main = max(env_names, key=lambda e: (pair_counts.get(e, 0), -env_names.index(e)))
     files["skill_bank.json"] = files[f"skill_bank_{main or 'all'}.json"]
