@@ -41,6 +41,8 @@ def _args(params: dict, llm: dict) -> dict:
         "config": Param("", type="string", description="YAML config path (empty: defaults)"),
         "llm_base_url": Param("", type="string", description="OpenAI-compatible endpoint (empty: embedded)"),
         "llm_model": Param("", type="string", description="model name at that endpoint"),
+        "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),
+        "grpo_max_steps": Param(2, type="integer", minimum=1, description="GRPO steps (CPU demo budget)"),
     },
 )
 def skillpipe():
@@ -75,16 +77,18 @@ def skillpipe():
 
     @task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
     def sft_fit(export: dict, params=None) -> dict:
+        from sft.config import SFTFitConfig
         from sft.run_step import fit_for_run
         a = _args(params, {"base_url": "", "model": ""})
-        m = fit_for_run(a["root"], a["run_id"])
+        m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
         return {"uri": m["uri"], "rows": m["global_step"], "fingerprint": m["export"]["fingerprint"]}
 
     @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/grpo_step.py.")
     def grpo(sft: dict, params=None) -> dict:
+        from sft.grpo_config import smoke
         from sft.grpo_step import grpo_for_run
         a = _args(params, {"base_url": "", "model": ""})
-        m = grpo_for_run(a["root"], a["run_id"])
+        m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
         return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}
 
     llm = start_llm()

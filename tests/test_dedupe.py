@@ -73,3 +73,44 @@ def test_invalid_action_annotations_follow_their_steps():
     meta = json.loads(new.metadata)
     assert meta["invalid_actions"] == [{"index": 3, "line": 20, "reason": "r4"}]
     assert meta["dedupe"]["removed_invalid_actions"] == [{"index": 2, "line": 9, "reason": "r2"}]
+
+
+def _table_case():
+    """Rows that exercise every branch of the columnar path: loops, reasoning, a winning repeat,
+    reader annotations, earlier removals, a row that ends too short and one left untouched."""
+    from pipeline.formats.common import trajectories_table
+    rows = [
+        traj([None, "look", "look", "think: hmm", "go to desk 1", "bad", "bad"], ["s", "r", "r", "OK.", "d", "x", "x"]),
+        traj([None, "Look ", "look", "take mug 1"], ["s", "Room  A", "room a", "got it"], rewards={3: 10.0}, done={3}),
+        traj([None, "open fridge 1", "open fridge 1"], ["s", "open", "open"]),
+        traj([None, "go to desk 1", "examine desk 1"], ["s", "desk", "on desk"]),
+        traj([None, "click[next >]", "click[next >]"], ["s", "page 2", "page 3"]),
+    ]
+    rows[0].metadata = json.dumps({"invalid_actions": [{"index": 6, "line": 30, "reason": "r"},
+                                                       {"index": 5, "line": 20, "reason": "r"}]})
+    rows[3].removed_step_indices = [7]
+    for i, t in enumerate(rows):
+        t.trajectory_id = f"traj-{i}"
+    return trajectories_table(rows)
+
+
+@pytest.mark.parametrize("min_actions", [1, 2, 3])
+def test_columnar_dedupe_equals_row_path(min_actions):
+    """dedupe_table (used by the stage) must give exactly the rows, quarantine and counts of the
+    row-dict reference path, including the too_short quarantine JSON."""
+    from pipeline.stages.dedupe import dedupe_rows, dedupe_table
+    table = _table_case()
+    kept, qrows, shortened, removed = dedupe_table(table, min_actions)
+    ref_kept, ref_q, n_in, ref_short, ref_removed = dedupe_rows(table.to_pylist(), min_actions)
+    assert kept.to_pylist() == ref_kept
+    assert [q.__dict__ for q in qrows] == [q.__dict__ for q in ref_q]
+    assert (shortened, removed, n_in) == (ref_short, ref_removed, 5)
+    assert kept.schema.equals(table.schema, check_metadata=True)
+    # and the values themselves (row 0: "look" repeat and the "bad" repeat removed, steps 2 and 6)
+    first = kept.to_pylist()[0]
+    assert first["removed_step_indices"] == [2, 6]
+    assert [s["index"] for s in first["steps"]] == [0, 1, 2, 3, 4]
+    assert json.loads(first["metadata"])["invalid_actions"] == [{"index": 4, "line": 20, "reason": "r"}]
+    # actions left: 3, 2 ("Look " == "look" on a same-after-normalising room), 1, 2, 2 (next page differs)
+    assert [q.item_id for q in qrows] == {1: [], 2: ["traj-2"], 3: ["traj-1", "traj-2", "traj-3", "traj-4"]}[min_actions]
+    assert (shortened, removed) == (3, 4)

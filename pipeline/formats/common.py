@@ -7,9 +7,11 @@ import json
 import re
 from typing import Any, Iterator
 
+import pyarrow as pa
+
 from .. import envs
 from ..lineage import trajectory_id
-from ..records import QuarantineRow, Step, Trajectory
+from ..records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, QuarantineRow, Step, Trajectory
 
 STAGE = "parse"
 RAW_LIMIT = 4000  # chars of raw input kept on a quarantine row (enough to see what went wrong)
@@ -64,6 +66,44 @@ def trajectory_row(t: Trajectory) -> dict[str, Any]:
             "source_uri": t.source_uri, "source_format": t.source_format, "record_index": t.record_index,
             "source_line": t.source_line, "removed_step_indices": list(t.removed_step_indices),
             "metadata": t.metadata}
+
+
+_STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
+_INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type
+
+
+def trajectories_table(trajs: list[Trajectory]) -> pa.Table:
+    """``trajs`` as a table of exactly ``records.TRAJECTORY_SCHEMA``, built column by column.
+
+    Same content as ``to_table([trajectory_row(t) for t in trajs], TRAJECTORY_SCHEMA)``, but the
+    steps are gathered into flat per-field columns and assembled with list offsets, which skips
+    the per-step dicts and the nested row conversion (about 4x faster; the parse workers use it
+    so the main process only writes Parquet). Raises like ``pa.array`` on a value of the wrong type.
+    """
+    offsets, cols = [0], ([], [], [], [], [], [], [], [])
+    index, action, observation, admissible, reward, done, thought, line = cols
+    for t in trajs:
+        for s in t.steps:
+            index.append(s.index)
+            action.append(s.action)
+            observation.append(s.observation)
+            admissible.append(s.admissible_actions)
+            reward.append(s.reward)
+            done.append(s.done)
+            thought.append(s.thought)
+            line.append(s.line)
+        offsets.append(len(index))
+    children = [pa.array(values, f.type) for values, f in zip(cols, STEP_TYPE)]
+    steps = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                     pa.StructArray.from_arrays(children, fields=list(STEP_TYPE)), type=_STEPS_TYPE)
+
+    def col(name: str) -> pa.Array:
+        return pa.array([getattr(t, name) for t in trajs], TRAJECTORY_SCHEMA.field(name).type)
+
+    arrays = {name: col(name) for name in TRAJECTORY_SCHEMA.names if name not in ("steps", "removed_step_indices")}
+    arrays["steps"] = steps
+    arrays["removed_step_indices"] = pa.array([list(t.removed_step_indices) for t in trajs], _INT_LIST)
+    return pa.Table.from_arrays([arrays[n] for n in TRAJECTORY_SCHEMA.names], schema=TRAJECTORY_SCHEMA)
 
 
 def _content(env: str, task: str, outcome: str, reward: float, steps: list[Step]) -> list:

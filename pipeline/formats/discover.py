@@ -45,6 +45,8 @@ HEAD_BYTES = 64 * 1024
 WHOLE_READ_BYTES = 16 << 20
 #: Readers that accept the already-decoded ``text=`` (saves re-reading small files).
 TEXT_READERS = frozenset({"skillrl_txt", "skillrl_search_txt"})
+#: Readers that accept ``source_uri=`` (the URI to record instead of ``path``).
+URI_READERS = frozenset({"skillrl_txt"})
 _SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
 
 
@@ -60,15 +62,32 @@ def list_input_files(path: str) -> list[str]:
         return [path]
     if not os.path.isdir(path):
         raise FileNotFoundError(f"input path does not exist: {path}")
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            full = os.path.join(root, name)
-            if name.startswith(".") or _SKIP_NAMES.match(name) or not os.path.isfile(full):
-                continue
-            found.append(full)
+    found: list[str] = []
+    _scan(path, found)
     return sorted(found)
+
+
+def _scan(folder: str, found: list[str]) -> None:
+    """Add the input files below ``folder`` to ``found``, like ``os.walk`` (symlinked folders are
+    not entered, unreadable folders are skipped) but classifying entries from ``scandir`` instead
+    of one ``stat`` per file (12,000 files in the benchmark tree)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError:
+        return
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        try:
+            is_dir = e.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if not e.is_symlink():
+                _scan(e.path, found)
+        elif not _SKIP_NAMES.match(e.name) and e.is_file():  # is_file follows links, like isfile
+            found.append(e.path)
 
 
 def detect_format(path: str, head: bytes) -> str | None:
@@ -120,7 +139,7 @@ def _check_bytes(path: str, data: bytes) -> tuple[QuarantineRow | None, str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return _check_text(path), ""  # the streaming check words the reason and finds the line
-    if not text.strip():
+    if not text or text.isspace():  # == not text.strip(), without copying the text
         return bad("empty_file", "file is empty or whitespace only", path, 1), ""
     if "\r" in text:  # the same universal-newline translation as open(..., encoding="utf-8")
         text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -152,8 +171,8 @@ def _check_text(path: str) -> QuarantineRow | None:
     return None
 
 
-def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success_threshold: float = 1.0
-              ) -> Iterator[Trajectory | QuarantineRow]:
+def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success_threshold: float = 1.0,
+              source_uri: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the trajectories of one input file, and quarantine rows for what could not be read.
 
     Args:
@@ -161,6 +180,8 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         fmt: a key of :data:`READERS`, or ``"auto"`` to sniff the content.
         env_hint: ``alfworld``/``webshop``/``search`` when the caller knows it; ``None``/``"auto"`` = detect.
         success_threshold: graded rewards (WebShop score, QA reward) >= this are successes.
+        source_uri: URI to record instead of ``path``, for readers in :data:`URI_READERS` (others
+            record ``path``; the caller rebases those: ``common.rebase``).
 
     Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
     """
@@ -190,6 +211,8 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
             yield bad("unrecognised_format", "content matches no known input format", path, 1)
             return
     kwargs = {"text": text} if (text is not None and fmt in TEXT_READERS) else {}
+    if source_uri is not None and fmt in URI_READERS:
+        kwargs["source_uri"] = source_uri
     n = 0
     try:
         for item in READERS[fmt](path, hint, success_threshold=success_threshold, **kwargs):

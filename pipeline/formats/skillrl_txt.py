@@ -19,12 +19,13 @@ Each step block is a header ``Step <id> | Action: <a> | Reward: <r> | Done: <Tru
   validation quarantines it (``invalid_action_in_source``) instead of training on the projection's
   garbage action; the step itself stays, since the environment did execute it.
 
-Speed (the benchmark parses 12,000 files): headers are found with one multi-line regex over the
-file, identical admissible blocks of one file are parsed once, and the case-insensitive phrase
+Speed (the benchmark parses 12,000 files): headers are found with a ``str.find`` scan, identical
+admissible blocks are parsed once per process (a bounded LRU), and the case-insensitive phrase
 searches use ``str.find`` on ASCII text (identical results; the regexes remain for other text).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Iterator
@@ -86,6 +87,13 @@ def parse_admissible(body: str, env: str) -> list[str]:
     return [i for i in items if i]
 
 
+@functools.lru_cache(maxsize=4096)
+def _admissible_cached(body: str, env: str) -> tuple[str, ...]:
+    """:func:`parse_admissible`, memoised per process: a rollout tree repeats the same lists in
+    many files (750 distinct bodies in 31,534 steps of the benchmark tree). Bounded (LRU)."""
+    return tuple(parse_admissible(body, env))
+
+
 def _after_obs_prefix(text: str) -> str:
     """Text after the first "...your current observation is:" (case-insensitive), else ``text``.
 
@@ -98,28 +106,25 @@ def _after_obs_prefix(text: str) -> str:
     return text[p.end():] if p else text
 
 
-def clean_observation(payload: str, env: str, cache: dict | None = None) -> tuple[str, list[str]]:
+def clean_observation(payload: str, env: str) -> tuple[str, list[str]]:
     """Split an ``Obs:`` payload (a whole prompt) into (raw observation, admissible actions).
 
     Order (spec §3.1 steps 6-9, with D-P7): drop ``Obs:``; take the admissible block and cut the
     text there; keep what follows "...your current observation is:"; cut a remaining turn
     instruction; remove the TextWorld welcome banner and ``Your task is to:`` lines; trim.
-    ``cache`` (body -> items) lets one file reuse identical admissible blocks; a copy is returned.
+    Admissible lists are memoised per process (``_admissible_cached``); each call gets its own list.
     """
     text = payload.strip()
     if text.startswith("Obs:"):
         text = text[4:].strip()
     admissible: list[str] = []
-    m = _ADMISSIBLE.search(text, max(0, text.find(_ADM_LEAD))) if _ADM_LEAD in text else None
+    lead = text.find(_ADM_LEAD)
+    m = _ADMISSIBLE.search(text, lead) if lead >= 0 else None
     if m:
-        body = m.group(1)
-        if cache is None:
-            admissible = parse_admissible(body, env)
-        else:
-            if body not in cache:
-                cache[body] = parse_admissible(body, env)
-            admissible = list(cache[body])
+        admissible = list(_admissible_cached(m.group(1), env))
         text = text[:m.start()]
+    if text.isascii():  # the usual case: one lower-cased copy serves every phrase test
+        return _clean_ascii(text), admissible
     text = _after_obs_prefix(text)
     if not text.isascii() or _TURN_PHRASE in text.lower():
         text = _TURN.sub("", text)
@@ -128,6 +133,24 @@ def clean_observation(payload: str, env: str, cache: dict | None = None) -> tupl
     if not text.isascii() or "your task is to:" in text.lower():
         text = _TASK_LINE.sub("", text)
     return text.strip(), admissible
+
+
+def _clean_ascii(text: str) -> str:
+    """The tail of :func:`clean_observation` for ASCII ``text`` (same result, fewer copies: on
+    ASCII, ``lower()`` keeps offsets, so phrase positions found in the copy apply to ``text``)."""
+    low = text.lower()
+    i = low.find(_OBS_PHRASE)
+    if i >= 0:
+        text, low = text[i + len(_OBS_PHRASE):], low[i + len(_OBS_PHRASE):]
+    if _TURN_PHRASE in low:
+        text = _TURN.sub("", text)
+        low = text.lower()
+    if "Welcome" in text:
+        text = _WELCOME.sub("", text)
+        low = text.lower()
+    if "your task is to:" in low:
+        text = _TASK_LINE.sub("", text)
+    return text.strip()
 
 
 def _instance(path: str, banner_env: str | None) -> str:
@@ -176,9 +199,12 @@ def split_block(body: str) -> tuple[str, dict[str, str]]:
     return (body[o.start():] if o else ""), {k: v.strip() for k, v in keys.items()}
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None,
+         source_uri: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the one trajectory of a rollout file, or one quarantine row saying why not.
+
+    ``source_uri`` (default ``path``) is recorded on the trajectory and hashed into its id, so
+    the parse stage can pass the path relative to the input root and hash each file once.
 
     Quarantine reasons: ``bad_step_header`` (a ``Step`` line that does not parse, D-P1),
     ``bad_step_sequence`` (ids not -1, 0, 1, ...: a step is missing), ``no_steps``.
@@ -209,10 +235,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             return
         end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
         blocks.append((m, line, text[stop + 1:end]))
-    steps, invalid, cache = [], [], {}
+    steps, invalid = [], []
     for m, line, body in blocks:
         payload, keys = split_block(body)
-        obs, adm = clean_observation(payload, env, cache)
+        obs, adm = clean_observation(payload, env)
         action = None if m[1] == "-1" else m[2].strip()  # D-P4
         think = _THINK.search(keys.get("Raw Model Output", ""))
         steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
@@ -234,4 +260,4 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     yield build_trajectory(
         env=env, env_instance=_instance(path, banner[2] if banner else None), task=task,
         outcome="success" if won else "failure", reward=last.reward, steps=steps,
-        source_uri=path, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)
+        source_uri=source_uri or path, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)

@@ -26,11 +26,13 @@ import os
 import re
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..formats.common import bad, trajectory_row
 from ..formats.parallel import ordered_map, worker_count
-from ..records import TRAJECTORY_SCHEMA, Step, Trajectory
+from ..records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
 from ..runner import StageContext, StageOutput
 
 NAME = "dedupe"
@@ -38,6 +40,8 @@ INPUTS = ("parse",)
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
 
+_STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
+_INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type
 _REASONING = re.compile(r"^\s*think\s*(?::|\[)", re.I)
 _WS = re.compile(r"\s+")
 
@@ -72,17 +76,51 @@ def loop_steps(steps: list[dict]) -> list[list[int]]:
     (normalised action, normalised observation) and none of the last L is terminal or rewarded,
     the last L are removed and checking stops for this step. O(n^2) compares; fine for n <= 100s.
     """
+    return _loop_positions([s["action"] for s in steps], [_removable(s) for s in steps],
+                           lambda p: steps[p]["observation"])
+
+
+def _loop_positions(actions: list[str | None], removable: list[bool], observation,
+                    norm_cache: dict[str, str] | None = None) -> list[list[int]]:
+    """:func:`loop_steps` on columns: ``actions[p]``, ``removable[p]`` and ``observation(p)``.
+
+    Observations are fetched and normalised only when the actions of two compared steps are
+    equal (they are long; most comparisons fail on the action), which gives the same answer as
+    comparing (action, observation) pairs. ``norm_cache`` (raw -> normalised action) may be
+    shared across rows: actions repeat a lot.
+    """
+    cache = {} if norm_cache is None else norm_cache
+    akey: list[str | None] = []
+    for a in actions:  # None = not an action step (reset or reasoning)
+        if a is None:
+            akey.append(None)
+            continue
+        k = cache.get(a)
+        if k is None:
+            k = cache[a] = "" if _REASONING.match(a) else "=" + _norm(a)  # "" marks reasoning
+        akey.append(k or None)
     kept: list[int] = []
     removed: list[list[int]] = []
-    key = [(_norm(s["action"]), _norm(s["observation"])) for s in steps]
-    for pos, s in enumerate(steps):
-        if s["action"] is None or is_reasoning(s):
+    obs: dict[int, str] = {}
+
+    def same_obs(a: int, b: int) -> bool:
+        for p in (a, b):
+            if p not in obs:
+                obs[p] = _norm(observation(p))
+        return obs[a] == obs[b]
+
+    for pos, k in enumerate(akey):
+        if k is None:
             continue
         kept.append(pos)
         n = len(kept)
         for L in range(1, n // 2 + 1):
-            last, prev = kept[n - L:], kept[n - 2 * L:n - L]
-            if all(key[a] == key[b] for a, b in zip(last, prev)) and all(_removable(steps[p]) for p in last):
+            if akey[kept[n - 1 - L]] != k:  # cheap test of the last pair first
+                continue
+            last = kept[n - L:]
+            if all(akey[x] == akey[y] for x, y in zip(last, kept[n - 2 * L:n - L])) \
+                    and all(same_obs(x, y) for x, y in zip(last, kept[n - 2 * L:n - L])) \
+                    and all(removable[p] for p in last):
                 removed.append(last)
                 del kept[n - L:]
                 break
@@ -104,7 +142,15 @@ def dedupe_row(row: dict[str, Any]) -> tuple[dict[str, Any], list[list[int]]]:
             new_pos[p] = len(kept_steps)
             kept_steps.append({**s, "index": len(kept_steps)})
     orig = [[steps[p]["index"] for p in span] for span in spans]
-    meta = json.loads(row["metadata"] or "{}")
+    metadata, removed = _changed_fields(row["metadata"], row["removed_step_indices"], orig, new_pos)
+    return {**row, "steps": kept_steps, "removed_step_indices": removed, "metadata": metadata}, orig
+
+
+def _changed_fields(metadata: str | None, removed_before: list[int] | None, orig: list[list[int]],
+                    new_pos: dict[int, int]) -> tuple[str, list[int]]:
+    """``(metadata JSON, removed_step_indices)`` of a shortened row: the spans recorded under
+    ``dedupe.removed_spans`` and reader annotations renumbered (``new_pos``: old -> new position)."""
+    meta = json.loads(metadata or "{}")
     meta["dedupe"] = {"removed_spans": [[span[0], span[-1]] for span in orig]}
     if meta.get("invalid_actions"):  # reader annotations follow their steps (D-P8)
         moved, lost = [], []
@@ -113,9 +159,8 @@ def dedupe_row(row: dict[str, Any]) -> tuple[dict[str, Any], list[list[int]]]:
         meta["invalid_actions"] = [{**e, "index": new_pos[e["index"]]} for e in moved]
         if lost:
             meta["dedupe"]["removed_invalid_actions"] = lost
-    removed = sorted(set(row["removed_step_indices"] or []) | {i for span in orig for i in span})
-    return {**row, "steps": kept_steps, "removed_step_indices": removed,
-            "metadata": json.dumps(meta, ensure_ascii=False, sort_keys=True)}, orig
+    removed = sorted(set(removed_before or []) | {i for span in orig for i in span})
+    return json.dumps(meta, ensure_ascii=False, sort_keys=True), removed
 
 
 def dedupe_trajectory(t: Trajectory) -> tuple[Trajectory, list[list[int]]]:
@@ -134,10 +179,19 @@ def _row_groups(folder: str) -> list[tuple[str, int]]:
     return out
 
 
-def dedupe_group(args: tuple[str, int, int]) -> tuple[list[dict], list, int, int, int]:
-    """Dedupe one Parquet row group (runs in a worker): ``(kept, quarantine, n_in, shortened, removed)``."""
+def dedupe_group(args: tuple[str, int, int]) -> tuple[pa.Table | list, list, int, int, int]:
+    """Dedupe one Parquet row group (runs in a worker or in-process):
+    ``(kept table, quarantine, n_in, shortened, removed)``; see :func:`dedupe_table`."""
     path, index, min_actions = args
-    rows = pq.ParquetFile(path).read_row_group(index).to_pylist()
+    table = pq.ParquetFile(path).read_row_group(index)
+    if not table.schema.equals(TRAJECTORY_SCHEMA):  # e.g. an artifact of an older schema: row path
+        return dedupe_rows(table.to_pylist(), min_actions)
+    kept, qrows, shortened, removed = dedupe_table(table, min_actions)
+    return kept, qrows, table.num_rows, shortened, removed
+
+
+def dedupe_rows(rows: list[dict], min_actions: int) -> tuple[pa.Table | list, list, int, int, int]:
+    """The row-dict form of :func:`dedupe_table` (reference implementation; same results)."""
     kept, qrows, shortened, removed = [], [], 0, 0
     for row in rows:
         new, spans = dedupe_row(row)
@@ -146,12 +200,85 @@ def dedupe_group(args: tuple[str, int, int]) -> tuple[list[dict], list, int, int
             removed += sum(len(s) for s in spans)
         n_actions = sum(1 for s in new["steps"][1:] if not is_reasoning(s))
         if n_actions < min_actions:
-            qrows.append(bad("too_short", f"{n_actions} actions left after loop removal (min_actions={min_actions})",
-                             new["source_uri"], new["source_line"], json.dumps(new, ensure_ascii=False),
-                             item_id=new["trajectory_id"], stage=NAME, limit=None))
+            qrows.append(_too_short(new, n_actions, min_actions))
         else:
             kept.append(new)
     return kept, qrows, len(rows), shortened, removed
+
+
+def _too_short(row: dict, n_actions: int, min_actions: int):
+    return bad("too_short", f"{n_actions} actions left after loop removal (min_actions={min_actions})",
+               row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
+               item_id=row["trajectory_id"], stage=NAME, limit=None)
+
+
+def dedupe_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, list, int, int]:
+    """Dedupe a ``TRAJECTORY_SCHEMA`` table without turning rows into Python objects:
+    ``(kept table, too_short quarantine rows, trajectories shortened, steps removed)``.
+
+    Only the step actions, ``done`` and ``reward`` (and, when two actions match, the two
+    observations) are read as Python values; the output steps are the input steps gathered with
+    ``take`` and renumbered. Rows come out identical to :func:`dedupe_row` (the test suite
+    checks this against the row path); only quarantined rows are converted to dicts.
+    """
+    steps = table.column("steps").combine_chunks()
+    lengths = pc.list_value_length(steps).fill_null(0).to_pylist()
+    flat = steps.flatten()
+    if steps.null_count or flat.null_count:  # a null step list / step: keep the row path's behaviour
+        kept, qrows, _, shortened, removed = dedupe_rows(table.to_pylist(), min_actions)
+        return (to_table(kept, TRAJECTORY_SCHEMA), qrows, shortened, removed)
+    fields = dict(zip((f.name for f in STEP_TYPE), flat.flatten()))
+    actions = fields["action"].to_pylist()
+    removable = [not d and r <= 0 for d, r in zip(fields["done"].to_pylist(), fields["reward"].to_pylist())]
+    observation = fields["observation"]
+    index = fields["index"].to_pylist()
+    metadata = table.column("metadata").to_pylist()
+    removed_before = table.column("removed_step_indices").to_pylist()
+    take_rows, take_steps, new_index, offsets = [], [], [], [0]
+    new_meta, new_removed, qrows = [], [], []
+    shortened = n_removed = start = 0
+    norm_cache: dict[str, str] = {}
+    for r, n in enumerate(lengths):
+        spans = _loop_positions(actions[start:start + n], removable[start:start + n],
+                                lambda p, base=start: observation[base + p].as_py(), norm_cache)
+        if spans:
+            shortened += 1
+            n_removed += sum(len(sp) for sp in spans)
+            gone = {p for sp in spans for p in sp}
+            keep = [p for p in range(n) if p not in gone]
+        else:
+            keep = range(n)
+        # actions counted like dedupe_rows: every kept step after the first that is not reasoning
+        n_actions = sum(1 for p in keep[1:] if actions[start + p] is None or not _REASONING.match(actions[start + p]))
+        if n_actions < min_actions:
+            new, _ = dedupe_row(table.slice(r, 1).to_pylist()[0])
+            qrows.append(_too_short(new, n_actions, min_actions))
+        else:
+            take_rows.append(r)
+            take_steps += [start + p for p in keep]
+            offsets.append(offsets[-1] + len(keep))
+            if spans:
+                new_index += range(len(keep))
+                orig = [[index[start + p] for p in sp] for sp in spans]
+                meta, rem = _changed_fields(metadata[r], removed_before[r], orig, {p: i for i, p in enumerate(keep)})
+            else:
+                new_index += index[start:start + n]
+                meta, rem = metadata[r], removed_before[r]
+            new_meta.append(meta)
+            new_removed.append(rem)
+        start += n
+    take = pa.array(take_steps, pa.int64())
+    step_cols = [pa.array(new_index, pa.int32()) if name == "index" else col.take(take) for name, col in fields.items()]
+    new_steps = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                         pa.StructArray.from_arrays(step_cols, fields=list(STEP_TYPE)),
+                                         type=_STEPS_TYPE)
+    out = table.drop_columns(["steps", "removed_step_indices", "metadata"])  # replaced below
+    if len(take_rows) < table.num_rows:
+        out = out.take(pa.array(take_rows, pa.int64()))
+    for name, col in (("steps", new_steps), ("removed_step_indices", pa.array(new_removed, _INT_LIST)),
+                      ("metadata", pa.array(new_meta, TEXT))):
+        out = out.append_column(TRAJECTORY_SCHEMA.field(name), col)
+    return out.select(TRAJECTORY_SCHEMA.names), qrows, shortened, n_removed
 
 
 def run(ctx: StageContext) -> StageOutput:

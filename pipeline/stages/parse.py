@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Iterator
 
+import pyarrow as pa
+
 from ..config import ParseConfig
-from ..formats.common import bad, rebase, trajectory_row
+from ..formats.common import bad, rebase, trajectories_table, trajectory_row
 from ..formats.discover import list_input_files, read_file
 from ..formats.parallel import ordered_map, worker_count
 from ..records import TRAJECTORY_SCHEMA, QuarantineRow, Trajectory
@@ -53,6 +55,7 @@ USES_LLM = False
 WORKERS = 0
 MIN_FILES_FOR_POOL = 64
 BATCH_ROWS = 500  # rows handed to the Parquet writer at a time (one Parquet row group)
+CHUNK_FILES = 64  # at most this many files per worker task (whole groups; a group may exceed it)
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
@@ -137,32 +140,52 @@ def select(trajs: list[Trajectory], cfg: ParseConfig) -> tuple[list[Trajectory],
 
 @dataclass
 class GroupResult:
-    """What a worker returns for one group (picklable, rows already in schema form)."""
-    ranked: list[tuple[tuple[str, str], bool, list[tuple[str, dict[str, Any]]]]]
-    order: list[str]                       # trajectory ids in read order (output order)
+    """What a worker returns for one group (its rows travel in the chunk's table)."""
+    ranked: list[tuple[tuple[str, str], bool, list[int]]]  # (instance, has_success, row positions in rank order)
+    facts: list[tuple[str, str]]           # per row of the group: (source_format, "env/category/outcome")
     quarantine: list[QuarantineRow]
     read_by_format: Counter
 
 
-def read_group(args: tuple[str, list[str], str, str | None, float, ParseConfig]) -> GroupResult:
-    """Read and rank one group of files (runs in a worker process)."""
-    root, paths, fmt, env, threshold, cfg = args
+def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold: float, cfg: ParseConfig
+               ) -> tuple[list[Trajectory], GroupResult]:
+    """Read and rank one group of files: ``(selected trajectories in read order, result)`` with
+    positions in ``result.ranked`` indexing the returned list."""
     trajs, quarantine, by_format = [], [], Counter()
     for path in paths:
         rel = os.path.relpath(path, root)  # URIs relative to the input root: ids independent of location
-        for item in read_file(path, fmt, env, threshold):
+        for item in read_file(path, fmt, env, threshold, source_uri=rel):
             if isinstance(item, QuarantineRow):
                 item.source_uri = rel
                 quarantine.append(item)
             else:  # ids hash (source URI, record index, content): unique per record
-                trajs.append(rebase(item, rel))
+                trajs.append(item if item.source_uri == rel else rebase(item, rel))
                 by_format[item.source_format] += 1
     ranked, dropped = rank_instances(trajs, cfg)
+    kept = []
     for t in trajs:
         if t.trajectory_id in dropped:
             quarantine.append(_not_selected(t, dropped[t.trajectory_id]))
-    rows = [(key, has_s, [(t.trajectory_id, trajectory_row(t)) for t in items]) for key, has_s, items in ranked]
-    return GroupResult(rows, [t.trajectory_id for t in trajs if t.trajectory_id not in dropped], quarantine, by_format)
+        else:
+            kept.append(t)
+    pos = {t.trajectory_id: i for i, t in enumerate(kept)}
+    return kept, GroupResult([(key, has_s, [pos[t.trajectory_id] for t in items]) for key, has_s, items in ranked],
+                             [(t.source_format, f"{t.env}/{t.category}/{t.outcome}") for t in kept],
+                             quarantine, by_format)
+
+
+def read_chunk(args: tuple[str, list[list[str]], str, str | None, float, ParseConfig]
+               ) -> tuple[pa.Table | None, list[GroupResult]]:
+    """Read consecutive groups (runs in a worker process): one Arrow table with the selected rows
+    of all of them, group after group, and each group's result. One table per chunk, not per
+    group: pickling a table has a fixed cost that dominated the main process at 3,000 groups."""
+    root, groups, fmt, env, threshold, cfg = args
+    kept, results = [], []
+    for paths in groups:
+        trajs, res = read_group(root, paths, fmt, env, threshold, cfg)
+        kept += trajs
+        results.append(res)
+    return (trajectories_table(kept) if kept else None), results
 
 
 def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
@@ -171,14 +194,33 @@ def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
                item_id=row["trajectory_id"], limit=None)
 
 
+def _concat(tables: list[pa.Table]) -> pa.Table | list:
+    return pa.concat_tables(tables) if tables else []
+
+
 def _groups(files: list[str]) -> Iterator[list[str]]:
     return (list(g) for _, g in groupby(files, key=os.path.dirname))
 
 
-def _results(tasks: Iterator[tuple], n_files: int) -> Iterator[GroupResult]:
-    workers = worker_count(WORKERS) if n_files >= MIN_FILES_FOR_POOL else 1
-    chunk = max(1, min(16, n_files // (workers * 32)))
-    return ordered_map(read_group, tasks, workers, chunk=chunk)
+def _chunks(groups: Iterator[list[str]], files_per_chunk: int) -> Iterator[list[list[str]]]:
+    chunk, n = [], 0
+    for g in groups:
+        chunk.append(g)
+        n += len(g)
+        if n >= files_per_chunk:
+            yield chunk
+            chunk, n = [], 0
+    if chunk:
+        yield chunk
+
+
+def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None
+             ) -> Iterator[tuple[pa.Table | None, list[GroupResult]]]:
+    workers = worker_count(WORKERS) if len(files) >= MIN_FILES_FOR_POOL else 1
+    # about 32 tasks per worker (load balance), at most CHUNK_FILES files each (memory)
+    per_chunk = max(1, min(CHUNK_FILES, len(files) // (workers * 32)))
+    tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(_groups(files), per_chunk))
+    return ordered_map(read_chunk, tasks, workers, chunk=1)
 
 
 def run(ctx: StageContext) -> StageOutput:
@@ -186,7 +228,6 @@ def run(ctx: StageContext) -> StageOutput:
     cfg = ctx.config.parse
     files = list_input_files(ctx.input_path)
     root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-    tasks = ((root, g, cfg.format, ctx.env, cfg.success_threshold, cfg) for g in _groups(files))  # lazy
     out = StageOutput(rows=[], quarantine=[], rows_in=0)
     read_by_format, kept_by_format, kept_by_cat = Counter(), Counter(), Counter()
     seen_instances: set[tuple[str, str]] = set()
@@ -195,30 +236,39 @@ def run(ctx: StageContext) -> StageOutput:
 
     def stream():
         gcaps = GlobalCaps(cfg)
-        rows, qrows = [], []
-        for res in _results(tasks, len(files)):
-            read_by_format.update(res.read_by_format)
-            out.rows_in += sum(res.read_by_format.values()) + sum(q.reason != "not_selected" for q in res.quarantine)
-            qrows += res.quarantine
-            kept: dict[str, dict[str, Any]] = {}
-            for key, has_success, items in res.ranked:
-                split.update({key} & seen_instances)
-                seen_instances.add(key)
-                for (tid, row), why in zip(items, gcaps.admit(key, has_success, len(items))):
-                    if why:
-                        qrows.append(_not_selected(row, why))
-                    else:
-                        kept[tid] = row
-                        kept_instances.add(key)
-            for tid in res.order:
-                if tid in kept:
-                    row = kept[tid]
-                    rows.append(row)
-                    kept_by_format[row["source_format"]] += 1
-                    kept_by_cat[f"{row['env']}/{row['category']}/{row['outcome']}"] += 1
-            if len(rows) + len(qrows) >= BATCH_ROWS:
-                yield rows, qrows
-                rows, qrows = [], []
+        tables, n_rows, qrows = [], 0, []
+        for chunk_table, results in _results(root, files, cfg, ctx.env):
+            keep_chunk: list[int] = []
+            start = 0
+            for res in results:
+                read_by_format.update(res.read_by_format)
+                out.rows_in += sum(res.read_by_format.values()) + sum(q.reason != "not_selected" for q in res.quarantine)
+                qrows += res.quarantine
+                dropped: dict[int, str] = {}
+                for key, has_success, items in res.ranked:
+                    split.update({key} & seen_instances)
+                    seen_instances.add(key)
+                    for p, why in zip(items, gcaps.admit(key, has_success, len(items))):
+                        if why:
+                            dropped[p] = why
+                        else:
+                            kept_instances.add(key)
+                # a global cap hit is rare, so only its rows are converted back to dicts
+                qrows += [_not_selected(chunk_table.slice(start + p, 1).to_pylist()[0], why)
+                          for p, why in dropped.items()]  # rank order
+                for p, (fmt, cat) in enumerate(res.facts):
+                    if p not in dropped:
+                        keep_chunk.append(start + p)
+                        kept_by_format[fmt] += 1
+                        kept_by_cat[cat] += 1
+                start += len(res.facts)
+            if keep_chunk:
+                table = chunk_table if len(keep_chunk) == start else chunk_table.take(keep_chunk)
+                tables.append(table)
+                n_rows += table.num_rows
+            if n_rows + len(qrows) >= BATCH_ROWS:
+                yield _concat(tables), qrows
+                tables, n_rows, qrows = [], 0, []
         out.counters.update({
             "files": len(files),
             "read_by_source_format": dict(sorted(read_by_format.items())),
@@ -227,7 +277,7 @@ def run(ctx: StageContext) -> StageOutput:
             "kept_instances": len(kept_instances),
             "instances_split_across_groups": len(split),
         })
-        yield rows, qrows
+        yield _concat(tables), qrows
 
     out.stream = stream()
     return out
