@@ -14,8 +14,11 @@ Output: per-stage counts and seconds, ``ratio_to_reference=<wall/5.9>``, and as 
 ``wall_s=<x> peak_rss_mb=<y>``. ``wall_s`` covers both stages including the input fingerprint
 (every input file is hashed) and the Parquet writes; tree generation is excluded.
 ``peak_rss_mb`` is the conservative figure ``maxrss(this process) + maxrss(largest worker)``
-(forked workers share pages with the parent, so this over-counts); the peak of the sampled sum
-of RSS over the process tree is printed as ``sampled_tree_peak_rss_mb``.
+(forked workers share pages with the parent, so this over-counts); the peaks of the sampled sums
+over the process tree are printed as ``sampled_tree_peak_rss_mb`` (counts shared pages once per
+process) and ``sampled_tree_peak_pss_mb`` (proportional set size: shared pages split among the
+processes that map them, the honest total; sampled every 0.1 s / 0.5 s, so short spikes can be
+missed).
 """
 from __future__ import annotations
 
@@ -33,19 +36,38 @@ REFERENCE_S = 5.9  # reference parse + dedupe on the --envs 3000 --seed 1 tree (
 TOOL = "/work/shared/tools/make_skillrl_rollouts.py"
 
 
+def _pss_mb(pid: int) -> float:
+    """Proportional set size of ``pid`` in MB (shared pages split among their users), or 0."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _tree_rss_sampler(stop: threading.Event, peak: list[float]) -> None:
+    """Every 0.1 s: peak[0] = max sum of RSS; every 0.5 s: peak[1] = max sum of PSS, over this
+    process and its children (the probe itself costs ~2% of a core). RSS counts pages shared with the forked workers once per process; PSS splits
+    them, so its sum is the honest total."""
     try:
         import psutil
     except ImportError:  # optional: the conservative rusage figure is always printed
         return
     me = psutil.Process()
+    tick = 0
     while not stop.is_set():
         try:
-            total = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
-            peak[0] = max(peak[0], total / 2**20)
+            procs = [me] + me.children(recursive=True)
+            peak[0] = max(peak[0], sum(p.memory_info().rss for p in procs) / 2**20)
+            if tick % 5 == 0:  # reading smaps costs ~2 ms per process: keep the probe light
+                peak[1] = max(peak[1], sum(_pss_mb(p.pid) for p in procs))
         except psutil.Error:
             pass
-        stop.wait(0.05)
+        tick += 1
+        stop.wait(0.1)
 
 
 def measure(tree: str) -> None:
@@ -55,7 +77,7 @@ def measure(tree: str) -> None:
     from pipeline.runner import StageContext, run_stage
 
     store_root = tempfile.mkdtemp(prefix="skillpipe-bench-")
-    stop, peak = threading.Event(), [0.0]
+    stop, peak = threading.Event(), [0.0, 0.0]
     sampler = threading.Thread(target=_tree_rss_sampler, args=(stop, peak), daemon=True)
     sampler.start()
     try:
@@ -78,7 +100,8 @@ def measure(tree: str) -> None:
     # CPU seconds do not depend on other load on the machine; wall time does.
     print(f"cpu_s={cpu:.2f} (main {self_ru.ru_utime + self_ru.ru_stime:.2f}, workers "
           f"{kids_ru.ru_utime + kids_ru.ru_stime:.2f}) cores={len(os.sched_getaffinity(0))}")
-    print(f"main_peak_rss_mb={me:.0f} largest_worker_peak_rss_mb={kids:.0f} sampled_tree_peak_rss_mb={peak[0]:.0f}")
+    print(f"main_peak_rss_mb={me:.0f} largest_worker_peak_rss_mb={kids:.0f} sampled_tree_peak_rss_mb={peak[0]:.0f} "
+          f"sampled_tree_peak_pss_mb={peak[1]:.0f}")
     print(f"ratio_to_reference={wall / REFERENCE_S:.3f}")
     print(f"wall_s={wall:.2f} peak_rss_mb={me + kids:.0f}")
 

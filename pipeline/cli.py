@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import sys
 import time
 from typing import Optional
@@ -41,9 +43,11 @@ err = Console(stderr=True)
 
 
 def _parse_stages(stages: str | None) -> list[str] | None:
-    if not stages:
+    if stages is None:
         return None
-    names = [s.strip() for s in stages.split(",") if s.strip()]
+    names = list(dict.fromkeys(s.strip() for s in stages.split(",") if s.strip()))
+    if not names:  # `--stages ""` (an unset shell variable) must not mean "everything"
+        raise typer.BadParameter(f"no stage given; choose from {', '.join(STAGES)} or omit --stages for all")
     bad = [s for s in names if s not in STAGES]
     if bad:
         raise typer.BadParameter(f"unknown stage(s) {', '.join(bad)}; choose from {', '.join(STAGES)}")
@@ -59,7 +63,8 @@ def _previous_input(root: str, run_id: str) -> str:
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="trace file or folder (default: the run's previous input)"),
-    env: str = typer.Option("auto", help="environment: auto | alfworld | webshop | search"),
+    env: str = typer.Option("auto", help="environment of every record: auto (detect per record) | alfworld | "
+                                         "webshop | search | textworld"),
     format: Optional[str] = typer.Option(None, "--format", help="input format for every file (default: auto-detect per file)"),
     run_id: str = typer.Option("default", "--run-id", help="run id; outputs go to ROOT/runs/RUN_ID/<stage>/"),
     root: str = typer.Option(".", help="folder that holds runs/"),
@@ -75,7 +80,15 @@ def run(
     from .config import load_config
     from .runner import CountMismatch, run_pipeline
 
-    cfg = load_config(config)
+    import yaml
+    try:
+        cfg = load_config(config)
+    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        raise typer.BadParameter(f"config {config}: {e}".replace("\n", " "), param_hint="--config")
+    from .envs import REGISTRY
+    if env != "auto" and env not in REGISTRY:
+        raise typer.BadParameter(f"unknown env {env!r}; choose from auto, {', '.join(sorted(REGISTRY))}",
+                                 param_hint="--env")
     if format is not None:
         from .formats.discover import READERS
         if format != "auto" and format not in READERS:
@@ -93,6 +106,13 @@ def run(
         raise typer.BadParameter("--input is required for a new run (no previous parse artifact)")
     if input_path and not os.path.exists(input_path):
         raise typer.BadParameter(f"input path does not exist: {input_path}")
+    if input_path and (names is None or "parse" in names):
+        from .formats.discover import list_input_files
+        if not list_input_files(input_path):
+            raise typer.BadParameter(f"no input files under {input_path} (README*/SOURCE* files and hidden files "
+                                     "are skipped)", param_hint="--input")
+    # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     t0 = time.monotonic()
     try:
         results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
@@ -145,14 +165,15 @@ def inspect(
     lineage: Optional[str] = typer.Option(None, help="PAIR_ID: walk one SFT pair back to its sources"),
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
+    from .artifacts import ArtifactError
     from .inspect import describe, lineage_report
     try:
         if lineage:
             console.print(lineage_report(path, lineage))
         else:
             console.print(describe(path, rows=rows, quarantine=quarantine))
-    except (FileNotFoundError, KeyError, ValueError) as e:
-        err.print(f"[bold red]error:[/] {e}")
+    except (FileNotFoundError, KeyError, ValueError, ArtifactError) as e:
+        err.print(f"[bold red]error:[/] {str(e).strip(chr(34) + chr(39))}")
         raise typer.Exit(1)
 
 
@@ -161,7 +182,16 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
               ctx_size: int = typer.Option(8192, help="context window in tokens")):
     """Start the embedded OpenAI-compatible endpoint (SmolLM2-135M-Instruct) in the foreground."""
     from .llm.server import serve_foreground
-    serve_foreground(port=port, ctx_size=ctx_size)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            err.print(f"[bold red]error:[/] cannot listen on 127.0.0.1:{port}: {e.strerror}")
+            raise typer.Exit(1)
+    rc = serve_foreground(port=port, ctx_size=ctx_size)
+    if rc not in (0, None, -2, -15):  # Ctrl-C / SIGTERM are normal stops
+        err.print(f"[bold red]error:[/] the LLM server exited with code {rc} (is port {port} in use?)")
+        raise typer.Exit(1)
 
 
 def main():  # pragma: no cover - console entry

@@ -35,6 +35,8 @@ class LLMConfig:
     max_repairs: int = _f(1, "extra calls that feed a schema-validation error back to the model")
     concurrency: int = _f(2, "max concurrent requests")
     seed: int = _f(0, "sampling seed sent to the endpoint")
+    max_endpoint_failure_rate: float = _f(0.1, "a stage fails (nothing written, rerun retries) when more than "
+                                               "this fraction of its items got no answer from the endpoint")
     ctx_size: int = _f(8192, "embedded server only: context window in tokens")
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from . import __version__
-from .artifacts import ArtifactStore, StageArtifact
+from .artifacts import ArtifactError, ArtifactStore, StageArtifact
 from .config import PipelineConfig, to_dict
 from .lineage import content_hash, file_sha256
 from .records import QuarantineRow, to_table
@@ -37,6 +37,14 @@ MAX_LISTED_INPUTS = 1000  # input files listed one by one in the parse manifest
 class CountMismatch(RuntimeError):
     """A stage lost or invented rows: units in != units out + quarantined."""
 
+
+class StageFailed(RuntimeError):
+    """A stage could not do its work (e.g. the LLM endpoint is down); nothing is written, so a
+    rerun (or an Airflow retry) redoes it, paying only for answers not already cached."""
+
+
+#: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
+TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
 
 @dataclass
 class StageOutput:
@@ -103,16 +111,45 @@ def stage_module(name: str):
     return importlib.import_module(f"pipeline.stages.{name}")
 
 
+def check_fresh(store: ArtifactStore, stage: str, seen: set[str] | None = None) -> None:
+    """Raise ``ArtifactError`` when ``stage``'s artifact (or an ancestor's) was built from an
+    upstream artifact that has since been rewritten, e.g. parse rerun on a new input but dedupe
+    not: running a later stage on it would silently mix two inputs."""
+    seen = seen if seen is not None else set()
+    if stage in seen:
+        return
+    seen.add(stage)
+    art = store.require(stage)
+    for inp in art.manifest.get("inputs", []):
+        up = os.path.basename(os.path.normpath(inp.get("uri", "")))
+        if "fingerprint" not in inp or up not in STAGES:
+            continue
+        current = store.require(up)
+        if current.fingerprint != inp["fingerprint"]:
+            raise ArtifactError(
+                f"stage '{stage}' of run {store.run_id} is stale: it was built from '{up}' {inp['fingerprint'][:12]} "
+                f"but '{up}' is now {current.fingerprint[:12]}; rerun from '{stage}' on "
+                f"(e.g. --stages {','.join(STAGES[STAGES.index(stage):])}) or the whole run")
+        check_fresh(store, up, seen)
+
+
 def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
+    for s in mod.INPUTS:  # never build on a stale upstream artifact
+        check_fresh(ctx.store, s)
     if not mod.INPUTS:  # parse reads files
         from .formats.discover import list_input_files
         # One digest over (relative path, sha256) of every file: constant memory however many
         # files; the per-file list is kept in the manifest only for small inputs.
         import hashlib
+        from concurrent.futures import ThreadPoolExecutor
         root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
         digest, listing, n = hashlib.sha256(), [], 0
-        for p in list_input_files(ctx.input_path):
-            rel, sha = os.path.relpath(p, root), file_sha256(p)
+        files = list_input_files(ctx.input_path)
+        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:  # hashlib releases the GIL
+            hashes = pool.map(file_sha256, files)  # in path order
+            pairs = list(zip(files, hashes))
+        for p, sha in pairs:
+            rel = os.path.relpath(p, root)
             digest.update(f"{rel}\0{sha}\n".encode())
             n += 1
             if n <= MAX_LISTED_INPUTS:
@@ -166,6 +203,13 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         units_out = n_rows if out.units_out is None else out.units_out
         if units_in != units_out + n_quarantined:
             raise CountMismatch(f"[{name}] units in {units_in} != out {units_out} + quarantined {n_quarantined}")
+        transport = {r: out.reasons[r] for r in TRANSPORT_REASONS if out.reasons.get(r)}
+        if mod.USES_LLM and sum(transport.values()) > ctx.config.llm.max_endpoint_failure_rate * max(units_in, 1):
+            raise StageFailed(
+                f"[{name}] {sum(transport.values())} of {units_in} items failed at the LLM endpoint after retries "
+                f"({', '.join(f'{k}={v}' for k, v in transport.items())}): is "
+                f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
+                f"was not written; rerun it (answers already received are cached).")
         llm_stats = ctx._llm.stats_delta(llm_before) if (mod.USES_LLM and ctx._llm is not None) else {}
         return {
             "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,

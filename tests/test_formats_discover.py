@@ -17,6 +17,19 @@ def test_list_input_files_skips_docs_and_hidden(tmp_path):
     assert list_input_files(str(tmp_path / "a.json")) == [str(tmp_path / "a.json")]
 
 
+def test_list_input_files_links_like_os_walk(tmp_path):
+    """The scandir walk keeps os.walk's rules: a linked file counts, a linked folder is not
+    entered (no cycles), a broken link and hidden folders are skipped."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.txt").write_text("x")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "y.txt").write_text("y")
+    os.symlink(tmp_path / "d" / "x.txt", tmp_path / "link.txt")
+    os.symlink(tmp_path / "d", tmp_path / "dlink")
+    os.symlink(tmp_path / "missing", tmp_path / "broken.txt")
+    assert list_input_files(str(tmp_path)) == [str(tmp_path / "d" / "x.txt"), str(tmp_path / "link.txt")]
+
+
 def test_detect_format_on_samples():
     got = {p.split("samples/")[1].split("/")[0]: detect_format(p, open(p, "rb").read(65536))
            for p in list_input_files("data/samples")}

@@ -18,7 +18,7 @@ from pipeline.artifacts import ArtifactStore
 from pipeline.config import LLMConfig, PipelineConfig
 from pipeline.llm.client import LLMClient
 from pipeline.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.runner import StageContext, run_stage
+from pipeline.runner import StageFailed, StageContext, run_stage
 from tests.llm_stage_data import cool_apple, heat_mug, write_trajectories, write_upstream
 from tests.llm_stub import ChatStub
 
@@ -75,7 +75,8 @@ def test_memory_stage_under_fault(tmp_path, fault, script, quarantined, counters
     store = ArtifactStore(str(tmp_path), "r1")
     write_trajectories(store, [cool_apple("success", "traj-A"), cool_apple("failure", "traj-B")])
     with ChatStub(script + [GOOD_B]) as stub:
-        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        # tolerate endpoint failures here to see them quarantined (the default fails the stage: below)
+        cfg = PipelineConfig(llm=stub_llm_config(stub, max_endpoint_failure_rate=1.0))
         res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     c = res.manifest["counts"]
     n_q = 0 if quarantined is None else 1
@@ -88,6 +89,21 @@ def test_memory_stage_under_fault(tmp_path, fault, script, quarantined, counters
         [q] = art.read_rows(quarantine=True)
         assert (q["item_id"], q["reason"], q["raw"]) == ("traj-A", *quarantined)
         assert q["detail"]  # e.g. "HTTP 500: ..." or the schema error
+
+
+def test_endpoint_outage_fails_the_stage_and_writes_nothing(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [cool_apple("success", "traj-A"), cool_apple("failure", "traj-B")])
+    with ChatStub([{"status": 500}] * 3 + [GOOD_B]) as stub:  # A never gets an answer: 1 of 2 > 10 %
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        with pytest.raises(StageFailed, match=r"\[memory\] 1 of 2 items failed at the LLM endpoint after "
+                                              r"retries \(http_error=1\)"):
+            run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert store.load("memory") is None  # not marked complete: a rerun retries it
+    with ChatStub([{"content": json.dumps(SUCCESS)}]) as stub:  # endpoint back: only A is paid again
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert (res.manifest["counts"]["out"], res.manifest["llm"]["calls"], res.manifest["llm"]["cache_hits"]) == (2, 1, 1)
 
 
 def test_rerun_pays_only_for_the_failures(tmp_path):

@@ -4,6 +4,7 @@ import importlib.metadata
 import json
 import os
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -190,3 +191,31 @@ def test_schema_files_bound_the_intended_shapes():
     jsonschema.validate(failure, load_schema("memory"))
     with pytest.raises(jsonschema.ValidationError, match="is too long"):
         jsonschema.validate({**failure, "contextual_description": "x" * 201}, load_schema("memory"))
+
+
+@pytest.mark.slow
+def test_server_dies_with_a_killed_parent(tmp_path):
+    """kill -9 of the process that started the embedded server must not leave an orphan."""
+    import signal
+    import subprocess
+    import sys
+    code = ("import sys, time\nfrom pipeline.llm.server import EmbeddedServer\n"
+            f"with EmbeddedServer(log_dir={str(tmp_path)!r}) as url:\n"
+            "    print(url, flush=True)\n"
+            "    time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        parent.stdout.readline()  # the server answered: it is up
+        children = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 1
+        server_pid = int(children[0])
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{server_pid}") and \
+                "zombie" not in open(f"/proc/{server_pid}/status").read():
+            time.sleep(0.2)
+        alive = os.path.exists(f"/proc/{server_pid}") and "zombie" not in open(f"/proc/{server_pid}/status").read()
+        assert not alive, "embedded server survived its parent"
+    finally:
+        parent.kill()

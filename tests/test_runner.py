@@ -87,3 +87,23 @@ def test_unknown_stage_name_is_a_clear_error():
 
 def test_safe_run_id_maps_airflow_ids():
     assert runner.safe_run_id("manual__2026-11-30T10:00:00+00:00") == "manual__2026-11-30T10-00-00-00-00"
+
+
+def test_later_stage_refuses_a_stale_upstream(tmp_path):
+    """parse rerun on a new input while dedupe was not: memory must not mix the two inputs."""
+    from pipeline.artifacts import ArtifactError
+    from pipeline.runner import run_pipeline
+    import shutil, os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(os.path.join(root, "data", "samples", "react-webshop"), a)
+    shutil.copytree(os.path.join(root, "data", "samples", "reflexion-fewshot-failures"), b)
+    quiet = dict(log=lambda m: None)
+    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "dedupe"], **quiet)
+    run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
+    with pytest.raises(ArtifactError, match=r"stage 'dedupe' of run r is stale: it was built from 'parse' .* "
+                                            r"--stages dedupe,memory,aggregate,distill,validate,export"):
+        run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
+    # rerunning from dedupe on brings it back in line
+    run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["dedupe"], **quiet)
+    runner.check_fresh(ArtifactStore(str(tmp_path), "r"), "dedupe")

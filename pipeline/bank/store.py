@@ -122,6 +122,10 @@ class BankStore:
         return BankVersion(data["record"], data["rows"])
 
     # ---- writing --------------------------------------------------------------------------
+    def has(self, version: str) -> bool:
+        """Whether ``version`` (a full version id) is stored."""
+        return os.path.exists(os.path.join(self.dir, version, "bank.json"))
+
     def register(self, rows: list[dict[str, Any]], *, run_id: str, stage: str, fingerprint: str = "",
                  parent: str | None = "HEAD") -> BankVersion:
         """Store ``rows`` as a version (idempotent) and make it HEAD; returns the stored version.

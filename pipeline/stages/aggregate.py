@@ -219,9 +219,16 @@ def run(ctx: StageContext) -> StageOutput:
     for r in rows:
         r["bank_version"] = version
     # Register the bank as a version of <root>/banks (idempotent: a rerun finds the same record).
+    # Its parent is this run's previous bank, never an unrelated run's that happened to be HEAD.
     parent = None
     if rows:
-        parent = BankStore(ctx.store.root).register(rows, run_id=ctx.store.run_id, stage=NAME).record["parent"]
+        previous = ctx.store.load(NAME)
+        prev_version = (previous.manifest.get("counters") or {}).get("bank_version") if previous else None
+        bank_store = BankStore(ctx.store.root)
+        if prev_version and not bank_store.has(prev_version):
+            prev_version = None
+        parent = bank_store.register(rows, run_id=ctx.store.run_id, stage=NAME,
+                                     parent=prev_version or None).record["parent"]
     used, quarantine = unused_quarantine(memories, calls)
     extra = {}
     if not banks:  # an empty run still gets a (loadable, empty) bank

@@ -16,8 +16,11 @@ Trajectories with fewer than ``dedupe.min_actions`` actions left are quarantined
 Step-indexed metadata written by readers (``invalid_actions``, D-P8) is renumbered with the steps
 (entries of removed steps are dropped and listed under ``dedupe.removed_invalid_actions``).
 
-The stage streams: the parse artifact is read in record batches and rows are deduplicated as
-plain dicts (no dataclass round trip), so memory does not grow with the input.
+The stage streams: the parse artifact is read one Parquet row group at a time (in a process pool
+for large inputs) and deduplicated column-wise by :func:`dedupe_table` (only actions, ``done``,
+``reward`` and the observations of steps whose actions repeat become Python values; kept steps
+are gathered with Arrow ``take``), so memory does not grow with the input. :func:`dedupe_row`
+is the row-dict reference the tests compare it with.
 """
 from __future__ import annotations
 

@@ -23,9 +23,13 @@ Streaming and order: files are sorted by path and cut into **groups** = consecut
 folder (an ``envNNN`` folder of a SkillRL tree). Selection is exact within a group; groups are
 emitted in path order and, inside a group, instances in (env, instance) order, which is the
 order global caps count in. An instance whose records lie in several folders is selected per
-folder (counted as ``instances_split_across_groups``). Groups are read by a process pool
-(ordered ``imap``, chunked) when there are enough files, so memory stays bounded by a chunk of
-groups and both cores are used; the output is identical to a sequential run.
+folder (counted as ``instances_split_across_groups``). Consecutive groups (up to ``CHUNK_FILES``
+files) form one task of a process pool (:func:`~pipeline.formats.parallel.ordered_map`: ordered,
+at most a few tasks in flight) when there are enough files, so memory stays bounded and both
+cores are used; the output is identical to a sequential run. A worker returns its chunk's
+selected rows as one Arrow table (``trajectories_table``) plus per-group ranking facts, so the
+main process only applies the global caps and writes Parquet (rows dropped by a global cap are
+the only ones converted back to dicts, for their quarantine JSON).
 """
 from __future__ import annotations
 
