@@ -35,8 +35,38 @@ def _load(path: str, quarantine: bool) -> tuple[pa.Table, dict]:
     return read_parquet_dir(folder), manifest
 
 
+#: Manifests of the training steps (not Parquet artifacts): shown as JSON.
+STEP_MANIFESTS = ("skillpipe_sft_manifest.json", "grpo_manifest.json")
+
+
+def _describe_run(path: str) -> str:
+    out = [f"run: {os.path.abspath(path)}"]
+    order = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export", "sft_fit", "grpo")
+    for name in sorted(os.listdir(path), key=lambda n: (order.index(n) if n in order else len(order), n)):
+        mpath = os.path.join(path, name, MANIFEST)
+        if os.path.exists(mpath):
+            with open(mpath, encoding="utf-8") as f:
+                m = json.load(f)
+            c = m.get("counts", {})
+            out.append(f"  {name:10s} in={c.get('in')} out={c.get('out')} quarantined={c.get('quarantined')} "
+                       f"{c.get('quarantine_reasons') or ''}")
+        elif any(os.path.exists(os.path.join(path, name, s)) for s in STEP_MANIFESTS):
+            out.append(f"  {name:10s} (training step: skillpipe inspect {os.path.join(path, name)})")
+    return "\n".join(out)
+
+
 def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
-    """Schema, row count, manifest counts and the first ``rows`` rows (long text shortened)."""
+    """Schema, row count, manifest counts and the first ``rows`` rows (long text shortened).
+
+    ``path`` may also be a run folder (one line per stage) or a training-step folder
+    (``sft_fit``/``grpo``: its manifest). Raises ``FileNotFoundError`` / ``ArtifactError``.
+    """
+    if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == "runs":
+        return _describe_run(path)
+    for name in STEP_MANIFESTS:
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, name)):
+            with open(os.path.join(path, name), encoding="utf-8") as f:
+                return f"{os.path.join(os.path.abspath(path), name)}:\n" + json.dumps(_short(json.load(f)), indent=2)
     table, manifest = _load(path, quarantine)
     out = [f"artifact: {os.path.abspath(path)}{' (quarantine)' if quarantine else ''}",
            f"rows: {table.num_rows}", "schema:"]
@@ -78,6 +108,10 @@ def lineage_report(path: str, pair_id: str) -> str:
     run_dir = _run_dir(path)
     pair = next((r for s in ("export", "validate") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)
     if pair is None:
+        q = next((r for r in _rows(run_dir, "validate", quarantine=True) if r["item_id"] == pair_id), None)
+        if q is not None:
+            raise KeyError(f"pair {pair_id} was quarantined by validate: {q['reason']} ({q['detail']}); "
+                           f"source {q['source_uri']} line {q['line']}")
         raise KeyError(f"pair {pair_id} not found in {run_dir}/export or validate")
     traj = next((t for s in ("dedupe", "parse") for t in _rows(run_dir, s)
                  if t["trajectory_id"] == pair["trajectory_id"]), None)

@@ -140,6 +140,7 @@ def grpo(
             data = yaml.safe_load(f) or {}
     cfg = smoke_cfg(**data) if smoke else (from_dict(data) if data else GRPOConfig())
     if run_id:
+        from pipeline.artifacts import ArtifactError
         from .grpo_step import grpo_for_run
         cfg = cfg if (config or not smoke) and data else smoke_cfg(**data)
         if max_steps is not None:
@@ -148,7 +149,7 @@ def grpo(
             cfg.llm_base_url = llm_base_url
         try:
             m = grpo_for_run(root, run_id, cfg, force=force, log=typer.echo)
-        except (FileNotFoundError, ValueError) as e:
+        except (FileNotFoundError, ValueError, ArtifactError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(1)
         typer.echo(json.dumps({k: m[k] for k in ("uri", "steps", "checkpoint", "bank_version", "log", "skipped")}))

@@ -59,11 +59,30 @@ def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: b
             log(f"[{STEP}] unchanged (SFT step {sft['global_step']}, bank {m['bank_version']}): skipped")
             return dict(m, skipped=True, uri=out)
     m = train(cfg)
+    register_banks(root, run_id, cfg, m)
     with open(inputs_path, "w", encoding="utf-8") as f:
         json.dump({"key": key, **inputs}, f, indent=2, default=str)
     for line in step_log_lines(m["log"]):
         log(f"[{STEP}] {line}")
     return dict(m, skipped=False, uri=out)
+
+
+def register_banks(root: str, run_id: str, cfg: GRPOConfig, summary: dict[str, Any]) -> None:
+    """Record the bank GRPO started from, and the evolved one it ended with, as versions of
+    ``<root>/banks`` (``skillpipe bank list``), parent links following the lineage."""
+    from pipeline.bank.store import BankStore
+
+    from .skill_evolution import SkillBank
+    store = BankStore(root)
+    start = SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
+    imported = next((h for h in start.history if h.get("event") == "import"), {})
+    parent = imported.get("run_bank_version") or None
+    if parent and not store.has(parent):
+        parent = None
+    store.register(start.rows, run_id=run_id, stage="grpo_start", parent=parent)
+    if summary.get("bank_file") and summary["bank_version"] != start.version:
+        final = SkillBank.load(summary["bank_file"], cfg.env)
+        store.register(final.rows, run_id=run_id, stage="grpo", parent=start.version)
 
 
 def step_log_lines(path: str) -> list[str]:

@@ -95,7 +95,8 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
              f"split by environment instance (val_fraction={val_fraction}, seed={seed}): "
              f"{instances['train']} train / {instances['val']} val instances.", "",
              "Files: `sft_train.jsonl`, `sft_val.jsonl` (alpaca instruction/input/output + messages), "
-             "`dataset_info.json` (LLaMA-Factory), `skill_bank.json` (SkillRL layout).", "",
+             "`dataset_info.json` (LLaMA-Factory), `skill_bank_<env>.json` per environment (SkillRL layout: "
+             "SkillRL banks are per env) and `skill_bank.json` = the bank of the env with the most pairs.", "",
              "## Counts", ""]
     lines += _table("By split", by("split"), "split")
     lines += _table("By split and env", by("split", "env"), "split / env")
