@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from pipeline.artifacts import ArtifactStore
+from pipeline.bank.store import BankStore
 from pipeline.inspect import lineage_report
 from pipeline.runner import STAGES
 
@@ -72,6 +73,7 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     with open(os.path.join(str(tmp_path), "runs", "dagtest", "grpo", "grpo_manifest.json")) as f:
         grpo = json.load(f)
     assert grpo["steps"] == 1 and grpo["bank_version"].startswith("bank-")
+    assert BankStore(str(tmp_path)).has(grpo["bank_version"])  # `skillpipe bank show` finds it
 
     # lineage: one exported SFT pair back to its source file and line, memory and skills
     pair = store.load("export").read_rows()[0]
