@@ -108,7 +108,8 @@ def test_merge_by_embedding_similarity():
     assert [r["skill_id"] for r in kept] == ["a", "c", "d"]
     assert kept[0]["source_memory_ids"] == ["m1", "m2"] and kept[0]["source_trajectory_ids"] == ["traj-m1", "traj-m2"]
     assert merges == [{"kept": "a", "dropped": "b", "kind": "general", "category": "",
-                       "similarity": pytest.approx(0.8763, abs=2e-3)}]
+                       "similarity": pytest.approx(0.8763, abs=2e-3),
+                       "exact_duplicate": False}]
     kept, merges = _skillmerge.merge_similar(rows, 0.9)  # paraphrases stay apart at 0.9
     assert [r["skill_id"] for r in kept] == ["a", "b", "c", "d"] and merges == []
     assert rows[0]["source_memory_ids"] == ["m1"]  # inputs are not mutated
@@ -121,7 +122,8 @@ def test_exact_duplicates_merge_without_encoder():
         raise AssertionError("a single distinct skill needs no embedding")
     kept, merges = _skillmerge.merge_similar(rows, 0.9, encoder=no_encoder)
     assert [r["source_memory_ids"] for r in kept] == [["m1", "m2"]]
-    assert merges == [{"kept": "a", "dropped": "a", "kind": "general", "category": "", "similarity": 1.0}]
+    assert merges == [{"kept": "a", "dropped": "a", "kind": "general", "category": "", "similarity": 1.0,
+                       "exact_duplicate": True}]
 
 
 def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
@@ -165,7 +167,7 @@ def test_run_on_embedded_model(tmp_path):
     assert sorted(map(key, skillbank.from_skillrl_json(bank, "alfworld"))) == sorted(map(key, rows))
     assert bank["metadata"]["task_distribution"] == {"cool": {"success": 2, "failure": 1},
                                                      "heat": {"success": 1, "failure": 0}}
-    assert len(counters["merges"]) == counters["merged"]
+    assert len(counters["merges"]) == counters["merged"] + counters["exact_duplicates"]
 
 
 def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
@@ -199,7 +201,7 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     assert rows[1]["source_trajectory_ids"] == ["traj-1", "traj-3", "traj-4"]
     counters = res.manifest["counters"]
     assert counters["merges"] == [{"kept": rows[0]["skill_id"], "dropped": rows[0]["skill_id"], "kind": "general",
-                                   "category": "", "similarity": 1.0}]
+                                   "category": "", "similarity": 1.0, "exact_duplicate": True}]
     assert res.manifest["counts"]["units_out"] == 4 and res.manifest["llm"]["calls"] == 4
     with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
         bank = json.load(f)

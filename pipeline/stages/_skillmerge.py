@@ -91,5 +91,7 @@ def _absorb(target: dict[str, Any], other: dict[str, Any]) -> None:
 
 
 def _merge_record(kept: dict[str, Any], dropped: dict[str, Any], sim: float) -> dict[str, Any]:
+    # an exact duplicate has the same content-derived id as the row it merged into
     return {"kept": kept["skill_id"], "dropped": dropped["skill_id"], "kind": kept["kind"],
-            "category": kept["category"], "similarity": round(sim, 4)}
+            "category": kept["category"], "similarity": round(sim, 4),
+            "exact_duplicate": kept["skill_id"] == dropped["skill_id"]}

@@ -241,7 +241,8 @@ def run(ctx: StageContext) -> StageOutput:
         extra[name] = json.dumps(bank, ensure_ascii=False, indent=2)
     counters = {"calls": dict(Counter(c.kind for c in calls)),
                 "calls_failed": dict(Counter(c.kind for c in calls if not c.result.ok)),
-                "skills": dict(Counter(r["kind"] for r in rows)), "merged": len(merges), "merges": merges,
+                "skills": dict(Counter(r["kind"] for r in rows)), "merged": sum(not m["exact_duplicate"] for m in merges),
+                "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": version, "bank_parent": parent}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(memories), units_in=len(memories),
                        units_out=len(used), counters=counters, extra_files=extra)
