@@ -55,7 +55,7 @@ def test_key_never_in_logs_manifest_artifacts_cache_or_errors(tmp_path, monkeypa
     logs: list[str] = []
     # A careless proxy answers 401 with the credentials in the error body (not retried).
     with ChatStub([{"status": 401, "echo_auth": True}, GOOD_B]) as stub:
-        cfg = PipelineConfig(llm=stub_llm_config(stub, api_key_env="SKILLPIPE_TEST_KEY"))
+        cfg = PipelineConfig(llm=stub_llm_config(stub, api_key_env="SKILLPIPE_TEST_KEY", max_endpoint_failure_rate=1.0))
         res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=logs.append)
     assert stub.auth == [f"Bearer {SECRET}"] * 2  # the key was used...
     [q] = store.require("memory").read_rows(quarantine=True)
