@@ -92,3 +92,20 @@ def test_not_utf8_deep_in_a_large_file_has_its_line(tmp_path):
     p.write_bytes(b"Step -1 | Action: None | Reward: 0.000 | Done: False\n" + b"Obs: ok\n" * (3 << 20) + b"\xff\n")
     (q,) = list(read_file(str(p)))
     assert (q.reason, q.line) == ("not_utf8", 1 + 1 + (3 << 20))
+
+
+def test_read_file_feeds_the_digest_whole_and_streamed(monkeypatch):
+    """The digest gets exactly the file's bytes on both read paths (the parse stage hashes its
+    inputs with it), also for a file that is quarantined."""
+    import hashlib
+
+    from pipeline.formats import discover
+    from pipeline.lineage import file_sha256
+    rollout = "data/samples/skillrl-rollouts/env000/" + sorted(os.listdir("data/samples/skillrl-rollouts/env000"))[0]
+    empty = os.path.join(FIX, "corrupt", "empty.txt")
+    for limit in (discover.WHOLE_READ_BYTES, 100):  # 100 bytes: the file is checked in blocks first
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        for path in (rollout, empty):
+            h = hashlib.sha256()
+            list(read_file(path, digest=h))
+            assert h.hexdigest() == file_sha256(path)

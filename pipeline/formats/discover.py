@@ -172,7 +172,7 @@ def _check_text(path: str) -> QuarantineRow | None:
 
 
 def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success_threshold: float = 1.0,
-              source_uri: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
+              source_uri: str | None = None, digest=None) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the trajectories of one input file, and quarantine rows for what could not be read.
 
     Args:
@@ -182,6 +182,9 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         success_threshold: graded rewards (WebShop score, QA reward) >= this are successes.
         source_uri: URI to record instead of ``path``, for readers in :data:`URI_READERS` (others
             record ``path``; the caller rebases those: ``common.rebase``).
+        digest: optional ``hashlib`` object fed the file's bytes once they are read (so the parse
+            stage hashes its inputs without reading them a second time); left partial when the
+            file cannot be read.
 
     Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
     """
@@ -193,12 +196,18 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         if os.path.getsize(path) <= WHOLE_READ_BYTES:
             with open(path, "rb") as f:
                 data = f.read()
+            if digest is not None:
+                digest.update(data)
             problem, text = _check_bytes(path, data)
             head = data[:HEAD_BYTES]
         else:
             problem = _check_text(path)
             with open(path, "rb") as f:
                 head = f.read(HEAD_BYTES)
+                if digest is not None:  # large files only (> WHOLE_READ_BYTES): one more pass
+                    digest.update(head)
+                    while block := f.read(1 << 20):
+                        digest.update(block)
     except OSError as e:
         yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
         return
