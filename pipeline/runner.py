@@ -141,15 +141,10 @@ def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
         # One digest over (relative path, sha256) of every file: constant memory however many
         # files; the per-file list is kept in the manifest only for small inputs.
         import hashlib
-        from concurrent.futures import ThreadPoolExecutor
         root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
         digest, listing, n = hashlib.sha256(), [], 0
-        files = list_input_files(ctx.input_path)
-        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:  # hashlib releases the GIL
-            hashes = pool.map(file_sha256, files)  # in path order
-            pairs = list(zip(files, hashes))
-        for p, sha in pairs:
-            rel = os.path.relpath(p, root)
+        for p in list_input_files(ctx.input_path):  # serial: threads only fight over the GIL here
+            rel, sha = os.path.relpath(p, root), file_sha256(p)
             digest.update(f"{rel}\0{sha}\n".encode())
             n += 1
             if n <= MAX_LISTED_INPUTS:
@@ -158,15 +153,19 @@ def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
     return [{"uri": ctx.upstream(s).path, "fingerprint": ctx.upstream(s).fingerprint} for s in mod.INPUTS]
 
 
-def fingerprint(ctx: StageContext, name: str, model_id: str = "") -> tuple[str, dict[str, Any]]:
-    """Stage fingerprint and the facts it was computed from (stored in the manifest)."""
+def fingerprint(ctx: StageContext, name: str, model_id: str = "",
+                inputs: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
+    """Stage fingerprint and the facts it was computed from (stored in the manifest).
+
+    ``inputs`` replaces the input fingerprint when the stage computed it itself (parse hashes
+    its files in its workers while reading them; the value is the same)."""
     mod = stage_module(name)
     # keyed by path relative to the project (two templates may share a file name)
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     prompts = {os.path.relpath(os.path.abspath(p), top): file_sha256(p) for p in mod.prompt_files(ctx)}
     facts = {
         "stage": name,
-        "inputs": _input_fingerprint(ctx, mod),
+        "inputs": inputs if inputs is not None else _input_fingerprint(ctx, mod),
         "env": ctx.env,
         "config": to_dict(ctx.config),
         "prompts": prompts,
@@ -188,17 +187,26 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         CountMismatch: the stage's counts do not reconcile (a bug: nothing is written).
     """
     mod = stage_module(name)
-    fp, facts = fingerprint(ctx, name, model_id)
     existing = ctx.store.load(name)
-    if existing and existing.fingerprint == fp and not force:
-        log(f"[{name}] unchanged (fingerprint {fp[:12]}): skipped")
-        return StageResult(name, existing.path, existing.manifest["counts"]["out"], fp, True, existing.manifest)
+    # A stage that reports its own input fingerprint (parse) need not hash its inputs up front
+    # when nothing could be skipped anyway: one read of every file instead of two.
+    deferred = getattr(mod, "REPORTS_INPUT_FINGERPRINT", False) and (force or existing is None)
+    fp, facts = "", {}
+    if not deferred:
+        fp, facts = fingerprint(ctx, name, model_id)
+        if existing and existing.fingerprint == fp and not force:
+            log(f"[{name}] unchanged (fingerprint {fp[:12]}): skipped")
+            return StageResult(name, existing.path, existing.manifest["counts"]["out"], fp, True, existing.manifest)
 
     t0 = time.monotonic()
     llm_before = ctx._llm.stats_snapshot() if (mod.USES_LLM and ctx._llm is not None) else None
     out: StageOutput = mod.run(ctx)
 
     def finish(n_rows: int, n_quarantined: int) -> tuple[dict[str, Any], dict[str, bytes | str]]:
+        nonlocal fp, facts
+        reported = out.counters.pop("input_fingerprint", None)
+        if deferred:
+            fp, facts = fingerprint(ctx, name, model_id, inputs=reported)
         units_in = out.rows_in if out.units_in is None else out.units_in
         units_out = n_rows if out.units_out is None else out.units_out
         if units_in != units_out + n_quarantined:
@@ -233,7 +241,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     c = art.manifest["counts"]
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")
-    return StageResult(name, art.path, c["out"], fp, False, art.manifest)
+    return StageResult(name, art.path, c["out"], art.fingerprint, False, art.manifest)
 
 
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:

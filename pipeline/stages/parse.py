@@ -61,6 +61,7 @@ NAME = "parse"
 INPUTS: tuple[str, ...] = ()
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
+REPORTS_INPUT_FINGERPRINT = True  # counters["input_fingerprint"]: the runner then skips its own hashing pass
 
 #: Worker processes (0 = one per CPU); inputs with fewer than ``MIN_FILES_FOR_POOL`` files are
 #: read in-process (starting a pool costs more than it saves).
