@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, iter_json_container, line_at
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -119,12 +119,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     """Yield every trajectory of every entry; ``bad_record`` / ``invalid_json`` rows for the rest."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    index, line, prev = 0, 1, 0
+    index = 0
     try:
-        for _, entry, pos in iter_json_container(text):
-            line, prev = line + text.count("\n", prev, pos), pos
+        for _, entry, _, line in iter_json_container(text):
             yield from entry_trajectories(entry, path, index, line, success_threshold)
             index += 1
     except JSONContainerError as e:
-        yield bad("invalid_json", f"{e} (after {index} entries)", path, line_at(text, e.pos),
-                  text[max(0, e.pos - 200):e.pos + 200])
+        yield invalid_json_row(e, path, text, index, "entries")

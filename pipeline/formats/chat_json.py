@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .. import envs
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, ThoughtBuffer, bad, build_trajectory, iter_json_container, line_at
+from .common import JSONContainerError, ThoughtBuffer, bad, build_trajectory, invalid_json_row, iter_json_container
 from .webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
@@ -203,10 +203,9 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         return
     if stripped.startswith("{"):  # a single record
         text = "[" + text + "]"  # offsets shift by one char on line 1 only: line numbers unchanged
-    index, no, last = 0, 1, 0
+    index = 0
     try:
-        for _, rec, pos in iter_json_container(text):
-            no, last = no + text.count("\n", last, pos), pos  # incremental: O(file), not O(records x file)
+        for _, rec, pos, no in iter_json_container(text):
             try:
                 n = len(_messages(rec))
                 yield parse_record(rec, _message_lines(text, pos, n, no), path, index, no, env_hint, success_threshold)
@@ -214,5 +213,4 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 yield bad("bad_record", str(e), path, no, json.dumps(rec, ensure_ascii=False)[:4000])
             index += 1
     except JSONContainerError as e:
-        yield bad("invalid_json", f"{e} (after {index} records)", path, line_at(text, e.pos),
-                  text[max(0, e.pos - 200):e.pos + 200])
+        yield invalid_json_row(e, path, text, index)

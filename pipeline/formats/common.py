@@ -122,6 +122,14 @@ def rebase(t: Trajectory, source_uri: str) -> Trajectory:
     return t
 
 
+def invalid_json_row(e: "JSONContainerError", path: str, text: str, done: int, unit: str = "records"
+                     ) -> QuarantineRow:
+    """The quarantine row of a JSON container that stopped decoding after ``done`` members:
+    its line and the text around the damage."""
+    return bad("invalid_json", f"{e} (after {done} {unit})", path, line_at(text, e.pos),
+               text[max(0, e.pos - 200):e.pos + 200])
+
+
 class ThoughtBuffer:
     """Collects reasoning-only turns (``think:`` / ``think[...]``) for the next real action.
 
@@ -152,9 +160,10 @@ class JSONContainerError(ValueError):
         self.pos = pos
 
 
-def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int]]:
-    """Yield ``(key_or_index, value, start_offset)`` for each member of a top-level JSON object
-    or array, decoding one member at a time.
+def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int, int]]:
+    """Yield ``(key_or_index, value, start_offset, start_line)`` for each member of a top-level
+    JSON object or array, decoding one member at a time (``start_line`` 1-based, counted
+    incrementally: O(file), not O(members x file)).
 
     A truncated or corrupt file still yields every member before the damage, then raises
     :class:`JSONContainerError` with the offset where decoding failed (readers turn it into a
@@ -166,7 +175,7 @@ def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int]]:
         raise JSONContainerError("top level is not a JSON object or array", pos)
     is_obj, close = text[pos] == "{", "}" if text[pos] == "{" else "]"
     pos = _WS.match(text, pos + 1).end()
-    index = 0
+    index, line, counted = 0, 1, 0
     if text.startswith(close, pos):
         return
     while True:
@@ -184,7 +193,8 @@ def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int]]:
             value, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise JSONContainerError(f"invalid JSON: {e.msg}", e.pos) from None
-        yield key, value, start
+        line, counted = line + text.count("\n", counted, start), start
+        yield key, value, start, line
         index += 1
         pos = _WS.match(text, pos).end()
         if text.startswith(",", pos):

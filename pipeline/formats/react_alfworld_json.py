@@ -14,7 +14,7 @@ from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import JSONContainerError, bad, build_trajectory, iter_json_container, line_at
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
 
 FORMAT = "react_alfworld_json"
 WIN_REWARD = 10.0
@@ -29,10 +29,9 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     """
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    index, line, prev_pos = 0, 1, 0
+    index = 0
     try:
-        for key, value, pos in iter_json_container(text):
-            line, prev_pos = line + text.count("\n", prev_pos, pos), pos  # incremental line count
+        for key, value, _, line in iter_json_container(text):
             if not isinstance(value, str):
                 yield bad("bad_record", f"entry {key!r} is a {type(value).__name__}, expected a transcript string",
                           path, line, str(value))
@@ -53,5 +52,4 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                         source_format=FORMAT, record_index=index, source_line=line, metadata=meta)
             index += 1
     except JSONContainerError as e:
-        yield bad("invalid_json", f"{e} (after {index} entries)", path, line_at(text, e.pos),
-                  text[max(0, e.pos - 200):e.pos + 200])
+        yield invalid_json_row(e, path, text, index, "entries")

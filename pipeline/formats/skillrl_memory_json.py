@@ -31,7 +31,7 @@ import json
 from typing import Any, Iterator
 
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, iter_json_container, line_at
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -119,10 +119,9 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     ``memory_without_steps`` (failures), ``bad_record``, ``invalid_json``."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    index, line, prev = 0, 1, 0
+    index = 0
     try:
-        for _, rec, pos in iter_json_container(text):
-            line, prev = line + text.count("\n", prev, pos), pos
+        for _, rec, _, line in iter_json_container(text):
             raw = json.dumps(rec, ensure_ascii=False)
             try:
                 yield memory_trajectory(rec, path, index, line)
@@ -134,8 +133,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 yield bad("bad_record", str(e), path, line, raw)
             index += 1
     except JSONContainerError as e:
-        yield bad("invalid_json", f"{e} (after {index} records)", path, line_at(text, e.pos),
-                  text[max(0, e.pos - 200):e.pos + 200])
+        yield invalid_json_row(e, path, text, index)
 
 
 def read_bank(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
