@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from . import __version__
-from .artifacts import ArtifactError, ArtifactStore, StageArtifact
+from .artifacts import ArtifactError, ArtifactStore, EncodedPart, StageArtifact
 from .config import PipelineConfig, to_dict
 from .lineage import content_hash, file_sha256
 from .records import QuarantineRow, to_table
@@ -61,10 +61,11 @@ class StageOutput:
     units_out: int | None = None
     counters: dict[str, Any] = field(default_factory=dict)
     extra_files: dict[str, bytes | str] = field(default_factory=dict)
-    # Streaming alternative to rows/quarantine: an iterator of (rows, quarantine) batches. The
+    # Streaming alternative to rows/quarantine: an iterator of (rows, quarantine) batches (see
+    # ArtifactStore.write_stream for the accepted forms, incl. worker-encoded Parquet parts). The
     # stage may update rows_in/units_in/units_out/counters while it is consumed; the runner
     # reads them only after the last batch.
-    stream: Iterator[tuple[list[dict[str, Any]], list[QuarantineRow]]] | None = None
+    stream: Iterator[tuple[Any, Any]] | None = None
     reasons: Counter = field(default_factory=Counter)
 
 
@@ -231,7 +232,10 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     if out.stream is not None:  # large stages: bounded memory, rows never all in memory
         def batches():
             for rows, qrows in out.stream:
-                out.reasons.update(q.reason for q in qrows)
+                if isinstance(qrows, EncodedPart):  # encoded by a worker: it counted its reasons
+                    out.reasons.update(qrows.reasons or {})
+                else:
+                    out.reasons.update(q.reason for q in qrows)
                 yield rows, qrows
         art = ctx.store.write_stream(name, mod.SCHEMA, batches(), finish)
     else:

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline import artifacts
-from pipeline.artifacts import ArtifactError, ArtifactStore
-from pipeline.records import QuarantineRow, to_table
+from pipeline.artifacts import ArtifactError, ArtifactStore, EncodedPart, PartEncoder, decode_part
+from pipeline.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 SCHEMA = pa.schema([("id", pa.string()), ("n", pa.int64())])
 
@@ -71,6 +71,44 @@ def test_stream_splits_parts_and_counts(tmp_path, monkeypatch):
     assert [f for f in art.manifest["files"] if not f.startswith("quarantine")] == \
         ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert art.read_rows() == rows(0, 10)
+
+
+def test_part_encoder_splits_at_part_rows_and_counts_reasons(monkeypatch):
+    monkeypatch.setattr(artifacts, "PART_ROWS", 4)
+    enc = PartEncoder(SCHEMA)
+    enc.write(to_table(rows(0, 3), SCHEMA))
+    enc.write(to_table(rows(3, 6), SCHEMA))
+    parts = enc.finish()
+    assert [p.rows for p in parts] == [4, 2] and [p.reasons for p in parts] == [None, None]
+    assert decode_part(parts[0]).to_pylist() + decode_part(parts[1]).to_pylist() == rows(0, 6)
+    qenc = PartEncoder(QUARANTINE_SCHEMA)
+    qenc.write(to_table([QuarantineRow("s", r).__dict__ for r in ("a", "b", "a")], QUARANTINE_SCHEMA))
+    assert [p.reasons for p in qenc.finish()] == [{"a": 2, "b": 1}]
+    with pytest.raises(ArtifactError, match="differs from the declared schema"):
+        PartEncoder(SCHEMA).write(to_table([{"id": "x"}], pa.schema([("id", pa.string())])))
+
+
+def test_stream_mixes_encoded_parts_with_row_batches_in_order(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    enc, qenc = PartEncoder(SCHEMA), PartEncoder(QUARANTINE_SCHEMA)
+    enc.write(to_table(rows(2, 5), SCHEMA))
+    qenc.write(to_table([QuarantineRow("s", "late").__dict__], QUARANTINE_SCHEMA))
+    batches = [(rows(0, 2), [QuarantineRow("s", "early")]), (enc.finish()[0], qenc.finish()[0]), (rows(5, 6), [])]
+    art = store.write_stream("s", SCHEMA, iter(batches), lambda n, q: ({"fingerprint": "m", "n": [n, q]}, {}))
+    assert art.manifest["n"] == [6, 2] and art.read_rows() == rows(0, 6)
+    assert [f for f in art.manifest["files"] if not f.startswith("quarantine")] == \
+        ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # an encoded part stays whole
+    assert [q["reason"] for q in art.read_rows(quarantine=True)] == ["early", "late"]
+
+
+def test_stream_rejects_an_encoded_part_that_lies(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    enc = PartEncoder(SCHEMA)
+    enc.write(to_table(rows(0, 3), SCHEMA))
+    part = enc.finish()[0]
+    with pytest.raises(ArtifactError, match="3 rows \\(declared 5"):
+        store.write_stream("s", SCHEMA, iter([(EncodedPart(part.data, 5), [])]), lambda n, q: ({}, {}))
+    assert store.load("s") is None and os.listdir(store.run_dir) == []
 
 
 def test_empty_stream_writes_a_readable_empty_artifact(tmp_path):

@@ -104,7 +104,7 @@ def test_per_env_caps(tmp_path):
     # env000 (mixed) keeps its success and its failure; env001 the shorter of its two successes
     assert [(r["env_instance"], r["outcome"], len(r["steps"])) for r in rows] == [
         ("env000", "success", 7), ("env000", "failure", 15), ("env001", "success", 9)]
-    assert [x["reason"] for x in q] == ["not_selected"]
+    assert [x["reason"] for x in q] == ["not_selected"] and m["counts"]["quarantine_reasons"] == {"not_selected": 1}
     assert q[0]["detail"] == "success #2 of instance 'env001': max_per_instance=1"
     assert m["counts"]["in"] == 4 and m["counts"]["units_in"] == m["counts"]["out"] + m["counts"]["quarantined"]
 

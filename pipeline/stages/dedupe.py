@@ -19,7 +19,8 @@ Step-indexed metadata written by readers (``invalid_actions``, D-P8) is renumber
 The stage streams: the parse artifact is read one Parquet row group at a time (in a process pool
 for large inputs) and deduplicated column-wise by :func:`dedupe_table` (only actions, ``done``,
 ``reward`` and the observations of steps whose actions repeat become Python values; kept steps
-are gathered with Arrow ``take``), so memory does not grow with the input. :func:`dedupe_row`
+are gathered with Arrow ``take``), so memory does not grow with the input. Each row group's
+output is encoded to Parquet in the worker and becomes one part file of the artifact. :func:`dedupe_row`
 is the row-dict reference the tests compare it with.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..artifacts import EncodedPart, PartEncoder
 from ..formats.common import bad, trajectory_row
 from ..formats.parallel import ordered_map, worker_count
 from ..records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
@@ -188,9 +190,11 @@ def _row_groups(folder: str) -> list[tuple[str, int]]:
     return out
 
 
-def dedupe_group(args: tuple[str, int, int]) -> tuple[pa.Table | list, list, int, int, int]:
+def dedupe_group(args: tuple[str, int, int]) -> tuple[list[EncodedPart] | list[dict], list, int, int, int]:
     """Dedupe one Parquet row group (runs in a worker or in-process):
-    ``(kept table, quarantine, n_in, shortened, removed)``; see :func:`dedupe_table`."""
+    ``(kept rows as encoded Parquet parts, quarantine, n_in, shortened, removed)``; see
+    :func:`dedupe_table`. The part is encoded here so that only compressed bytes reach the main
+    process (see ``parse.read_chunk``)."""
     path, index, min_actions = args
     # hand the previous group's freed Arrow buffers back to the OS first: the allocator keeps
     # them otherwise and each worker's RSS creeps up group after group (measured ~146 -> ~135 MB
@@ -198,9 +202,12 @@ def dedupe_group(args: tuple[str, int, int]) -> tuple[pa.Table | list, list, int
     pa.default_memory_pool().release_unused()
     table = pq.ParquetFile(path).read_row_group(index)
     if not table.schema.equals(TRAJECTORY_SCHEMA):  # e.g. an artifact of an older schema: row path
-        return dedupe_rows(table.to_pylist(), min_actions)
+        kept_rows, qrows, n_in, shortened, removed = dedupe_rows(table.to_pylist(), min_actions)
+        return [kept_rows], qrows, n_in, shortened, removed
     kept, qrows, shortened, removed = dedupe_table(table, min_actions)
-    return kept, qrows, table.num_rows, shortened, removed
+    encoder = PartEncoder(TRAJECTORY_SCHEMA)
+    encoder.write(kept)
+    return encoder.finish(), qrows, table.num_rows, shortened, removed
 
 
 def dedupe_rows(rows: list[dict], min_actions: int) -> tuple[pa.Table | list, list, int, int, int]:
@@ -327,7 +334,9 @@ def run(ctx: StageContext) -> StageOutput:
             out.rows_in += n_in
             counts["trajectories_shortened"] += shortened
             counts["steps_removed"] += removed
-            yield kept, qrows
+            for batch in kept:
+                yield batch, []
+            yield [], qrows
         out.counters.update(counts)
 
     out.stream = stream()

@@ -24,19 +24,21 @@ folder (an ``envNNN`` folder of a SkillRL tree). Selection is exact within a gro
 emitted in path order and, inside a group, instances in (env, instance) order, which is the
 order global caps count in. An instance whose records lie in several folders is selected per
 folder (counted as ``instances_split_across_groups``). Consecutive groups (up to ``CHUNK_FILES``
-files) form one task of a process pool (:func:`~pipeline.formats.parallel.ordered_map`: ordered,
-at most a few tasks in flight) when there are enough files, so memory stays bounded and both
-cores are used; the output is identical to a sequential run. A worker returns its chunk's
-selected rows as one Arrow table (``trajectories_table``) plus per-group ranking facts, so the
-main process only applies the global caps and writes Parquet (rows dropped by a global cap are
-the only ones converted back to dicts, for their quarantine JSON).
+files, ``TASKS_PER_WORKER`` tasks per worker) form one task of a process pool
+(:func:`~pipeline.formats.parallel.ordered_map`: ordered, at most a few tasks in flight) when
+there are enough files, so memory stays bounded and both cores are used; the output is
+identical to a sequential run. A task encodes its selected rows and its quarantine rows to
+Parquet itself (:class:`~pipeline.artifacts.PartEncoder`, ``BATCH_ROWS`` rows per row group)
+and returns the bytes plus per-group ranking facts (:class:`ChunkResult`); the main process
+applies the global caps and writes each task's bytes as one part file. Only when a global cap
+drops rows of a task is that task's part decoded and re-encoded without them.
 
 Input digest: the workers also SHA-256 every file from the bytes they read anyway, and the stage
 reports ``counters["input_fingerprint"]``, equal to what ``runner._input_fingerprint`` computes
 for parse (``[{"files", "sha256", "listed"}]``: one digest over ``"<relative path>\\0<sha256>\\n"``
-in path order), so the runner can take it from here instead of reading every input file a second
-time before the stage starts (~0.3-0.8 s of the 3,000-env benchmark; a runner change, not made
-here).
+in path order), so the runner takes it from here (``REPORTS_INPUT_FINGERPRINT``) instead of
+reading every input file a second time before the stage starts (~0.3-0.8 s of the 3,000-env
+benchmark) whenever the stage runs anyway (forced, or no earlier artifact).
 """
 from __future__ import annotations
 
@@ -51,10 +53,11 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from ..config import ParseConfig
+from ..artifacts import EncodedPart, PartEncoder, decode_part
 from ..formats.common import bad, rebase, trajectories_table, trajectory_row
 from ..formats.discover import list_input_files, read_file
 from ..formats.parallel import ordered_map, worker_count
-from ..records import TRAJECTORY_SCHEMA, QuarantineRow, Trajectory
+from ..records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
 from ..runner import MAX_LISTED_INPUTS, StageContext, StageOutput
 
 NAME = "parse"
@@ -67,8 +70,9 @@ REPORTS_INPUT_FINGERPRINT = True  # counters["input_fingerprint"]: the runner th
 #: read in-process (starting a pool costs more than it saves).
 WORKERS = 0
 MIN_FILES_FOR_POOL = 64
-BATCH_ROWS = 500  # rows handed to the Parquet writer at a time (one Parquet row group)
-CHUNK_FILES = 64  # at most this many files per worker task (whole groups; a group may exceed it)
+BATCH_ROWS = 500  # rows encoded at a time by a worker (one Parquet row group)
+CHUNK_FILES = 1000  # at most this many files per worker task (whole groups; a group may exceed it)
+TASKS_PER_WORKER = 16  # tasks per worker when the pool is used: the last task's tail is short
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
@@ -153,18 +157,18 @@ def select(trajs: list[Trajectory], cfg: ParseConfig) -> tuple[list[Trajectory],
 
 @dataclass
 class GroupResult:
-    """What a worker returns for one group (its rows travel in the chunk's table)."""
+    """What a worker returns for one group (its rows travel in the chunk's encoded parts)."""
     ranked: list[tuple[tuple[str, str], bool, list[int]]]  # (instance, has_success, row positions in rank order)
-    facts: list[tuple[str, str]]           # per row of the group: (source_format, "env/category/outcome")
-    quarantine: list[QuarantineRow]
+    facts: list[tuple[str, str]]           # per kept row of the group: (source_format, "env/category/outcome")
+    reasons: Counter                       # quarantine rows of the group by reason (incl. not_selected)
     read_by_format: Counter
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (relative path, sha256) per file
 
 
 def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold: float, cfg: ParseConfig
-               ) -> tuple[list[Trajectory], GroupResult]:
-    """Read and rank one group of files: ``(selected trajectories in read order, result)`` with
-    positions in ``result.ranked`` indexing the returned list."""
+               ) -> tuple[list[Trajectory], list[QuarantineRow], GroupResult]:
+    """Read and rank one group of files: ``(selected trajectories in read order, quarantine rows,
+    result)`` with positions in ``result.ranked`` indexing the returned trajectories."""
     trajs, quarantine, by_format, inputs = [], [], Counter(), []
     for path in paths:
         rel = os.path.relpath(path, root)  # URIs relative to the input root: ids independent of location
@@ -185,33 +189,60 @@ def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold
         else:
             kept.append(t)
     pos = {t.trajectory_id: i for i, t in enumerate(kept)}
-    return kept, GroupResult([(key, has_s, [pos[t.trajectory_id] for t in items]) for key, has_s, items in ranked],
-                             [(t.source_format, f"{t.env}/{t.category}/{t.outcome}") for t in kept],
-                             quarantine, by_format, inputs)
+    return kept, quarantine, GroupResult(
+        [(key, has_s, [pos[t.trajectory_id] for t in items]) for key, has_s, items in ranked],
+        [(t.source_format, f"{t.env}/{t.category}/{t.outcome}") for t in kept],
+        Counter(q.reason for q in quarantine), by_format, inputs)
 
 
-def read_chunk(args: tuple[str, list[list[str]], str, str | None, float, ParseConfig]
-               ) -> tuple[pa.Table | None, list[GroupResult]]:
-    """Read consecutive groups (runs in a worker process): one Arrow table with the selected rows
-    of all of them, group after group, and each group's result. One table per chunk, not per
-    group: pickling a table has a fixed cost that dominated the main process at 3,000 groups."""
+@dataclass
+class ChunkResult:
+    """What a worker returns for one chunk of consecutive groups: the selected rows of all of
+    them (group after group) and their quarantine rows, as Parquet parts encoded in the worker,
+    and each group's result, with ``ranked`` positions counted over the whole chunk."""
+    parts: list[EncodedPart]
+    quarantine: list[EncodedPart]
+    groups: list[GroupResult]
+
+
+def read_chunk(args: tuple[str, list[list[str]], str, str | None, float, ParseConfig]) -> ChunkResult:
+    """Read consecutive groups (runs in a worker process, or in-process for small inputs).
+
+    Rows are encoded to Parquet here, ``BATCH_ROWS`` at a time (one row group each): only the
+    compressed bytes go back to the main process, which writes them as they are. Pickling the
+    Arrow tables instead moved ~30x more bytes and left the Parquet encoding to the main process,
+    which competed with the workers for the two cores.
+    """
     root, groups, fmt, env, threshold, cfg = args
-    kept, results = [], []
+    rows, qrows, results = PartEncoder(TRAJECTORY_SCHEMA), PartEncoder(QUARANTINE_SCHEMA), []
+    kept: list[Trajectory] = []
+    bad_rows: list[QuarantineRow] = []
+    base = 0
     for paths in groups:
-        trajs, res = read_group(root, paths, fmt, env, threshold, cfg)
+        trajs, quarantine, res = read_group(root, paths, fmt, env, threshold, cfg)
+        res.ranked = [(key, has_s, [base + p for p in items]) for key, has_s, items in res.ranked]
+        base += len(trajs)
         kept += trajs
+        bad_rows += quarantine
         results.append(res)
-    return (trajectories_table(kept) if kept else None), results
+        if len(kept) >= BATCH_ROWS:
+            rows.write(trajectories_table(kept))
+            kept = []
+            pa.default_memory_pool().release_unused()  # the encoded batch's buffers: bound RSS
+        if len(bad_rows) >= BATCH_ROWS:
+            qrows.write(to_table([q.__dict__ for q in bad_rows], QUARANTINE_SCHEMA))
+            bad_rows = []
+    if kept:
+        rows.write(trajectories_table(kept))
+    if bad_rows:
+        qrows.write(to_table([q.__dict__ for q in bad_rows], QUARANTINE_SCHEMA))
+    return ChunkResult(rows.finish(), qrows.finish(), results)
 
 
 def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
     row = t if isinstance(t, dict) else trajectory_row(t)
     return bad("not_selected", why, row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
                item_id=row["trajectory_id"], limit=None)
-
-
-def _concat(tables: list[pa.Table]) -> pa.Table | list:
-    return pa.concat_tables(tables) if tables else []
 
 
 def _groups(files: list[str]) -> Iterator[list[str]]:
@@ -230,13 +261,25 @@ def _chunks(groups: Iterator[list[str]], files_per_chunk: int) -> Iterator[list[
         yield chunk
 
 
-def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None
-             ) -> Iterator[tuple[pa.Table | None, list[GroupResult]]]:
+def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None) -> Iterator[ChunkResult]:
     workers = worker_count(WORKERS) if len(files) >= MIN_FILES_FOR_POOL else 1
-    # about 32 tasks per worker (load balance), at most CHUNK_FILES files each (memory)
-    per_chunk = max(1, min(CHUNK_FILES, len(files) // (workers * 32)))
+    # TASKS_PER_WORKER tasks per worker (load balance), each at most CHUNK_FILES files (one part)
+    per_chunk = min(CHUNK_FILES, max(16, -(-len(files) // (workers * TASKS_PER_WORKER)))) if workers > 1 \
+        else CHUNK_FILES
     tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(_groups(files), per_chunk))
     return ordered_map(read_chunk, tasks, workers, chunk=1)
+
+
+def _drop_rows(parts: list[EncodedPart], dropped: dict[int, str]) -> tuple[list[EncodedPart], list[QuarantineRow]]:
+    """``parts`` without the rows at the chunk positions in ``dropped`` (re-encoded), and those
+    rows as ``not_selected`` quarantine rows, in ``dropped`` order (a global cap: rare)."""
+    table = pa.concat_tables([decode_part(p) for p in parts])
+    quarantine = [_not_selected(table.slice(p, 1).to_pylist()[0], why) for p, why in dropped.items()]
+    encoder = PartEncoder(TRAJECTORY_SCHEMA)
+    keep = [i for i in range(table.num_rows) if i not in dropped]
+    if keep:
+        encoder.write(table.take(keep))
+    return encoder.finish(), quarantine
 
 
 def run(ctx: StageContext) -> StageOutput:
@@ -253,19 +296,17 @@ def run(ctx: StageContext) -> StageOutput:
 
     def stream():
         gcaps = GlobalCaps(cfg)
-        tables, n_rows, qrows = [], 0, []
-        for chunk_table, results in _results(root, files, cfg, ctx.env):
-            keep_chunk: list[int] = []
+        for chunk in _results(root, files, cfg, ctx.env):
+            dropped: dict[int, str] = {}  # chunk row position -> why (global caps)
             start = 0
-            for res in results:
+            for res in chunk.groups:
                 for rel, sha in res.inputs:
                     digest.update(f"{rel}\0{sha}\n".encode())
                     if len(listing) <= MAX_LISTED_INPUTS:
                         listing.append({"uri": rel, "sha256": sha})
                 read_by_format.update(res.read_by_format)
-                out.rows_in += sum(res.read_by_format.values()) + sum(q.reason != "not_selected" for q in res.quarantine)
-                qrows += res.quarantine
-                dropped: dict[int, str] = {}
+                out.rows_in += sum(res.read_by_format.values()) + sum(
+                    n for reason, n in res.reasons.items() if reason != "not_selected")
                 for key, has_success, items in res.ranked:
                     split.update({key} & seen_instances)
                     seen_instances.add(key)
@@ -274,23 +315,18 @@ def run(ctx: StageContext) -> StageOutput:
                             dropped[p] = why
                         else:
                             kept_instances.add(key)
-                # a global cap hit is rare, so only its rows are converted back to dicts
-                qrows += [_not_selected(chunk_table.slice(start + p, 1).to_pylist()[0], why)
-                          for p, why in dropped.items()]  # rank order
-                for p, (fmt, cat) in enumerate(res.facts):
+                for p, (fmt, cat) in enumerate(res.facts, start):
                     if p not in dropped:
-                        keep_chunk.append(start + p)
                         kept_by_format[fmt] += 1
                         kept_by_cat[cat] += 1
                 start += len(res.facts)
-            if keep_chunk:
-                table = chunk_table if len(keep_chunk) == start else chunk_table.take(keep_chunk)
-                tables.append(table)
-                n_rows += table.num_rows
-            if n_rows + len(qrows) >= BATCH_ROWS:
-                yield _concat(tables), qrows
-                tables, n_rows, qrows = [], 0, []
-                pa.default_memory_pool().release_unused()  # the written batch's buffers: bound RSS
+            parts, capped = _drop_rows(chunk.parts, dropped) if dropped else (chunk.parts, [])
+            for part in parts:
+                yield part, []
+            for qpart in chunk.quarantine:
+                yield [], qpart
+            if capped:
+                yield [], capped
         out.counters.update({
             "files": len(files),
             "read_by_source_format": dict(sorted(read_by_format.items())),
@@ -301,7 +337,6 @@ def run(ctx: StageContext) -> StageOutput:
             "input_fingerprint": [{"files": len(files), "sha256": digest.hexdigest(),
                                    "listed": listing if len(files) <= MAX_LISTED_INPUTS else []}],
         })
-        yield _concat(tables), qrows
 
     out.stream = stream()
     return out
