@@ -97,3 +97,30 @@ def test_model_output_lines_d_p8():
         {"index": 2, "line": 23, "parsed_action": "i should take the pen from it now",
          "reason": "no <action> tag; the projection kept the last 30 characters"}]
     assert (t.outcome, t.env_instance) == ("success", "env007")
+
+
+def test_file_cut_inside_its_last_block_is_quarantined(tmp_path):
+    """A cut success must not read as a failed episode: cut inside the last block's Obs (before
+    or inside its admissible list, or right after its header) -> ``truncated_file``; cut after
+    the list closed -> the full episode; cut between two blocks -> indistinguishable (documented)."""
+    src = open("data/samples/skillrl-rollouts/env000/test1.txt", encoding="utf-8").read()
+    (full,) = list(read_file("data/samples/skillrl-rollouts/env000/test1.txt"))
+    last = src.rindex("\nStep ") + 1
+    header_end = src.index("\n", last)
+    lead = src.index("Your admissible actions", last)
+    closed = src.index("].", lead) + 2
+    d = tmp_path / "env000"
+    d.mkdir()
+
+    def read_cut(n):
+        p = d / "test1.txt"
+        p.write_text(src[:n], encoding="utf-8")
+        return list(read_file(str(p)))
+    for cut in (header_end + 1, lead - 10, lead + 40, closed - 1):
+        (q,) = read_cut(cut)
+        assert isinstance(q, QuarantineRow) and (q.reason, q.line) == ("truncated_file", full.steps[-1].line), cut
+    (t,) = read_cut(closed + 5)
+    assert (t.outcome, len(t.steps), t.steps[-1].admissible_actions) == ("success", len(full.steps),
+                                                                         full.steps[-1].admissible_actions)
+    (t,) = read_cut(last)  # between blocks: one step fewer, an unfinished episode
+    assert (t.outcome, len(t.steps)) == ("failure", len(full.steps) - 1)

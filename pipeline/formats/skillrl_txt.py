@@ -56,6 +56,7 @@ _OBS_LINE = re.compile(r"^Obs:", re.M)
 _KEY_LINE = re.compile(r"^(Raw Model Output|Parsed Action|Valid Action|Invalid Reason):[ \t]?(.*)$")
 _THINK = re.compile(r"<think>(.*?)</think>", re.S | re.I)
 _ADM_LEAD = "Your admissible actions of the current situation are:"
+RAW_TAIL = 400  # chars of a cut block kept on its quarantine row
 _OBS_PHRASE = "your current observation is:"
 _TURN_PHRASE = "now it's your turn to take "
 
@@ -207,7 +208,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     the parse stage can pass the path relative to the input root and hash each file once.
 
     Quarantine reasons: ``bad_step_header`` (a ``Step`` line that does not parse, D-P1),
-    ``bad_step_sequence`` (ids not -1, 0, 1, ...: a step is missing), ``no_steps``.
+    ``bad_step_sequence`` (ids not -1, 0, 1, ...: a step is missing), ``no_steps``, and
+    ``truncated_file``: every step before the last has a complete admissible list in its ``Obs:``
+    payload (the rollout writer always prints one) but the last has none or an unclosed one, so
+    the file was cut inside its last block. A cut exactly between two blocks cannot be told from
+    an episode that stopped there and still reads as one.
     env_instance is the ``envNNN`` folder (else the banner's env number, else the file stem).
     """
     if text is None:  # read_file passes the text of small files it already decoded
@@ -236,9 +241,17 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
         blocks.append((m, line, text[stop + 1:end]))
     steps, invalid = [], []
-    for m, line, body in blocks:
+    with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
+    for k, (m, line, body) in enumerate(blocks):
         payload, keys = split_block(body)
         obs, adm = clean_observation(payload, env)
+        has_list = _ADM_LEAD in payload
+        if k == len(blocks) - 1 and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
+            yield bad("truncated_file", "the last step's Obs payload ends before its admissible-action list is "
+                      "complete, while every earlier step has one: the file was cut short (a cut episode would "
+                      "otherwise read as a failure)", path, line, body[-RAW_TAIL:])
+            return
+        with_list += has_list
         action = None if m[1] == "-1" else m[2].strip()  # D-P4
         think = _THINK.search(keys.get("Raw Model Output", ""))
         steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
