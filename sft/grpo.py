@@ -17,6 +17,12 @@ One step (spec §12.1, our fixes D-R1..D-R4):
 4. every ``eval_steps``: validate on dev games, evolve the bank (``sft.skill_evolution``);
 5. every ``save_steps`` and at the end: a coupled checkpoint (``sft.grpo_checkpoint``).
 
+``lora_r > 0`` trains a new PEFT LoRA adapter on the starting policy instead of all weights (an
+SFT LoRA adapter is merged into its base first): the KL reference is then the same model with
+the adapter switched off, and a checkpoint's ``policy/`` holds only the adapter (a few MB
+instead of the full model). ``make run`` uses it (``smoke()``); the default, 0, is SkillRL's
+full-weight update.
+
 Why not ``trl.GRPOTrainer``: its ``environment_factory`` runs a multi-turn *tool-calling*
 conversation in one growing sequence, and ``rollout_func`` returns one completion per prompt
 grouped by batch position; SkillRL's scheme re-renders a fresh prompt (history window + skills)
@@ -97,6 +103,17 @@ def _token_logps(model, ids, att, pos, C: int, temperature: float, with_entropy:
     return logps, (entropy_from_logits(logits) if with_entropy else None)
 
 
+def _reference_logps(model, ref_model, ids, att, pos, C: int, temperature: float):
+    """Log-probabilities under the KL reference: ``ref_model``, or, when it is ``None`` (a LoRA
+    run), ``model`` itself with its adapter switched off (= the starting policy)."""
+    import torch
+    with torch.no_grad():
+        if ref_model is not None:
+            return _token_logps(ref_model, ids, att, pos, C, temperature, False)[0]
+        with model.disable_adapter():
+            return _token_logps(model, ids, att, pos, C, temperature, False)[0]
+
+
 def update(model, ref_model, optimizer, episodes: list[Episode], advantages: list[float], cfg: GRPOConfig,
            pad_id: int) -> dict[str, float]:
     """One optimizer step over every step sample of ``episodes`` (advantage per episode).
@@ -114,10 +131,7 @@ def update(model, ref_model, optimizer, episodes: list[Episode], advantages: lis
     for i in range(0, len(samples), max(1, cfg.micro_batch_size)):
         ids, att, pos, cmask, adv, C = _batch(samples[i:i + cfg.micro_batch_size], pad_id)
         logps, ent = _token_logps(model, ids, att, pos, C, cfg.temperature, cfg.entropy_coeff > 0)
-        ref = None
-        if cfg.beta > 0:
-            with torch.no_grad():
-                ref, _ = _token_logps(ref_model, ids, att, pos, C, cfg.temperature, False)
+        ref = _reference_logps(model, ref_model, ids, att, pos, C, cfg.temperature) if cfg.beta > 0 else None
         loss, m = policy_loss(logps, logps.detach(), ref, adv, cmask, cfg.beta, cfg.epsilon, ent,
                               cfg.entropy_coeff, n_tokens)
         loss.backward()
@@ -172,6 +186,18 @@ def starting_policy(cfg: GRPOConfig) -> str:
     return str(ensure_base_model(cfg.model, cfg.model_cache_dir))
 
 
+def _with_adapter(model, cfg: GRPOConfig, saved: str | None):
+    """``model`` wrapped in a trainable PEFT LoRA adapter: a new one (rank ``cfg.lora_r``), or the
+    one saved in the checkpoint folder ``saved`` when resuming."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    if saved:
+        return PeftModel.from_pretrained(model, saved, is_trainable=True)
+    targets = cfg.lora_target_modules
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, task_type="CAUSAL_LM",
+                      target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")])
+    return get_peft_model(model, lora)
+
+
 def train(cfg: GRPOConfig) -> dict[str, Any]:
     """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``.
 
@@ -194,12 +220,17 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     resume_from = ckpt.resolve(cfg.resume, cfg.output_dir)
     start_dir = starting_policy(cfg)
     model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
-    model, tok = load_model(model_dir)
     ref_model = None
-    if cfg.beta > 0:  # reference = a frozen copy of the starting policy, also after a resume
-        ref_model = load_model(start_dir)[0] if resume_from else copy.deepcopy(model)
-        ref_model.eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    if cfg.lora_r > 0:  # a new adapter on the starting policy; reference = adapter off
+        model, tok = load_model(start_dir)
+        model = _with_adapter(model, cfg, os.path.join(resume_from, "policy") if resume_from else None)
+    else:
+        model, tok = load_model(model_dir)
+        if cfg.beta > 0:  # reference = a frozen copy of the starting policy, also after a resume
+            ref_model = load_model(start_dir)[0] if resume_from else copy.deepcopy(model)
+            ref_model.eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                  weight_decay=cfg.weight_decay)
     start, bank = 0, SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
     if resume_from:
         state = ckpt.restore_state(resume_from, optimizer)
@@ -250,7 +281,7 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
                 log.write(entry)
             if (cfg.save_steps and step % cfg.save_steps == 0) or step == cfg.max_steps:
                 last_ckpt = ckpt.save(cfg.output_dir, step, model, tok, optimizer, bank, to_dict(cfg),
-                                      {"base_model": start_dir})
+                                      {"base_model": os.path.abspath(start_dir)})
     summary = {"output_dir": cfg.output_dir, "steps": step, "started_at_step": start, "checkpoint": last_ckpt,
                "bank_version": bank.version, "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": model_dir}

@@ -8,6 +8,7 @@ first end-of-turn token (kept, so the policy gradient also trains stopping).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -22,19 +23,30 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 
 def load_model(path: str | Path, dtype: str = "float32"):
-    """``(model, tokenizer)`` from a local folder: a full model, or a PEFT LoRA adapter (merged).
+    """``(model, tokenizer)`` from a local folder: a full model, a PEFT LoRA adapter (merged), or
+    a GRPO checkpoint (the folder with ``checkpoint.json``, or its ``policy/``).
 
     A folder with ``adapter_config.json`` is loaded with ``peft.AutoPeftModelForCausalLM`` and
-    merged into its base, so GRPO trains full weights from an SFT LoRA run. Raises
-    ``FileNotFoundError`` when the folder has neither ``config.json`` nor ``adapter_config.json``.
+    merged into its base, so GRPO trains full weights from an SFT LoRA run. The adapter of a
+    LoRA GRPO checkpoint sits on the run's starting policy (which may itself be an SFT adapter
+    merged into its base), so it is applied to the ``base_model`` its ``checkpoint.json`` names.
+    Raises ``FileNotFoundError`` when the folder has neither ``config.json`` nor
+    ``adapter_config.json`` (or a checkpoint's starting policy is gone).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)
+    if (p / "checkpoint.json").is_file():
+        p = p / "policy"
     torch_dtype = getattr(torch, dtype)
-    if (p / "adapter_config.json").is_file():
+    start = _grpo_starting_policy(p)
+    if start is not None:
+        from peft import PeftModel
+        base, _ = load_model(start, dtype)
+        model = PeftModel.from_pretrained(base, str(p)).merge_and_unload()
+    elif (p / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
         model = AutoPeftModelForCausalLM.from_pretrained(str(p), dtype=torch_dtype).merge_and_unload()
         model.requires_grad_(True)  # PEFT froze the base weights; GRPO trains the merged model
@@ -46,6 +58,21 @@ def load_model(path: str | Path, dtype: str = "float32"):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def _grpo_starting_policy(policy_dir: Path) -> str | None:
+    """The starting policy named by the ``checkpoint.json`` next to ``policy_dir`` when that
+    folder holds a LoRA GRPO adapter, else ``None``."""
+    manifest = policy_dir.parent / "checkpoint.json"
+    if policy_dir.name != "policy" or not (policy_dir / "adapter_config.json").is_file() or not manifest.is_file():
+        return None
+    with open(manifest, encoding="utf-8") as f:
+        start = json.load(f).get("base_model")
+    if not start:
+        return None
+    if not os.path.isdir(start):
+        raise FileNotFoundError(f"{policy_dir} is a LoRA adapter on the starting policy {start}, which is gone")
+    return start
 
 
 class HFPolicy:

@@ -19,12 +19,13 @@ from sft.skill_evolution import SkillBank
 pytestmark = pytest.mark.slow
 
 
-def test_grpo_steps_then_resume(tmp_path):
+@pytest.mark.parametrize("lora_r", [0, 8], ids=["full", "lora"])
+def test_grpo_steps_then_resume(tmp_path, lora_r):
     bank_path = str(tmp_path / "bank.json")
     SkillBank([skillbank.make_row("general", "", {"title": "Look First", "principle": "Read the room."})]).save(bank_path)
     out = str(tmp_path / "grpo")
     cfg = smoke(output_dir=out, max_steps=1, max_env_steps=2, max_completion_length=16, val_tasks=1, eval_steps=1,
-                evolve_skills=False, skill_bank=bank_path, save_steps=1)
+                evolve_skills=False, skill_bank=bank_path, save_steps=1, lora_r=lora_r)
     first = train(cfg)
     lines = [json.loads(x) for x in open(first["log"], encoding="utf-8")]
     step1 = [x for x in lines if x["kind"] == "train"]
@@ -43,4 +44,16 @@ def test_grpo_steps_then_resume(tmp_path):
     assert second["bank_version"] == first["bank_version"]
     lines = [json.loads(x) for x in open(second["log"], encoding="utf-8")]
     assert [x["step"] for x in lines if x["kind"] == "train"] == [1, 2]
-    assert os.path.isfile(os.path.join(second["checkpoint"], "policy", "model.safetensors"))
+    policy_files = os.listdir(os.path.join(second["checkpoint"], "policy"))
+    if not lora_r:
+        assert "model.safetensors" in policy_files
+        return
+    # LoRA: the checkpoint holds only the adapter, and loads back onto the starting policy
+    adapter = os.path.join(second["checkpoint"], "policy", "adapter_model.safetensors")
+    assert "model.safetensors" not in policy_files and os.path.getsize(adapter) < 10 * 2**20
+    from sft.grpo import starting_policy
+    from sft.policy import load_model
+    tuned, start = load_model(second["checkpoint"])[0], load_model(starting_policy(cfg))[0]
+    name = "model.layers.0.self_attn.q_proj.weight"
+    delta = (tuned.state_dict()[name] - start.state_dict()[name]).abs().max().item()
+    assert 0 < delta < 0.1  # two small adapter updates, merged
