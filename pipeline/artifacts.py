@@ -237,23 +237,39 @@ class ArtifactStore:
         return os.path.join(self.run_dir, stage)
 
     def load(self, stage: str) -> StageArtifact | None:
-        """The complete artifact of ``stage``, or ``None`` if it was never written."""
+        """The complete artifact of ``stage``, or ``None`` if it was never written, is incomplete,
+        or its manifest cannot be read (a rerun of the stage replaces it)."""
+        return self._load(stage)[0]
+
+    def _load(self, stage: str) -> tuple[StageArtifact | None, str]:
+        """``(artifact or None, why not)``."""
         path = self.stage_dir(stage)
         mpath = os.path.join(path, MANIFEST)
         if not os.path.exists(mpath):
-            return None
-        with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
-        if manifest.get("status") != "complete":
-            return None
-        return StageArtifact(path, manifest)
+            return None, "has no complete artifact"
+        try:
+            with open(mpath, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+            return None, f"has an unreadable manifest {mpath} ({type(e).__name__}: {e})"
+        if not isinstance(manifest, dict) or manifest.get("status") != "complete":
+            return None, "has no complete artifact"
+        return StageArtifact(path, manifest), ""
 
     def require(self, stage: str) -> StageArtifact:
-        art = self.load(stage)
+        """The complete artifact of ``stage``, with every file its manifest lists present.
+
+        Raises :class:`ArtifactError` (with the command that rebuilds it) otherwise."""
+        art, why = self._load(stage)
+        rerun = f"run it again (skillpipe run --run-id {self.run_id} --stages {stage} --force)"
         if art is None:
-            raise ArtifactError(
-                f"stage '{stage}' has no complete artifact in {self.run_dir}; run it first "
-                f"(skillpipe run --run-id {self.run_id} --stages {stage})")
+            raise ArtifactError(f"stage '{stage}' {why} in {self.run_dir}; "
+                                + (rerun if "unreadable" in why else
+                                   f"run it first (skillpipe run --run-id {self.run_id} --stages {stage})"))
+        missing = [f for f in art.manifest.get("files", []) if not os.path.exists(os.path.join(art.path, f))]
+        if missing:
+            raise ArtifactError(f"stage '{stage}' artifact {art.path} is missing {len(missing)} of its files "
+                                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); {rerun}")
         return art
 
     def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],

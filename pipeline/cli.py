@@ -22,6 +22,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .runner import STAGES
@@ -101,6 +102,9 @@ def run(
     if llm_api_key_env is not None:
         cfg.llm.api_key_env = llm_api_key_env
     names = _parse_stages(stages)
+    if input and names is not None and "parse" not in names:
+        err.print(f"note: --input is read by the parse stage only; stages {','.join(names)} read run "
+                  f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = input or _previous_input(root, run_id)
     if (names is None or "parse" in names) and not input_path:
         raise typer.BadParameter("--input is required for a new run (no previous parse artifact)")
@@ -118,7 +122,7 @@ def run(
         results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
                                stages=names, force=force, log=lambda m: err.print(m, highlight=False, markup=False))
     except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}")  # escape: messages start with "[stage]"
         raise typer.Exit(1)
     print_summary(results, time.monotonic() - t0)
 
@@ -143,9 +147,15 @@ def print_summary(results, wall: float) -> None:
         llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
         if r.skipped and llm:
             llm_s = "0 (unchanged)"
-        t.add_row(r.stage, n_in, str(c.get("out", "")), f"{c.get('quarantined', 0)} {reasons}".strip(),
+        n_out = str(c.get("out", ""))
+        if c.get("units_out") not in (None, c.get("out")):
+            n_out += f" ({c['units_out']} used)"
+        t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
                   llm_s, f"{r.manifest.get('wall_s', 0):.1f}", "skipped (unchanged)" if r.skipped else "ran")
     console.print(t)
+    console.print("in (→N): the N units a stage expands its input into (validate: candidate pairs); out (N used): "
+                  "N inputs went into the output (aggregate: memories -> skills). Units in = used + quarantined.",
+                  highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
     for r in results:
         console.print(f"  {r.stage:9s} {r.uri}")
@@ -173,7 +183,7 @@ def inspect(
         else:
             console.print(describe(path, rows=rows, quarantine=quarantine))
     except (FileNotFoundError, KeyError, ValueError, ArtifactError) as e:
-        err.print(f"[bold red]error:[/] {str(e).strip(chr(34) + chr(39))}")
+        err.print(f"[bold red]error:[/] {escape(str(e).strip(chr(34) + chr(39)))}")
         raise typer.Exit(1)
 
 

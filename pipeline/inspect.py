@@ -22,15 +22,28 @@ def _short(v: Any, n: int = 160) -> Any:
 
 
 def _load(path: str, quarantine: bool) -> tuple[pa.Table, dict]:
+    if os.path.isfile(path) and path.endswith(".jsonl"):  # export's LLaMA-Factory files
+        import pyarrow.json as pj
+        try:
+            return pj.read_json(path), {}
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"{path} is not readable JSON lines: {e}") from None
     if os.path.isfile(path):
-        return pq.read_table(path), {}
+        try:
+            return pq.read_table(path), {}
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ValueError(f"{path} is not a Parquet file (inspect reads stage folders, their part-*.parquet "
+                             f"and export's .jsonl files): {e}") from None
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such artifact: {path}")
     manifest = {}
     mpath = os.path.join(path, MANIFEST)
     if os.path.exists(mpath):
         with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
+            try:
+                manifest = json.load(f)
+            except ValueError as e:
+                raise ValueError(f"unreadable manifest {mpath}: {e}") from None
     folder = os.path.join(path, "quarantine") if quarantine else path
     return read_parquet_dir(folder), manifest
 

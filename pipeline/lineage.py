@@ -42,6 +42,20 @@ def pair_id(trajectory_id: str, step_index: int, instruction: str, output: str) 
     return "pair-" + content_hash(trajectory_id, step_index, instruction, output)
 
 
+#: The digest recorded for an input file that cannot be read (both by the runner's input
+#: fingerprint and by the parse workers), so an unreadable file fingerprints the same every run.
+UNREADABLE = "unreadable"
+
+
+def input_sha256(path: str) -> str:
+    """:func:`file_sha256` of an input file, or :data:`UNREADABLE` when it cannot be read (the
+    parse stage quarantines it as ``unreadable_file``; fingerprinting must not crash on it)."""
+    try:
+        return file_sha256(path)
+    except OSError:
+        return UNREADABLE
+
+
 def file_sha256(path: str, chunk: int = 1 << 20) -> str:
     """Full SHA-256 of a local file, streamed (inputs can be large)."""
     h = hashlib.sha256()

@@ -6,6 +6,7 @@ A stage module (``pipeline/stages/<name>.py``) defines::
     INPUTS: tuple[str, ...]        # upstream stage names it reads
     SCHEMA: pyarrow.Schema         # of its output rows
     USES_LLM: bool
+    CONFIG: tuple[str, ...]        # PipelineConfig sections it reads (only these are fingerprinted)
     def prompt_files(ctx) -> list[str]       # template files hashed into the fingerprint
     def run(ctx: StageContext) -> StageOutput
 
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterator
 from . import __version__
 from .artifacts import ArtifactError, ArtifactStore, EncodedPart, StageArtifact
 from .config import PipelineConfig, to_dict
-from .lineage import content_hash, file_sha256
+from .lineage import content_hash, file_sha256, input_sha256
 from .records import QuarantineRow, to_table
 
 STAGES = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
@@ -145,7 +146,7 @@ def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
         root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
         digest, listing, n = hashlib.sha256(), [], 0
         for p in list_input_files(ctx.input_path):  # serial: threads only fight over the GIL here
-            rel, sha = os.path.relpath(p, root), file_sha256(p)
+            rel, sha = os.path.relpath(p, root), input_sha256(p)
             digest.update(f"{rel}\0{sha}\n".encode())
             n += 1
             if n <= MAX_LISTED_INPUTS:
@@ -168,15 +169,27 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
         "stage": name,
         "inputs": inputs if inputs is not None else _input_fingerprint(ctx, mod),
         "env": ctx.env,
-        "config": to_dict(ctx.config),
+        "config": _config_facts(ctx.config, mod),
         "prompts": prompts,
         "model": model_id if mod.USES_LLM else "",
         "code_version": __version__,
     }
-    # The LLM transport settings (URL, concurrency, timeouts) do not change results: keep them
-    # out so pointing at a replica of the same model does not rerun everything.
-    facts["config"]["llm"] = {k: facts["config"]["llm"][k] for k in ("model", "temperature", "max_tokens", "seed")}
     return content_hash(facts, n=32), facts
+
+
+def _config_facts(config: PipelineConfig, mod) -> dict[str, Any]:
+    """The config a stage's fingerprint covers: only the sections it declares in ``CONFIG`` (so
+    changing ``export.val_fraction`` reruns export alone: upstream stages do not read it, and
+    downstream ones see the change through their input fingerprints), plus the result-relevant
+    LLM settings for LLM stages. The LLM transport settings (URL, concurrency, timeouts) do not
+    change results: they stay out, so pointing at a replica of the same model reruns nothing.
+    A stage module without ``CONFIG`` gets the whole config (safe default)."""
+    full = to_dict(config)
+    sections = getattr(mod, "CONFIG", None)
+    facts = full if sections is None else {s: full[s] for s in sections}
+    if mod.USES_LLM or sections is None:
+        facts["llm"] = {k: full["llm"][k] for k in ("model", "temperature", "max_tokens", "seed")}
+    return facts
 
 
 def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = False,

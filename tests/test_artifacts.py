@@ -126,3 +126,17 @@ def test_run_id_cannot_escape_root(tmp_path, bad):
 def test_to_table_rejects_unknown_and_missing_fields():
     with pytest.raises(KeyError, match=r"unknown=\['extra'\] missing=\['n'\]"):
         to_table([{"id": "a", "extra": 1}], SCHEMA)
+
+
+def test_corrupt_manifest_or_missing_part_is_a_clear_error(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    art = store.write("s", to_table(rows(0, 2), SCHEMA), [], {"fingerprint": "a"})
+    os.remove(os.path.join(art.path, "part-00000.parquet"))
+    with pytest.raises(ArtifactError, match=r"missing 1 of its files \(part-00000.parquet\); run it again "
+                                            r"\(skillpipe run --run-id r1 --stages s --force\)"):
+        store.require("s")
+    with open(os.path.join(art.path, artifacts.MANIFEST), "w") as f:
+        f.write('{"status": "compl')
+    assert store.load("s") is None  # a rerun replaces it
+    with pytest.raises(ArtifactError, match=r"stage 's' has an unreadable manifest .*_manifest.json \(JSONDecodeError"):
+        store.require("s")

@@ -65,3 +65,14 @@ def test_inspect_shows_schema_counts_and_rows(tmp_path):
     assert '"trajectory_id": "traj-' in res.output and "counts:" in res.output
     bad = run("inspect", os.path.join(str(tmp_path), "nope"))
     assert bad.exit_code == 1 and "no such artifact" in bad.output
+
+
+def test_corrupt_upstream_manifest_and_ignored_input_are_explained(tmp_path):
+    assert run("run", "--input", SAMPLES, "--run-id", "c", "--root", str(tmp_path), "--stages", "parse").exit_code == 0
+    res = run("run", "--input", SAMPLES, "--run-id", "c", "--root", str(tmp_path), "--stages", "dedupe")
+    assert res.exit_code == 0 and "note: --input is read by the parse stage only" in res.output
+    with open(os.path.join(str(tmp_path), "runs", "c", "parse", "_manifest.json"), "w") as f:
+        f.write("{not json")
+    res = run("run", "--run-id", "c", "--root", str(tmp_path), "--stages", "dedupe", "--force")
+    assert res.exit_code == 1 and "stage 'parse' has an unreadable manifest" in " ".join(res.output.split())
+    assert "Traceback" not in res.output

@@ -1,4 +1,5 @@
 """Parse and dedupe stages through the runner: counts reconcile, selection, rerun skipped."""
+import os
 import shutil
 
 import pytest
@@ -120,3 +121,18 @@ def test_corrupt_inputs_through_the_stage(tmp_path):
         ("headerless.txt", "unrecognised_format", 1), ("not_utf8.txt", "not_utf8", 2),
         ("truncated_chat.json", "invalid_json", 14), ("wrong_format.txt", "unrecognised_format", 1)]
     assert m["counts"]["in"] == 12 and m["counts"]["out"] == 5 and m["counts"]["quarantined"] == 7
+
+
+def test_unreadable_input_is_quarantined_and_fingerprints_stably(tmp_path):
+    """A file that cannot be read (here a link to /proc/self/mem: open works, read fails with
+    EIO) is quarantined, and the next run's up-front input fingerprint neither crashes nor
+    differs from the one parse reported, so the stage is skipped."""
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
+    os.symlink("/proc/self/mem", inp / "mem.txt")
+    ctx = StageContext(store=ArtifactStore(str(tmp_path / "root"), "r1"), config=PipelineConfig(), input_path=str(inp))
+    first = run_stage("parse", ctx, log=lambda s: None)
+    c = first.manifest["counts"]
+    assert (c["in"], c["out"], c["quarantine_reasons"]) == (3, 2, {"unreadable_file": 1})
+    second = run_stage("parse", ctx, log=lambda s: None)
+    assert second.skipped and second.fingerprint == first.fingerprint

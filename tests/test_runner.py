@@ -107,3 +107,35 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["dedupe"], **quiet)
     runner.check_fresh(ArtifactStore(str(tmp_path), "r"), "dedupe")
+
+
+def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
+    """Changing export's config reruns export alone (README: "that stage and everything
+    downstream"; downstream stages see it through their input fingerprints)."""
+    names = ("parse", "dedupe", "memory", "distill", "validate", "export")
+    before = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    ctx.config.export.val_fraction = 0.3
+    after = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if before[n] != after[n]] == ["export"]
+    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and validate
+    again = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if again[n] != after[n]] == ["distill", "validate"]
+    ctx.config.llm.temperature = 0.3  # LLM stages only
+    last = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if last[n] != again[n]] == ["memory", "distill"]
+
+
+@pytest.mark.parametrize("name", runner.STAGES)
+def test_stage_reads_only_declared_config_sections(name):
+    """Guard for the rule above: a stage that reads a section it does not declare would be
+    skipped with a stale artifact after that section changes."""
+    import dataclasses
+    import inspect
+    import re
+    mod = runner.stage_module(name)
+    sections = {f.name for f in dataclasses.fields(PipelineConfig)}
+    src = inspect.getsource(mod)
+    used = {m for m in re.findall(r"(?:ctx\.config|\bcfg)\.(\w+)", src) if m in sections}
+    allowed = set(mod.CONFIG) | ({"llm"} if mod.USES_LLM else set())
+    assert used and used <= allowed, (name, used - allowed)
+    assert not re.search(r"ctx\.config\b(?!\.)", src.replace("cfg = ctx.config\n", "")), "whole config passed on"

@@ -40,6 +40,7 @@ NAME = "aggregate"
 INPUTS = ("memory",)
 SCHEMA = SKILL_SCHEMA
 USES_LLM = True
+CONFIG = ("aggregate",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
 MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json

@@ -46,6 +46,7 @@ NAME = "dedupe"
 INPUTS = ("parse",)
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
+CONFIG = ("dedupe",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 _STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
 _INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type

@@ -34,6 +34,7 @@ NAME = "distill"
 INPUTS = ("dedupe", "memory", "aggregate")
 SCHEMA = DISTILLED_SCHEMA
 USES_LLM = True
+CONFIG = ("distill", "prompt")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 OBS_CHARS = 500          # observation shown per step (the reasoning needs the gist, not all of it)
 ADMISSIBLE_SHOWN = 25    # admissible actions listed per step

@@ -30,6 +30,7 @@ NAME = "export"
 INPUTS = ("validate", "aggregate")
 SCHEMA = SFT_PAIR_SCHEMA
 USES_LLM = False
+CONFIG = ("export",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 

@@ -29,6 +29,7 @@ NAME = "memory"
 INPUTS = ("dedupe",)
 SCHEMA = MEMORY_SCHEMA
 USES_LLM = True
+CONFIG = ("memory",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
 REFINED_FIELDS = ("action", "critical_observation", "reasoning")

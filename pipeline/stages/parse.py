@@ -57,6 +57,7 @@ from ..artifacts import EncodedPart, PartEncoder, decode_part
 from ..formats.common import bad, rebase, trajectories_table, trajectory_row
 from ..formats.discover import list_input_files, read_file
 from ..formats.parallel import ordered_map, worker_count
+from ..lineage import UNREADABLE
 from ..records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
 from ..runner import MAX_LISTED_INPUTS, StageContext, StageOutput
 
@@ -64,6 +65,7 @@ NAME = "parse"
 INPUTS: tuple[str, ...] = ()
 SCHEMA = TRAJECTORY_SCHEMA
 USES_LLM = False
+CONFIG = ("parse",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 REPORTS_INPUT_FINGERPRINT = True  # counters["input_fingerprint"]: the runner then skips its own hashing pass
 
 #: Worker processes (0 = one per CPU); inputs with fewer than ``MIN_FILES_FOR_POOL`` files are
@@ -172,15 +174,16 @@ def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold
     trajs, quarantine, by_format, inputs = [], [], Counter(), []
     for path in paths:
         rel = os.path.relpath(path, root)  # URIs relative to the input root: ids independent of location
-        digest = hashlib.sha256()
+        digest, unreadable = hashlib.sha256(), False
         for item in read_file(path, fmt, env, threshold, source_uri=rel, digest=digest):
             if isinstance(item, QuarantineRow):
                 item.source_uri = rel
                 quarantine.append(item)
+                unreadable = unreadable or item.reason == "unreadable_file"
             else:  # ids hash (source URI, record index, content): unique per record
                 trajs.append(item if item.source_uri == rel else rebase(item, rel))
                 by_format[item.source_format] += 1
-        inputs.append((rel, digest.hexdigest()))
+        inputs.append((rel, UNREADABLE if unreadable else digest.hexdigest()))  # as lineage.input_sha256
     ranked, dropped = rank_instances(trajs, cfg)
     kept = []
     for t in trajs:

@@ -53,6 +53,7 @@ NAME = "validate"
 INPUTS = ("dedupe", "aggregate", "distill")
 SCHEMA = SFT_PAIR_SCHEMA
 USES_LLM = False
+CONFIG = ("validate", "prompt", "distill")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 _TAG_PARTS = re.compile(r"<\s*(/?)\s*(think|action|search|answer|information)\b[^>]*>", re.I)
 _CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
