@@ -136,3 +136,22 @@ def test_unreadable_input_is_quarantined_and_fingerprints_stably(tmp_path):
     assert (c["in"], c["out"], c["quarantine_reasons"]) == (3, 2, {"unreadable_file": 1})
     second = run_stage("parse", ctx, log=lambda s: None)
     assert second.skipped and second.fingerprint == first.fingerprint
+
+
+def test_exact_duplicates_are_quarantined_within_and_across_folders(tmp_path):
+    """A copied file in the same folder and a copied folder: each copy is quarantined as
+    ``duplicate_trajectory`` naming the kept original (first in path order); caps ignore copies."""
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
+    shutil.copy(inp / "env000" / "test1.txt", inp / "env000" / "test9.txt")  # same folder
+    shutil.copytree("data/samples/skillrl-rollouts/env001", inp / "env001")
+    shutil.copytree(inp / "env001", inp / "env002")  # another folder, same content
+    rows, q, m = _parse_rows(tmp_path, "dup", inp)
+    by_uri = {r["source_uri"]: r["trajectory_id"] for r in rows}
+    assert sorted(by_uri) == ["env000/test1.txt", "env000/test2.txt", "env001/test1.txt", "env001/test2.txt"]
+    assert sorted((x["source_uri"], x["reason"], x["detail"]) for x in q) == [
+        ("env000/test9.txt", "duplicate_trajectory", f"same content as {by_uri['env000/test1.txt']}, which is kept"),
+        ("env002/test1.txt", "duplicate_trajectory", f"same content as {by_uri['env001/test1.txt']}, which is kept"),
+        ("env002/test2.txt", "duplicate_trajectory", f"same content as {by_uri['env001/test2.txt']}, which is kept")]
+    assert (m["counts"]["in"], m["counts"]["out"], m["counts"]["quarantined"]) == (7, 4, 3)
+    assert m["counters"]["kept_instances"] == 2

@@ -19,6 +19,13 @@ Selection (spec §3.2, with D-P5 and D-P6 fixed), per (env, env_instance) and ou
 Everything not selected is quarantined with reason ``not_selected`` and the full trajectory row
 as JSON in ``raw``, so nothing disappears silently.
 
+Exact duplicates (not in the reference): a trajectory whose content (:func:`content_digest`:
+env, task, outcome, reward and every step's action, observation and reward; not its source) equals
+an earlier one's, e.g. the same log copied into two files or folders, is quarantined as
+``duplicate_trajectory`` naming the kept trajectory; the first in path order is kept. Within a
+group this happens before ranking; across groups the main process checks each kept row against
+all earlier ones (a 16-byte digest and the id per kept trajectory: ~15 MB per 100,000). A duplicate never counts toward a cap.
+
 Streaming and order: files are sorted by path and cut into **groups** = consecutive files of one
 folder (an ``envNNN`` folder of a SkillRL tree). Selection is exact within a group; groups are
 emitted in path order and, inside a group, instances in (env, instance) order, which is the
@@ -161,8 +168,8 @@ def select(trajs: list[Trajectory], cfg: ParseConfig) -> tuple[list[Trajectory],
 class GroupResult:
     """What a worker returns for one group (its rows travel in the chunk's encoded parts)."""
     ranked: list[tuple[tuple[str, str], bool, list[int]]]  # (instance, has_success, row positions in rank order)
-    facts: list[tuple[str, str]]           # per kept row of the group: (source_format, "env/category/outcome")
-    reasons: Counter                       # quarantine rows of the group by reason (incl. not_selected)
+    facts: list[tuple[str, str, str, bytes]]  # per kept row: (source_format, "env/category/outcome", id, content digest)
+    reasons: Counter                       # quarantine rows of the group by reason (incl. SELECTION_REASONS)
     read_by_format: Counter
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (relative path, sha256) per file
 
@@ -184,17 +191,27 @@ def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold
                 trajs.append(item if item.source_uri == rel else rebase(item, rel))
                 by_format[item.source_format] += 1
         inputs.append((rel, UNREADABLE if unreadable else digest.hexdigest()))  # as lineage.input_sha256
-    ranked, dropped = rank_instances(trajs, cfg)
-    kept = []
+    first: dict[bytes, Trajectory] = {}
+    unique, digests = [], {}
     for t in trajs:
+        d = digests[t.trajectory_id] = content_digest(t)
+        if d in first:
+            quarantine.append(_dropped(t, "duplicate_trajectory", _same_as(first[d].trajectory_id)))
+        else:
+            first[d] = t
+            unique.append(t)
+    ranked, dropped = rank_instances(unique, cfg)
+    kept = []
+    for t in unique:
         if t.trajectory_id in dropped:
-            quarantine.append(_not_selected(t, dropped[t.trajectory_id]))
+            quarantine.append(_dropped(t, "not_selected", dropped[t.trajectory_id]))
         else:
             kept.append(t)
     pos = {t.trajectory_id: i for i, t in enumerate(kept)}
     return kept, quarantine, GroupResult(
         [(key, has_s, [pos[t.trajectory_id] for t in items]) for key, has_s, items in ranked],
-        [(t.source_format, f"{t.env}/{t.category}/{t.outcome}") for t in kept],
+        [(t.source_format, f"{t.env}/{t.category}/{t.outcome}", t.trajectory_id, digests[t.trajectory_id])
+         for t in kept],
         Counter(q.reason for q in quarantine), by_format, inputs)
 
 
@@ -242,9 +259,28 @@ def read_chunk(args: tuple[str, list[list[str]], str, str | None, float, ParseCo
     return ChunkResult(rows.finish(), qrows.finish(), results)
 
 
-def _not_selected(t: Trajectory | dict, why: str) -> QuarantineRow:
+#: Quarantine reasons of trajectories that were read fine but are not kept (not input units of their own).
+SELECTION_REASONS = ("not_selected", "duplicate_trajectory")
+
+
+def content_digest(t: Trajectory) -> bytes:
+    """16-byte BLAKE2b of what ``t`` records: env, task, outcome, reward and each step's action,
+    observation and reward (not its source file, record index or line), so byte-identical copies
+    of one record in two files get the same digest."""
+    h = hashlib.blake2b(repr((t.env, t.task, t.outcome, t.reward)).encode(), digest_size=16)
+    for st in t.steps:
+        h.update(repr((st.action, st.observation, st.reward)).encode())
+    return h.digest()
+
+
+def _same_as(trajectory_id: str) -> str:
+    return f"same content as {trajectory_id}, which is kept"
+
+
+def _dropped(t: Trajectory | dict, reason: str, why: str) -> QuarantineRow:
+    """A read trajectory not kept (``reason`` in ``SELECTION_REASONS``), whole row as JSON in ``raw``."""
     row = t if isinstance(t, dict) else trajectory_row(t)
-    return bad("not_selected", why, row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
+    return bad(reason, why, row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
                item_id=row["trajectory_id"], limit=None)
 
 
@@ -273,11 +309,13 @@ def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None) -> 
     return ordered_map(read_chunk, tasks, workers, chunk=1)
 
 
-def _drop_rows(parts: list[EncodedPart], dropped: dict[int, str]) -> tuple[list[EncodedPart], list[QuarantineRow]]:
+def _drop_rows(parts: list[EncodedPart], dropped: dict[int, tuple[str, str]]
+               ) -> tuple[list[EncodedPart], list[QuarantineRow]]:
     """``parts`` without the rows at the chunk positions in ``dropped`` (re-encoded), and those
-    rows as ``not_selected`` quarantine rows, in ``dropped`` order (a global cap: rare)."""
+    rows as quarantine rows ``{position: (reason, why)}``, in ``dropped`` order (a global cap or a
+    duplicate across folders: rare)."""
     table = pa.concat_tables([decode_part(p) for p in parts])
-    quarantine = [_not_selected(table.slice(p, 1).to_pylist()[0], why) for p, why in dropped.items()]
+    quarantine = [_dropped(table.slice(p, 1).to_pylist()[0], reason, why) for p, (reason, why) in dropped.items()]
     encoder = PartEncoder(TRAJECTORY_SCHEMA)
     keep = [i for i in range(table.num_rows) if i not in dropped]
     if keep:
@@ -299,8 +337,9 @@ def run(ctx: StageContext) -> StageOutput:
 
     def stream():
         gcaps = GlobalCaps(cfg)
+        first: dict[bytes, str] = {}  # content digest -> trajectory id of every kept row so far
         for chunk in _results(root, files, cfg, ctx.env):
-            dropped: dict[int, str] = {}  # chunk row position -> why (global caps)
+            dropped: dict[int, tuple[str, str]] = {}  # chunk row position -> (reason, why): duplicates, global caps
             start = 0
             for res in chunk.groups:
                 for rel, sha in res.inputs:
@@ -309,16 +348,24 @@ def run(ctx: StageContext) -> StageOutput:
                         listing.append({"uri": rel, "sha256": sha})
                 read_by_format.update(res.read_by_format)
                 out.rows_in += sum(res.read_by_format.values()) + sum(
-                    n for reason, n in res.reasons.items() if reason != "not_selected")
+                    n for reason, n in res.reasons.items() if reason not in SELECTION_REASONS)
+                for p, (_, _, tid, digest_) in enumerate(res.facts, start):
+                    if digest_ in first:  # a copy of a row of an earlier group
+                        dropped[p] = ("duplicate_trajectory", _same_as(first[digest_]))
+                    else:
+                        first[digest_] = tid
                 for key, has_success, items in res.ranked:
                     split.update({key} & seen_instances)
                     seen_instances.add(key)
+                    items = [p for p in items if p not in dropped]
+                    if not items:
+                        continue
                     for p, why in zip(items, gcaps.admit(key, has_success, len(items))):
                         if why:
-                            dropped[p] = why
+                            dropped[p] = ("not_selected", why)
                         else:
                             kept_instances.add(key)
-                for p, (fmt, cat) in enumerate(res.facts, start):
+                for p, (fmt, cat, _, _) in enumerate(res.facts, start):
                     if p not in dropped:
                         kept_by_format[fmt] += 1
                         kept_by_cat[cat] += 1
