@@ -48,10 +48,12 @@ def _parse_stages(stages: str | None) -> list[str] | None:
         return None
     names = list(dict.fromkeys(s.strip() for s in stages.split(",") if s.strip()))
     if not names:  # `--stages ""` (an unset shell variable) must not mean "everything"
-        raise typer.BadParameter(f"no stage given; choose from {', '.join(STAGES)} or omit --stages for all")
+        raise typer.BadParameter(f"no stage given; choose from {', '.join(STAGES)} or omit --stages for all",
+                                 param_hint="--stages")
     bad = [s for s in names if s not in STAGES]
     if bad:
-        raise typer.BadParameter(f"unknown stage(s) {', '.join(bad)}; choose from {', '.join(STAGES)}")
+        raise typer.BadParameter(f"unknown stage(s) {', '.join(bad)}; choose from {', '.join(STAGES)}",
+                                 param_hint="--stages")
     return names
 
 
@@ -93,7 +95,8 @@ def run(
     if format is not None:
         from .formats.discover import READERS
         if format != "auto" and format not in READERS:
-            raise typer.BadParameter(f"unknown format {format!r}; choose from auto, {', '.join(READERS)}")
+            raise typer.BadParameter(f"unknown format {format!r}; choose from auto, {', '.join(READERS)}",
+                                     param_hint="--format")
         cfg.parse.format = format
     if llm_base_url is not None:
         cfg.llm.base_url = llm_base_url
@@ -107,9 +110,9 @@ def run(
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = input or _previous_input(root, run_id)
     if (names is None or "parse" in names) and not input_path:
-        raise typer.BadParameter("--input is required for a new run (no previous parse artifact)")
+        raise typer.BadParameter("required for a new run (no previous parse artifact)", param_hint="--input")
     if input_path and not os.path.exists(input_path):
-        raise typer.BadParameter(f"input path does not exist: {input_path}")
+        raise typer.BadParameter(f"input path does not exist: {input_path}", param_hint="--input")
     if input_path and (names is None or "parse" in names):
         from .formats.discover import list_input_files
         if not list_input_files(input_path):

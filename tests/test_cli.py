@@ -49,7 +49,7 @@ def test_unknown_stage_and_missing_input_fail_with_a_message(tmp_path):
     res = run("run", "--input", SAMPLES, "--root", str(tmp_path), "--stages", "parse,distil")
     assert res.exit_code != 0 and "unknown stage(s) distil" in res.output
     res = run("run", "--root", str(tmp_path), "--run-id", "new")
-    assert res.exit_code != 0 and "--input is required" in res.output
+    assert res.exit_code != 0 and "Invalid value for --input: required for a new run" in " ".join(res.output.replace("│", " ").split())
 
 
 def test_later_stage_without_upstream_artifact_exits_1(tmp_path):
