@@ -51,3 +51,33 @@ def test_messages_jsonl_with_reward_and_sharegpt(tmp_path):
     assert (q.reason, q.line) == ("invalid_json", 2)
     assert (c.env, c.category, c.steps[1].action, c.steps[1].thought, c.source_line) == (
         "alfworld", "cool", "go to fridge 1", "find it", 3)
+
+
+FIREACT = "tests/fixtures/formats/real/fireact_hotpotqa_head.jsonl"
+
+
+def test_jsonl_with_a_cut_first_line_keeps_the_good_lines(tmp_path):
+    # the tester's repro: line 1 cut to its first 300 bytes; detection used to look only at
+    # line 1 and read the file as one JSON document (1 invalid_json row, the 3 good lines lost)
+    lines = open(FIREACT, encoding="utf-8").read().split("\n")
+    lines[0] = lines[0][:300]
+    p = tmp_path / "cut.jsonl"
+    p.write_text("\n".join(lines), encoding="utf-8")
+    items = list(read_file(str(p)))
+    assert [(i.reason, i.line) if hasattr(i, "reason") else (i.source_line, i.record_index) for i in items] == [
+        ("invalid_json", 1), (2, 1), (3, 2), (4, 3)]
+    assert items[0].detail == "invalid JSON line: Unterminated string starting at (column 298)"
+    assert items[1].task == "In which American football game was Malcolm Smith named Most Valuable player?"
+    assert items[1].steps[1].action == "<search>Malcolm Smith Most Valuable Player</search>"
+
+
+def test_is_jsonl_probe():
+    from pipeline.formats.chat_json import is_jsonl
+    rec = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    assert is_jsonl(json.dumps(rec) + "\n")
+    assert is_jsonl('{"messages": [\n' + json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    # one document: pretty-printed, or with one inner object per line (only the last, with no
+    # trailing comma, parses alone: 1 of 4 lines, not a majority)
+    assert not is_jsonl(json.dumps(rec, indent=2))
+    assert not is_jsonl('{"messages": [\n{"role": "user", "content": "q"},\n{"role": "assistant", "content": "a"}\n]}')
+    assert not is_jsonl('{"messages": [\n' + json.dumps(rec) + "\n")  # 1 good line of 2: too few to tell

@@ -17,17 +17,44 @@ def test_list_input_files_skips_docs_and_hidden(tmp_path):
     assert list_input_files(str(tmp_path / "a.json")) == [str(tmp_path / "a.json")]
 
 
-def test_list_input_files_links_like_os_walk(tmp_path):
-    """The scandir walk keeps os.walk's rules: a linked file counts, a linked folder is not
-    entered (no cycles), a broken link and hidden folders are skipped."""
+def test_list_input_files_follows_links_once(tmp_path):
+    """Linked files and folders are inputs; a cycle or a second path to the same data adds
+    nothing (the plain path wins); a broken link is listed so read_file quarantines it."""
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x.txt").write_text("x")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "y.txt").write_text("y")
-    os.symlink(tmp_path / "d" / "x.txt", tmp_path / "link.txt")
-    os.symlink(tmp_path / "d", tmp_path / "dlink")
-    os.symlink(tmp_path / "missing", tmp_path / "broken.txt")
-    assert list_input_files(str(tmp_path)) == [str(tmp_path / "d" / "x.txt"), str(tmp_path / "link.txt")]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "z.txt").write_text("z")
+    inp = tmp_path / "in"
+    inp.mkdir()
+    os.symlink(tmp_path / "d", inp / "dlink")  # a folder outside the input: entered
+    os.symlink(tmp_path / "d" / "x.txt", inp / "same.txt")  # same file again: links go in path order
+    os.symlink(tmp_path / "elsewhere" / "z.txt", inp / "zlink.txt")
+    os.symlink(inp, inp / "dlink_loop")  # a cycle back to the input root
+    os.symlink(tmp_path / "missing", inp / "broken.txt")
+    os.symlink(tmp_path / ".git", inp / ".hidden_link")
+    assert list_input_files(str(inp)) == [str(inp / "broken.txt"), str(inp / "dlink" / "x.txt"),
+                                          str(inp / "zlink.txt")]
+    # the same file under its plain path and a link: the plain path is kept
+    os.symlink(tmp_path / "d" / "x.txt", tmp_path / "d" / "0link.txt")
+    assert list_input_files(str(tmp_path / "d")) == [str(tmp_path / "d" / "x.txt")]
+
+
+def test_folder_of_links_to_datasets_reads_them_and_quarantines_dangling(tmp_path):
+    # the tester's repro: --input is a folder holding only links to dataset folders (it used
+    # to be "no input files"), plus one dangling link (it used to vanish without a row)
+    os.symlink(os.path.abspath("data/samples/react-webshop"), tmp_path / "webshop")
+    os.symlink(os.path.abspath("data/samples/eto-alfworld"), tmp_path / "eto")
+    os.symlink(tmp_path / "gone", tmp_path / "gone_link")
+    files = list_input_files(str(tmp_path))
+    assert files == [str(tmp_path / "eto" / "alfworld_sft_sample.json"), str(tmp_path / "gone_link"),
+                     str(tmp_path / "webshop" / "webshop_react_episodes_sample.txt")]
+    got = [[(i.reason, i.line) if isinstance(i, QuarantineRow) else i.source_format for i in read_file(p)]
+           for p in files]
+    assert got == [["chat_json"] * 2, [("unreadable_file", None)], ["react_webshop_log"] * 4]
+    (q,) = list(read_file(files[1]))
+    assert q.detail.startswith("FileNotFoundError: [Errno 2] No such file or directory")
 
 
 def test_detect_format_on_samples():
@@ -109,3 +136,50 @@ def test_read_file_feeds_the_digest_whole_and_streamed(monkeypatch):
             h = hashlib.sha256()
             list(read_file(path, digest=h))
             assert h.hexdigest() == file_sha256(path)
+
+
+BOM_SOURCES = {  # one file per reader that opens files itself -> its exact trajectories, quarantine rows
+    "data/samples/eto-alfworld/alfworld_sft_sample.json": (2, []),
+    "data/samples/react-alfworld/alfworld_3prompts_react_sample.json": (3, []),
+    "data/samples/react-webshop/webshop_react_episodes_sample.txt": (4, []),
+    "data/samples/reflexion-fewshot-failures/webshop_reflection_few_shot_examples.txt": (2, []),
+    "tests/fixtures/formats/real/fireact_hotpotqa_head.jsonl": (4, []),
+    "tests/fixtures/formats/real/reflexion_hotpotqa_excerpt.txt": (4, []),
+    "tests/fixtures/formats/real/memory_search.json": (1, [("memory_without_steps", 32), ("memory_without_steps", 60)]),
+}
+
+
+def _units(path):
+    return [(i.reason, i.line) if isinstance(i, QuarantineRow) else
+            (i.source_format, i.task, i.outcome, i.source_line, [(s.action, s.line) for s in i.steps])
+            for i in read_file(path)]
+
+
+def test_utf8_bom_is_invisible_to_every_reader(tmp_path, monkeypatch):
+    """A leading BOM (EF BB BF) changes nothing: same units, same lines, on both read paths
+    (whole-file text and readers opening the file themselves). It used to cost ETO JSON all its
+    records, a JSONL its line 1, and the log readers their first block."""
+    from pipeline.formats import discover
+    for limit in (discover.WHOLE_READ_BYTES, 100):  # 100 bytes: the large-file path
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        for src, (n_traj, rows) in BOM_SOURCES.items():
+            p = tmp_path / os.path.basename(src)
+            p.write_bytes(b"\xef\xbb\xbf" + open(src, "rb").read())
+            with_bom = _units(str(p))
+            assert with_bom == _units(src), src
+            assert (len(with_bom) - len(rows), [u for u in with_bom if len(u) == 2]) == (n_traj, rows), src
+    # the skillrl_txt reader gets its text from read_file: its lines are unchanged too
+    rollout = "data/samples/skillrl-rollouts/env000/" + sorted(os.listdir("data/samples/skillrl-rollouts/env000"))[0]
+    p = tmp_path / "env000" / os.path.basename(rollout)
+    p.parent.mkdir()
+    p.write_bytes(b"\xef\xbb\xbf" + open(rollout, "rb").read())
+    (a,), (b,) = list(read_file(rollout)), list(read_file(str(p)))
+    assert [s.line for s in b.steps] == [s.line for s in a.steps] and b.task == a.task != ""
+    (q,) = list(read_file(str(_bom_only(tmp_path))))
+    assert (q.reason, q.line) == ("empty_file", 1)
+
+
+def _bom_only(tmp_path):
+    p = tmp_path / "bom_only.txt"
+    p.write_bytes(b"\xef\xbb\xbf\n")
+    return p

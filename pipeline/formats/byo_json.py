@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -117,7 +117,7 @@ def entry_trajectories(entry: Any, path: str, index: int, line: int, threshold: 
 def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield every trajectory of every entry; ``bad_record`` / ``invalid_json`` rows for the rest."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         text = f.read()
     index = 0
     try:

@@ -26,7 +26,8 @@ from typing import Any, Iterator
 from .. import envs
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, ThoughtBuffer, bad, build_trajectory, invalid_json_row, iter_json_container
+from .common import (JSONContainerError, ThoughtBuffer, bad, build_trajectory, invalid_json_row, iter_json_container,
+                     open_text)
 from .webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
@@ -169,25 +170,52 @@ def _message_lines(text: str, start: int, n: int, start_line: int) -> list[int]:
     return out
 
 
+#: Non-blank lines :func:`is_jsonl` looks at.
+JSONL_PROBE_LINES = 20
+
+
+def _is_object_line(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def is_jsonl(text: str) -> bool:
+    """Whether ``text`` (starting with ``{``) is JSON Lines rather than one JSON document.
+
+    Yes when its first line is a whole JSON object (as before), or when at least 2 of its first
+    :data:`JSONL_PROBE_LINES` non-blank lines are, and they are the majority: so a JSONL file
+    whose first record is damaged (cut) is still read line by line, its bad line quarantined
+    and the good ones kept. A pretty-printed document has few such lines (only an inner
+    ``{...}`` with no trailing comma), never a majority.
+    """
+    probe, start = [], 0
+    while start < len(text) and len(probe) < JSONL_PROBE_LINES:
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        if not text[start:end].isspace() and end > start:
+            probe.append(text[start:end])
+        start = end + 1
+    if not probe:
+        return False
+    if _is_object_line(probe[0]):
+        return True
+    good = sum(_is_object_line(line) for line in probe[1:])
+    return good >= 2 and 2 * good > len(probe)
+
+
 def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per record; ``bad_record`` / ``invalid_json`` rows for the rest.
 
-    A JSON list is decoded record by record (a cut file keeps its earlier records); JSONL is
-    read line by line (a bad line is quarantined and the next line still read).
+    A JSON list is decoded record by record (a cut file keeps its earlier records); JSONL
+    (:func:`is_jsonl`) is read line by line (a bad line is quarantined and the next line still read).
     """
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         text = f.read()
-    stripped = text.lstrip("\ufeff \t\r\n")
-    jsonl = False
-    if stripped.startswith("{"):
-        first_line = stripped.split("\n", 1)[0]
-        try:
-            json.loads(first_line)
-            jsonl = True
-        except json.JSONDecodeError:
-            jsonl = False
-    if jsonl:
+    stripped = text.lstrip(" \t\r\n")
+    if stripped.startswith("{") and is_jsonl(stripped):
         index = 0
         for no, line in enumerate(text.split("\n"), 1):
             if not line.strip():

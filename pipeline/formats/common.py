@@ -24,6 +24,23 @@ def bad(reason: str, detail: str, source_uri: str, line: int | None = None, raw:
                          source_uri=source_uri, line=line, raw=(raw or "")[:limit] if limit else (raw or ""))
 
 
+#: Text encoding of every input file: UTF-8, a leading byte-order mark (``EF BB BF``) dropped.
+#: A BOM is not newline, so line numbers are unchanged.
+ENCODING = "utf-8-sig"
+
+
+def open_text(path: str):
+    """``path`` opened for reading as text (:data:`ENCODING`, universal newlines).
+
+    The one way readers open an input file themselves (files over
+    ``discover.WHOLE_READ_BYTES``, or readers that take no ``text=``), so every reader sees the
+    same text as :func:`pipeline.formats.discover.read_file` hands to the others: a leading UTF-8
+    BOM is dropped (Windows editors write one; ``json.loads`` rejects it and line-anchored
+    patterns miss line 1). Raises ``OSError`` like ``open``.
+    """
+    return open(path, encoding=ENCODING)
+
+
 def line_at(text: str, pos: int) -> int:
     """1-based line number of character offset ``pos`` in ``text``."""
     return text.count("\n", 0, pos) + 1

@@ -14,14 +14,17 @@ quarantined ``skill_bank_not_trajectories``) and ``byo_json`` (the reference's p
 from __future__ import annotations
 
 import codecs
+import heapq
 import os
 import re
+import stat
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..records import QuarantineRow, Trajectory
 from . import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
                skillrl_memory_json, skillrl_search_txt, skillrl_txt)
-from .common import bad
+from .common import ENCODING, bad
 
 Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
 
@@ -51,43 +54,92 @@ _SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
 
 
 def list_input_files(path: str) -> list[str]:
-    """Input files under ``path``: the file itself, or every regular file below a folder.
+    """Input files under ``path``: the file itself, or every file below a folder.
 
     Recursive, sorted by path, skipping hidden files and folders (``.name``) and documentation
     (``SOURCE.md``, ``README*``). Paths keep the form of ``path`` (relative stays relative), so
-    trajectory ids do not depend on where the checkout lives. Raises ``FileNotFoundError`` when
-    ``path`` does not exist.
+    trajectory ids do not depend on where the checkout lives.
+
+    Symbolic links are followed, to files and to folders (a folder of links to dataset folders
+    is a normal input). Each real folder and each real file is listed once: the plain tree is
+    walked first, then the links (in path order), and a link to a folder or file already reached
+    (a link back to an enclosing folder, i.e. a cycle, or a second path to the same data) adds
+    nothing, so nothing is read twice. A dangling link (or one whose target cannot be examined)
+    is listed anyway, so that :func:`read_file` turns it into an ``unreadable_file`` quarantine
+    row instead of it vanishing without notice. Entries that are neither files nor folders
+    (FIFOs, sockets, devices) are not inputs and are skipped, and so is a folder that cannot be
+    listed (permissions).
+
+    Raises ``FileNotFoundError`` when ``path`` does not exist (or is a dangling link).
     """
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"input path does not exist: {path}")
-    found: list[str] = []
-    _scan(path, found)
-    return sorted(found)
+        kind = "is a dangling symlink" if os.path.islink(path) else "does not exist"
+        raise FileNotFoundError(f"input path {kind}: {path}")
+    root = os.stat(path)
+    walk = _Walk(found=[], links=[], seen_dirs={(root.st_dev, root.st_ino)}, seen_files=set())
+    walk.scan(path, root.st_dev)
+    heapq.heapify(walk.links)
+    while walk.links:  # after the plain tree, so a file keeps its own path rather than a link's
+        walk.follow(heapq.heappop(walk.links))
+    return sorted(walk.found)
 
 
-def _scan(folder: str, found: list[str]) -> None:
-    """Add the input files below ``folder`` to ``found``, like ``os.walk`` (symlinked folders are
-    not entered, unreadable folders are skipped) but classifying entries from ``scandir`` instead
-    of one ``stat`` per file (12,000 files in the benchmark tree)."""
-    try:
-        with os.scandir(folder) as it:
-            entries = list(it)
-    except OSError:
-        return
-    for e in entries:
-        if e.name.startswith("."):
-            continue
+@dataclass
+class _Walk:
+    """State of one :func:`list_input_files` walk. Real objects are keyed ``(st_dev, st_ino)``."""
+    found: list[str]
+    links: list[str]  # symlinks met in the tree, followed after it (a heap: path order)
+    seen_dirs: set
+    seen_files: set
+
+    def scan(self, folder: str, dev: int) -> None:
+        """Add the plain files below ``folder`` (on device ``dev``) and queue its links.
+
+        Classifies entries from ``scandir`` (no ``stat`` per plain file: 12,000 files in the
+        benchmark tree; a plain file's key is its listing's inode on the folder's device)."""
         try:
-            is_dir = e.is_dir()
+            with os.scandir(folder) as it:
+                entries = list(it)
         except OSError:
-            is_dir = False
-        if is_dir:
-            if not e.is_symlink():
-                _scan(e.path, found)
-        elif not _SKIP_NAMES.match(e.name) and e.is_file():  # is_file follows links, like isfile
-            found.append(e.path)
+            return
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            try:
+                if e.is_symlink():
+                    heapq.heappush(self.links, e.path)
+                elif e.is_dir(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) not in self.seen_dirs:  # a bind mount may repeat one
+                        self.seen_dirs.add((st.st_dev, st.st_ino))
+                        self.scan(e.path, st.st_dev)
+                elif e.is_file(follow_symlinks=False) and not _SKIP_NAMES.match(e.name):
+                    key = (dev, e.inode())
+                    if key not in self.seen_files:  # in a linked folder, or a hard link
+                        self.seen_files.add(key)
+                        self.found.append(e.path)
+            except OSError:  # vanished while listing: nothing to read
+                continue
+
+    def follow(self, link: str) -> None:
+        """Take one symlink: enter a new folder, list a new file, or list a dangling link."""
+        try:
+            st = os.stat(link)  # follows the link
+        except OSError:  # dangling, a loop of links, or no permission: read_file reports it
+            if not _SKIP_NAMES.match(os.path.basename(link)):
+                self.found.append(link)
+            return
+        key = (st.st_dev, st.st_ino)
+        if stat.S_ISDIR(st.st_mode):
+            if key not in self.seen_dirs:
+                self.seen_dirs.add(key)
+                self.scan(link, st.st_dev)
+        elif stat.S_ISREG(st.st_mode) and key not in self.seen_files \
+                and not _SKIP_NAMES.match(os.path.basename(link)):
+            self.seen_files.add(key)
+            self.found.append(link)
 
 
 def detect_format(path: str, head: bytes) -> str | None:
@@ -136,19 +188,19 @@ def _check_bytes(path: str, data: bytes) -> tuple[QuarantineRow | None, str]:
         return bad("binary_file", "file contains NUL bytes (binary data, not text)", path,
                    1 + data[:data.index(b"\x00")].count(b"\n")), ""
     try:
-        text = data.decode("utf-8")
+        text = data.decode(ENCODING)  # drops a leading BOM, like every reader's open_text
     except UnicodeDecodeError:
         return _check_text(path), ""  # the streaming check words the reason and finds the line
     if not text or text.isspace():  # == not text.strip(), without copying the text
         return bad("empty_file", "file is empty or whitespace only", path, 1), ""
-    if "\r" in text:  # the same universal-newline translation as open(..., encoding="utf-8")
+    if "\r" in text:  # the same universal-newline translation as common.open_text
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return None, text
 
 
 def _check_text(path: str) -> QuarantineRow | None:
     """Stream the file once: ``None`` if it is non-empty valid UTF-8 text, else the reason row."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
+    decoder = codecs.getincrementaldecoder(ENCODING)()  # a BOM alone is an empty file
     line, seen_text = 1, False
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -185,6 +237,10 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         digest: optional ``hashlib`` object fed the file's bytes once they are read (so the parse
             stage hashes its inputs without reading them a second time); left partial when the
             file cannot be read.
+
+    Every reader sees the text without a leading UTF-8 BOM (decoded with ``common.ENCODING`` here
+    and by ``common.open_text`` in readers that open the file themselves); line numbers count as
+    if it were not there.
 
     Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
     """

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
 
 FORMAT = "react_alfworld_json"
 WIN_REWARD = 10.0
@@ -27,7 +27,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     Quarantine reasons: ``bad_record`` (value not a string, or no action), ``invalid_json`` (the
     file is cut or corrupt: entries before the damage are still read).
     """
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         text = f.read()
     index = 0
     try:

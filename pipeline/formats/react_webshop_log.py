@@ -13,7 +13,7 @@ import re
 from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
-from .common import bad, build_trajectory
+from .common import bad, build_trajectory, open_text
 from .webshop_transcript import parse_episode
 
 FORMAT = "react_webshop_log"
@@ -23,20 +23,30 @@ _SUMMARY = re.compile(r"^\d+ [-+\d.eE]+ [-+\d.eE]+ [-+\d.eE]+\s*$")
 
 
 def _episodes(path: str):
-    """Stream ``(index, first_line, body, summary, closed)`` per episode from the file."""
-    current = None
+    """Stream the file as ``("episode", index, first_line, body, summary, closed)`` per episode and
+    ``("stray", None, first_line, lines, None, False)`` per run of non-blank text outside any
+    episode (an index line that does not parse, text between a closing rule and the next
+    opening one), so nothing is dropped unseen. ``body``/``lines`` = [(line_no, text)]."""
+    current, stray = None, []
     pending_rule = False
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for no, raw in enumerate(f, 1):
             line = raw.rstrip("\n")
             if current is None:
                 m = _INDEX.match(line)
-                if pending_rule and m:
-                    current = {"index": int(m[1]), "line": no, "body": [], "summary": None}
-                pending_rule = bool(_RULE.match(line))
+                is_rule = bool(_RULE.match(line))
+                if (pending_rule and m) or is_rule:
+                    if stray:  # a rule or an episode start ends the stray text
+                        yield "stray", None, stray[0][0], stray, None, False
+                        stray = []
+                    if m:
+                        current = {"index": int(m[1]), "line": no, "body": [], "summary": None}
+                elif stray or line.strip():
+                    stray.append((no, line))
+                pending_rule = is_rule
                 continue
             if _RULE.match(line):
-                yield current["index"], current["line"], current["body"], current["summary"], True
+                yield "episode", current["index"], current["line"], current["body"], current["summary"], True
                 current, pending_rule = None, True  # a closing rule may be followed by an opening one
                 continue
             if _SUMMARY.match(line):
@@ -44,7 +54,9 @@ def _episodes(path: str):
             else:
                 current["body"].append((no, line))
     if current is not None:
-        yield current["index"], current["line"], current["body"], current["summary"], False
+        yield "episode", current["index"], current["line"], current["body"], current["summary"], False
+    if stray:
+        yield "stray", None, stray[0][0], stray, None, False
 
 
 def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
@@ -52,10 +64,18 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     """Yield one trajectory per episode.
 
     Quarantine reasons: ``truncated_episode`` (file ends inside an episode with no summary
-    line), ``bad_record`` (an episode with no action after reset).
+    line), ``bad_record`` (an episode with no action after reset; or non-blank text outside any
+    episode, e.g. an episode whose index line is damaged: one row per run of such text, with its
+    first line and the text, so a lost episode is counted instead of vanishing).
     """
-    for record_index, (index, first, body, summary, closed) in enumerate(_episodes(path)):
+    record_index = 0  # counts episodes; stray text is not a record
+    for kind, index, first, body, summary, closed in _episodes(path):
         raw = "\n".join(t for _, t in body)
+        if kind == "stray":
+            yield bad("bad_record", "text outside any episode (an episode starts with a '-----' rule "
+                      "line followed by its index alone on a line)", path, first, raw.rstrip("\n"))
+            continue
+        record_index += 1
         if not closed and summary is None:
             yield bad("truncated_episode", f"episode {index} is cut off (no summary line, no closing rule)",
                       path, first, raw)
@@ -72,5 +92,5 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         yield build_trajectory(
             env=env_hint or "webshop", env_instance=f"fixed_{index}", task=ep.task,
             outcome="success" if reward >= success_threshold else "failure", reward=reward,
-            steps=ep.steps, source_uri=path, source_format=FORMAT, record_index=record_index,
+            steps=ep.steps, source_uri=path, source_format=FORMAT, record_index=record_index - 1,
             source_line=first, metadata=meta)

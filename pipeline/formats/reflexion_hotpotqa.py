@@ -4,7 +4,11 @@ optionally inside ``BEGIN TRIAL k`` blocks.
 
 An agent block is ``Question: <q>`` (from trial 2 on extended by "You have attempted to answer
 ..." and a ``Reflections:`` list), then ``Thought i:`` / ``Action i:`` / ``Observation i:`` lines
-(observations may span lines), closed by ``Correct answer: <gold>``.
+(observations may span lines). How a complete block closes depends on the log (both real files
+in the data's SOURCE.md): in the multi-trial log every block ends with ``Correct answer: <gold>``;
+the single-trial base log has no gold lines, and its CORRECT / INCORRECT blocks end with
+``Observation n: Answer is CORRECT`` / ``... INCORRECT`` while HALTED blocks end with the
+observation of their last action.
 
 Normalisation (ours): env ``search``; the section is the label (CORRECT -> success, reward 1.0;
 INCORRECT and HALTED -> failure, reward 0.0, metadata ``halted``); each ``Thought i`` is the
@@ -23,7 +27,7 @@ from typing import Iterator
 from ..envs import search as search_env
 from ..lineage import content_hash
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory
+from .common import bad, build_trajectory, open_text
 
 FORMAT = "reflexion_hotpotqa"
 _SECTION = re.compile(r"^-{5,} BEGIN (CORRECT|INCORRECT|HALTED) AGENTS -{5,}\s*$")
@@ -83,22 +87,57 @@ def parse_block(block: list[tuple[int, str]]) -> dict:
     return {"question": q.strip(), "reflections": reflections, "gold": gold, "turns": turns}
 
 
+def _cut_short(section: str, b: dict, gold_style: bool, ends_in_newline: bool) -> str | None:
+    """Why the LAST agent block of a file is not closed like a complete one (``None`` if it is).
+
+    The file must end with a newline (the reference prints whole lines; both real logs end with
+    one), else its last line, even a ``Correct answer:`` line, may be cut mid-text.
+    ``gold_style``: the file has ``Correct answer:`` lines, so every complete block ends with one.
+    Otherwise (base log) the last turn must be the observation of the last action; in CORRECT /
+    INCORRECT sections exactly ``Answer is CORRECT`` / ``Answer is INCORRECT`` (a HALTED block
+    closes with whatever its last observation is).
+    """
+    if not ends_in_newline:
+        return "the file ends inside the block's last line (no final newline)"
+    if b["gold"] is not None:
+        return None
+    if gold_style:
+        return "no 'Correct answer:' line, which closes every complete block of this log"
+    turns = b["turns"]
+    actions = [i for i, kind, _, _ in turns if kind == "Action"]
+    if not turns or turns[-1][1] != "Observation" or not actions or turns[-1][0] != actions[-1]:
+        return "the block does not end with the observation of its last action"
+    if section != "HALTED" and turns[-1][2].strip() != f"Answer is {section}":
+        return f"the last observation is not 'Answer is {section}'"
+    return None
+
+
 def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per agent block.
 
     Quarantine reasons: ``no_section`` (agent block before any BEGIN ... AGENTS header, so no
-    label), ``bad_record`` (no action, or a turn number out of order).
+    label), ``truncated_record`` (the file's last block is not closed the way complete blocks of
+    the log are, see :func:`_cut_short`: the log was cut short; earlier blocks still read, and a
+    cut one would otherwise read as a finished agent, even a success), ``bad_record`` (no action,
+    or a turn number out of order).
     """
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for k, (trial, section, first, block) in enumerate(_agents(lines)):
+    with open_text(path) as f:
+        whole = f.read()
+    lines = whole.split("\n")
+    gold_style = any(_GOLD.match(ln) for ln in lines)
+    agents = list(_agents(lines))
+    for k, (trial, section, first, block) in enumerate(agents):
         raw = "\n".join(t for _, t in block)
         if section is None:
             yield bad("no_section", "agent block outside a BEGIN CORRECT|INCORRECT|HALTED AGENTS section "
                       "(no outcome label)", path, first, raw)
             continue
         b = parse_block(block)
+        why = _cut_short(section, b, gold_style, whole.endswith("\n")) if k == len(agents) - 1 else None
+        if why:
+            yield bad("truncated_record", f"last agent block is cut short: {why}", path, first, raw)
+            continue
         steps = [Step(index=0, action=None, observation="", line=first)]
         thought, problem = None, None
         for i, kind, text, no in b["turns"]:

@@ -15,7 +15,7 @@ from typing import Iterator
 from .. import envs
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import bad, build_trajectory
+from .common import bad, build_trajectory, open_text
 from .webshop_transcript import parse_episode
 
 FORMAT = "reflexion_txt"
@@ -58,7 +58,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     Quarantine reasons: ``no_status`` (text after the last ``STATUS:`` line), ``unknown_status``,
     ``bad_record`` (an episode with no action).
     """
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         lines = f.read().split("\n")
     stem = os.path.splitext(os.path.basename(path))[0]
     for k, (body, status, status_line, plan) in enumerate(_episodes(lines)):

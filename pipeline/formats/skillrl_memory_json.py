@@ -31,7 +31,7 @@ import json
 from typing import Any, Iterator
 
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container
+from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -117,7 +117,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per memory with refined steps; quarantine reasons:
     ``memory_without_steps`` (failures), ``bad_record``, ``invalid_json``."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         text = f.read()
     index = 0
     try:
@@ -140,7 +140,7 @@ def read_bank(path: str, env_hint: str | None = None, *, success_threshold: floa
               ) -> Iterator[Trajectory | QuarantineRow]:
     """A skill bank is recognised and quarantined as a whole: one ``skill_bank_not_trajectories``
     row whose detail names its sections (``invalid_json`` if it does not decode)."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         text = f.read()
     try:
         bank = json.loads(text)

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory, line_at
+from .common import bad, build_trajectory, line_at, open_text
 
 FORMAT = "skillrl_search_txt"
 _QUESTION = re.compile(r"Your question:[ \t]*(.*)")
@@ -64,7 +64,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     """Yield the one trajectory of a Search rollout file, or one quarantine row
     (``no_question``, ``no_steps``)."""
     if text is None:  # read_file passes the text of small files it already decoded
-        with open(path, encoding="utf-8") as f:
+        with open_text(path) as f:
             text = f.read()
     q = _QUESTION.search(text)
     if not q or not q[1].strip():

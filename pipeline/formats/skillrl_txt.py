@@ -32,7 +32,7 @@ from typing import Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory
+from .common import bad, build_trajectory, open_text
 
 FORMAT = "skillrl_txt"
 WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won, spec §2)
@@ -216,7 +216,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     env_instance is the ``envNNN`` folder (else the banner's env number, else the file stem).
     """
     if text is None:  # read_file passes the text of small files it already decoded
-        with open(path, encoding="utf-8") as f:
+        with open_text(path) as f:
             text = f.read()
     env = envs.detect_env(text[:8192], env_hint)  # the Step -1 prompt names the environment
     heads = _header_spans(text)
