@@ -10,6 +10,7 @@ Examples::
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import typer
@@ -27,6 +28,18 @@ def _group() -> None:
     """Keeps ``sft`` a command group (typer collapses a one-command app into that command)."""
 
 
+def _train_config(path: Optional[str], overrides: dict | None = None) -> sft_config.SFTFitConfig:
+    """The SFT config of ``--train-config`` (or the defaults) with ``overrides``, checked; a bad
+    file or value is a usage error (exit 2, one line), never a traceback."""
+    try:
+        cfg = sft_config.load_yaml(path) if path else sft_config.SFTFitConfig()
+        return sft_config.from_dict(overrides or {}, cfg)
+    except OSError as e:
+        raise typer.BadParameter(f"cannot read {path}: {e.strerror or e}", param_hint="--train-config")
+    except ValueError as e:  # ConfigError: unknown key, wrong type, out of range
+        raise typer.BadParameter(str(e))
+
+
 @app.command("fit")
 def fit_cmd(
     run_id: str = typer.Option("default", "--run-id", help="run whose export artifact to train on"),
@@ -38,9 +51,7 @@ def fit_cmd(
     """Train in this process on runs/RUN_ID/export (the `sft_fit` step of `make run` and the DAG)."""
     from pipeline.artifacts import ArtifactError
     from .run_step import fit_for_run
-    cfg = sft_config.load_yaml(train_config) if train_config else sft_config.SFTFitConfig()
-    if max_steps is not None:
-        cfg.max_steps = max_steps
+    cfg = _train_config(train_config, {} if max_steps is None else {"max_steps": max_steps})
     try:
         m = fit_for_run(root, run_id, cfg, force=force, log=typer.echo)
     except (ArtifactError, ResumeError, ValueError) as e:
@@ -60,9 +71,10 @@ def submit_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the command / job script; run nothing"),
     max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the SFT config's)"),
     lora: Optional[bool] = typer.Option(None, "--lora/--no-lora", help="LoRA adapter or full fine-tune"),
-    num_processes: Optional[int] = typer.Option(None, help="total processes over all machines"),
-    num_machines: Optional[int] = typer.Option(None, help="machines (scheduler scripts: nodes / pods)"),
-    gpus_per_node: int = typer.Option(8, help="GPUs per node in Slurm / Kubernetes scripts"),
+    num_processes: Optional[int] = typer.Option(None, min=1, help="total processes over all machines (a multiple "
+                                                "of --num-machines)"),
+    num_machines: Optional[int] = typer.Option(None, min=1, help="machines (scheduler scripts: nodes / pods)"),
+    gpus_per_node: int = typer.Option(8, min=1, help="GPUs per node in Slurm / Kubernetes scripts"),
     train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig)"),
     resume: str = typer.Option("", help="'' fresh, 'auto' latest checkpoint in --output, or a checkpoint path"),
     resume_mode: str = typer.Option("strict", help="strict | weights_only (fresh optimizer on topology change)"),
@@ -70,7 +82,6 @@ def submit_cmd(
     image: str = typer.Option("skillpipe:latest", help="container image for --scheduler k8s"),
 ) -> None:
     """Build the `accelerate launch` command for CONFIG and run it, or write a Slurm/Kubernetes job."""
-    cfg = sft_config.load_yaml(train_config) if train_config else sft_config.SFTFitConfig()
     overrides = {"pairs": pairs, "output_dir": output, "resume": resume, "resume_mode": resume_mode}
     if max_steps is not None:
         overrides["max_steps"] = max_steps
@@ -78,8 +89,10 @@ def submit_cmd(
         overrides["lora"] = lora
     if base_model:
         overrides["base_model"] = base_model
-    cfg = sft_config.from_dict(overrides, cfg)
-    cfg.validate()
+    cfg = _train_config(train_config, overrides)
+    if scheduler != "k8s" and "://" not in pairs and not os.path.exists(pairs):
+        # k8s paths are the container's; URLs are read by the job itself
+        raise typer.BadParameter(f"{pairs} does not exist", param_hint="--pairs")
     if num_machines and not num_processes:  # one process per GPU on every machine
         num_processes = num_machines * gpus_per_node
     launch = Launch(config=config, train_args=sft_config.to_argv(cfg), num_processes=num_processes,
@@ -103,7 +116,6 @@ def submit_cmd(
 def _fingerprint(pairs: str) -> Optional[str]:
     """Export fingerprint from ``<pairs>/_manifest.json`` when it is local; ``None`` otherwise
     (the resume check then trusts the checkpoint's own record, and the job re-checks it)."""
-    import os
     path = os.path.join(pairs if os.path.isdir(pairs) else os.path.dirname(pairs), "_manifest.json")
     if not os.path.isfile(path):
         return None

@@ -52,7 +52,9 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
                      game_params: str = "", policy_obj: Any = None) -> dict[str, Any]:
     """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
     Parquet ``rollout`` artifact of ``run_id`` under ``root``. Returns counts and paths.
-    ``policy_obj`` (any ``pipeline.rollout.Policy``) overrides ``policy``."""
+    ``policy_obj`` (any ``pipeline.rollout.Policy``) overrides ``policy``. Raises
+    ``pipeline.config.ConfigError`` for a bad env/games/count and ``EnvUnavailable`` for a
+    missing ALFWorld, both before any policy or server starts."""
     from pipeline.config import PromptConfig
     from pipeline.rollout import episode_summary, run_episodes
     from pipeline.rollout_io import write_parquet, write_txt_tree
@@ -62,7 +64,7 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     from .skill_evolution import SkillBank
 
     gcfg = GRPOConfig(env=env, games=[g.strip() for g in games.split(",") if g.strip()], train_seeds=tasks,
-                      val_tasks=tasks, max_env_steps=max_steps, game_params=game_params)
+                      val_tasks=tasks, max_env_steps=max_steps, game_params=game_params).validate()
     train_tasks, dev_tasks = make_task_lists(gcfg)
     chosen = dev_tasks if fold == "dev" else train_tasks
     if env == "textworld" and seed0:
@@ -93,22 +95,32 @@ def rollout(
     run_id: str = typer.Option("rollout", "--run-id", help="run id of the Parquet artifact"),
     env: str = typer.Option("textworld", help="textworld | alfworld (needs the package and ALFWORLD_DATA)"),
     games: str = typer.Option("twc", help="comma-separated TextWorld Express games (twc, cookingworld, ...)"),
-    tasks: int = typer.Option(4, help="distinct games (seeds) to play"),
-    episodes_per_task: int = typer.Option(2, help="episodes per game (files test1..testK)"),
+    tasks: int = typer.Option(4, min=1, help="distinct games (seeds) to play"),
+    episodes_per_task: int = typer.Option(2, min=1, help="episodes per game (files test1..testK)"),
     fold: str = typer.Option("train", help="train | dev: which fold's seeds"),
-    max_steps: int = typer.Option(10, help="actions per episode at most"),
+    max_steps: int = typer.Option(10, min=1, help="actions per episode at most"),
     policy: str = typer.Option("embedded", help="embedded | endpoint | a local model/adapter/GRPO checkpoint folder"),
     base_url: str = typer.Option("", help="endpoint URL for --policy endpoint"),
     model: str = typer.Option("", help="model name for --policy endpoint"),
     api_key_env: str = typer.Option("", help="env var holding the endpoint's API key"),
-    temperature: float = typer.Option(0.4, help="sampling temperature (spec §12.1 validation value)"),
-    max_tokens: int = typer.Option(256, help="max new tokens per action"),
+    temperature: float = typer.Option(0.4, min=0.0, help="sampling temperature (spec §12.1 validation value)"),
+    max_tokens: int = typer.Option(256, min=1, help="max new tokens per action"),
     skill_bank: str = typer.Option("", help="SkillRL bank JSON whose skills condition the prompts"),
-    history_length: int = typer.Option(2, help="history window of the prompt (same as SFT)"),
+    history_length: int = typer.Option(2, min=0, help="history window of the prompt (same as SFT)"),
 ):
     """Run a policy in an environment; write Parquet trajectories and a SkillRL txt tree."""
-    res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, 0, max_steps, policy,
-                           base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length)
+    from pipeline.config import ConfigError
+    from pipeline.envs.alfworld_env import EnvUnavailable
+    if fold not in ("train", "dev"):
+        raise typer.BadParameter(f"must be train or dev, got {fold!r}", param_hint="--fold")
+    try:
+        res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, 0, max_steps, policy,
+                               base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length)
+    except ConfigError as e:  # bad --env / --games: a usage error, raised before anything starts
+        raise typer.BadParameter(str(e))
+    except EnvUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
     res["txt_files"] = len(res["txt_files"])
     typer.echo(json.dumps(res, indent=2))
 
@@ -128,25 +140,47 @@ def grpo(
     root: str = typer.Option(".", help="folder that holds runs/ (with --run-id)"),
     force: bool = typer.Option(False, help="with --run-id: rerun even when inputs and config are unchanged"),
 ):
-    """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution."""
+    """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution.
+
+    Needs --run-id (start from that run's SFT checkpoint and bank) or an output folder
+    (--output-dir, or output_dir in --config): a bare `grpo` must not start a full default run.
+    """
     from .grpo import train
-    from .grpo_config import GRPOConfig, from_dict
+    from .grpo_config import from_dict
     from .grpo_config import smoke as smoke_cfg
 
     data: dict[str, Any] = {}
     if config:
         import yaml
-        with open(config, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    cfg = smoke_cfg(**data) if smoke else (from_dict(data) if data else GRPOConfig())
+        try:
+            with open(config, encoding="utf-8") as f:
+                data = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise typer.BadParameter(f"cannot read {config}: {e.strerror or e}", param_hint="--config")
+        except yaml.YAMLError as e:
+            raise typer.BadParameter(f"{config}: not valid YAML: {e}".replace("\n", " "), param_hint="--config")
+        if not isinstance(data, dict):
+            raise typer.BadParameter(f"{config}: expected a mapping of GRPOConfig fields, got {type(data).__name__}",
+                                     param_hint="--config")
+    if run_id:
+        clash = [f"--{k.replace('_', '-')}" for k, v in dict(output_dir=output_dir, model=model,
+                                                             skill_bank=skill_bank).items() if v is not None]
+        if clash:  # grpo_for_run sets these from the run; silently dropping them would mislead
+            raise typer.BadParameter(f"{', '.join(clash)} cannot be combined with --run-id (the run's "
+                                     "SFT checkpoint, skill bank and runs/RUN_ID/grpo are used)")
+    elif not (output_dir or data.get("output_dir")):
+        raise typer.BadParameter("give --run-id (continue a pipeline run) or --output-dir (a standalone run)")
+    overrides = {k: v for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model,
+                                       skill_bank=skill_bank, resume=resume, llm_base_url=llm_base_url).items()
+                 if v is not None}
+    try:
+        # --run-id without --config: the small CPU budget (the `make run` step)
+        cfg = smoke_cfg(**{**data, **overrides}) if smoke or (run_id and not data) else from_dict({**data, **overrides})
+    except (ValueError, TypeError) as e:  # ConfigError: unknown key, wrong type, out of range
+        raise typer.BadParameter(str(e))
     if run_id:
         from pipeline.artifacts import ArtifactError
         from .grpo_step import grpo_for_run
-        cfg = cfg if (config or not smoke) and data else smoke_cfg(**data)
-        if max_steps is not None:
-            cfg.max_steps = max_steps
-        if llm_base_url is not None:
-            cfg.llm_base_url = llm_base_url
         try:
             m = grpo_for_run(root, run_id, cfg, force=force, log=typer.echo)
         except (FileNotFoundError, ValueError, ArtifactError) as e:
@@ -154,10 +188,6 @@ def grpo(
             raise typer.Exit(1)
         typer.echo(json.dumps({k: m[k] for k in ("uri", "steps", "checkpoint", "bank_version", "log", "skipped")}))
         return
-    for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model, skill_bank=skill_bank, resume=resume,
-                     llm_base_url=llm_base_url).items():
-        if v is not None:
-            setattr(cfg, k, v)
     typer.echo(json.dumps(train(cfg), indent=2))
 
 

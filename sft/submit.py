@@ -113,6 +113,37 @@ def k8s_manifest(launch: Launch, image: str, job_name: str = "skillpipe-sft") ->
     return yaml.safe_dump_all([service, job], sort_keys=False)
 
 
+def check_topology(launch: Launch, scheduler: str = "local") -> None:
+    """Raise ``ValueError`` for a topology ``accelerate launch`` cannot run as asked.
+
+    * counts must be >= 1 (a 0 used to be dropped silently, launching the config's count); a
+      count not given is the accelerate config's (``num_processes``/``num_machines``);
+    * ``num_processes`` must be a multiple of ``num_machines``: accelerate starts
+      ``num_processes // num_machines`` processes on every machine, so a remainder is lost;
+    * Slurm/Kubernetes scripts reserve ``gpus_per_node`` GPUs per node: more processes per node
+      than that would share GPUs;
+    * ``local`` runs one launcher on this machine without a machine rank, so it cannot be one of
+      several machines (use ``slurm``/``k8s``).
+    """
+    for name in ("num_processes", "num_machines", "gpus_per_node"):
+        value = getattr(launch, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    with open(config_path(launch.config), encoding="utf-8") as f:  # what the flags leave to the config
+        cfg = yaml.safe_load(f) or {}
+    procs = launch.num_processes or cfg.get("num_processes")
+    machines = launch.num_machines or cfg.get("num_machines") or 1
+    if procs and procs % machines:
+        raise ValueError(f"--num-processes {procs} does not split evenly over --num-machines {machines} "
+                         f"(accelerate starts num_processes / num_machines processes on each machine)")
+    if scheduler != "local" and procs and procs // machines > launch.gpus_per_node:
+        raise ValueError(f"{procs // machines} processes per node but the job reserves --gpus-per-node "
+                         f"{launch.gpus_per_node}")
+    if scheduler == "local" and machines > 1:
+        raise ValueError(f"--scheduler local runs on this machine only; --num-machines {machines} needs "
+                         "--scheduler slurm or k8s")
+
+
 def check_before_launch(launch: Launch, output_dir: str, resume: str, export_fingerprint: str | None,
                         resume_mode: str = "strict") -> str | None:
     """Resume check with the topology the config *will* launch; raises ``ResumeError`` before
@@ -131,9 +162,11 @@ def submit(launch: Launch, output_dir: str, scheduler: str = "local", dry_run: b
            image: str = "skillpipe:latest") -> dict:
     """Check, then run or write the job. Returns ``{"command": str, "script": str|None,
     "path": str|None, "returncode": int|None, "resume": decision}``; raises ``ValueError`` for
-    an unknown scheduler and ``ResumeError`` for an incompatible checkpoint."""
+    an unknown scheduler or a bad topology (:func:`check_topology`) and ``ResumeError`` for an
+    incompatible checkpoint."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {SCHEDULERS}")
+    check_topology(launch, scheduler)
     decision = check_before_launch(launch, output_dir, resume, export_fingerprint, resume_mode)
     command = _shell(build_command(launch))
     out = {"command": command, "script": None, "path": None, "returncode": None, "resume": decision}

@@ -3,6 +3,7 @@ import dataclasses
 
 import pytest
 
+from pipeline.config import ConfigError
 from sft.config import SFTFitConfig, from_dict, load_yaml, to_argv
 from sft.train import parse_args
 
@@ -29,7 +30,31 @@ def test_to_argv_roundtrips_non_defaults():
 
 
 def test_unknown_key_and_bad_value_raise():
-    with pytest.raises(KeyError, match="unknown SFT config keys: \\['lora_rank'\\]"):
+    with pytest.raises(ConfigError, match="unknown SFT config keys \\['lora_rank'\\]"):
         from_dict({"lora_rank": 8})
-    with pytest.raises(ValueError, match="resume_mode must be strict or weights_only"):
+    with pytest.raises(ConfigError, match="^resume_mode: must be one of strict, weights_only, got 'maybe'$"):
         SFTFitConfig(resume_mode="maybe").validate()
+
+
+def test_values_are_coerced_strictly():
+    # the same rules as the pipeline config: "false" is False, 1.7 steps is an error, not 1
+    cfg = from_dict({"lora": "false", "max_steps": 4.0, "learning_rate": "1e-5"})
+    assert (cfg.lora, cfg.max_steps, cfg.learning_rate) == (False, 4, 1e-5)
+    for data, msg in [({"max_steps": 1.7}, "max_steps: expected an integer, got 1.7 (float)"),
+                      ({"max_steps": -5}, "max_steps: must be >= 1, got -5"),
+                      ({"lora_dropout": 1.5}, "lora_dropout: must be <= 1, got 1.5"),
+                      ({"lora_r": 0}, "lora_r: must be >= 1 when lora is on, got 0")]:
+        with pytest.raises(ConfigError) as e:
+            from_dict(data)
+        assert str(e.value) == msg
+    assert from_dict({"lora": False, "lora_r": 0}).lora_r == 0  # rank unused without LoRA
+
+
+def test_load_yaml_rejects_non_mapping_and_bad_yaml(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="expected a mapping of SFT config fields, got list"):
+        load_yaml(str(p))
+    p.write_text("max_steps: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(str(p))

@@ -94,3 +94,50 @@ def test_local_submit_runs_the_built_command_and_writes_scheduler_files(tmp_path
     assert out["path"] == str(tmp_path / "sft_job.sbatch") and (tmp_path / "sft_job.sbatch").read_text() == out["script"]
     with pytest.raises(ValueError, match="unknown scheduler 'pbs'"):
         submit(Launch("cpu"), str(tmp_path), scheduler="pbs")
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--max-steps", "-5"], "max_steps: must be >= 1, got -5"),
+    (["--resume-mode", "foo"], "resume_mode: must be one of strict, weights_only, got 'foo'"),
+    (["--train-config", "missing.yaml"], "cannot read missing.yaml: No such file or directory"),
+    (["--num-processes", "0"], "Input should be greater than or equal to 1"),
+])
+def test_bad_values_are_usage_errors_not_tracebacks(export, tmp_path, args, msg):
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--output", str(tmp_path / "o"), "--dry-run", *args])
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    assert msg in " ".join(res.output.replace("│", " ").split())
+
+
+def test_unknown_train_config_key_is_a_usage_error_for_submit_and_fit(export, tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text("lora_rank: 3\n")
+    for argv in (["submit", "--pairs", export.path, "--dry-run"], ["fit", "--run-id", "none", "--root", str(tmp_path)]):
+        res = runner.invoke(app, [*argv, "--train-config", str(p)])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        assert "unknown SFT config keys ['lora_rank']" in res.output
+
+
+def test_missing_pairs_is_refused_even_in_a_dry_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short relative path: the rich error box wraps long ones
+    res = runner.invoke(app, ["submit", "--pairs", "nope", "--dry-run"])
+    assert res.exit_code == 2 and "Invalid value for --pairs: nope does not exist" in res.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--num-processes", "3", "--num-machines", "2", "--scheduler", "slurm"],
+     "error: --num-processes 3 does not split evenly over --num-machines 2"),
+    (["--num-processes", "32", "--num-machines", "2", "--scheduler", "slurm"],
+     "error: 16 processes per node but the job reserves --gpus-per-node 8"),
+    # the config's own num_machines (multinode: 2) counts when no flag overrides it
+    (["--config", "multinode"], "error: --scheduler local runs on this machine only; --num-machines 2"),
+])
+def test_topology_that_accelerate_cannot_split_is_refused(export, args, msg):
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--dry-run", *args])
+    assert res.exit_code == 2 and msg in res.output, res.output
+
+
+def test_valid_multinode_slurm_dry_run_passes(export):
+    res = runner.invoke(app, ["submit", "--pairs", export.path, "--dry-run", "--num-machines", "2",
+                              "--scheduler", "slurm"])
+    assert res.exit_code == 0 and "#SBATCH --nodes=2" in res.output
+    assert "--num_processes 16 --num_machines 2" in res.output  # one process per GPU, 8 GPUs per node
