@@ -239,7 +239,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SFTFitConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sft.train [flags]``: run and print a one-line JSON summary; returns 0."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    out = run(parse_args(argv))
+    cfg = parse_args(argv)
+    try:
+        cfg.validate()
+    except ValueError as e:  # a bad flag or YAML value: one line, like argparse's own errors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = run(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"output_dir": out["config"]["output_dir"], "global_step": out["global_step"],
                           "final_loss": out["final_loss"], "losses": out["losses"],

@@ -58,3 +58,9 @@ def test_load_yaml_rejects_non_mapping_and_bad_yaml(tmp_path):
     p.write_text("max_steps: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_yaml(str(p))
+
+
+def test_train_entry_point_reports_a_bad_value_in_one_line(capsys):
+    from sft.train import main
+    assert main(["--max_steps", "0", "--pairs", "nowhere"]) == 2
+    assert capsys.readouterr().err.strip() == "error: max_steps: must be >= 1, got 0"
