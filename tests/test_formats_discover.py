@@ -183,3 +183,91 @@ def _bom_only(tmp_path):
     p = tmp_path / "bom_only.txt"
     p.write_bytes(b"\xef\xbb\xbf\n")
     return p
+
+
+FIREACT = "tests/fixtures/formats/real/fireact_hotpotqa_head.jsonl"
+
+
+def _fireact_with_latin1(tmp_path, *line_nos):
+    """The real FireAct head (4 JSONL records) with a Latin-1 'ä' (byte E4, invalid UTF-8) put
+    into each of ``line_nos`` (1-based), e.g. an editor re-saving one line in Latin-1."""
+    lines = open(FIREACT, "rb").read().split(b"\n")
+    for no in line_nos:
+        lines[no - 1] = lines[no - 1].replace(b'"role": "user"', b'"role": "us\xe4r"', 1)
+    p = tmp_path / "fireact_latin1.jsonl"
+    p.write_bytes(b"\n".join(lines))
+    return p
+
+
+def test_jsonl_bad_byte_quarantines_only_its_line(tmp_path, monkeypatch):
+    """The tester's repro (a large JSONL with one Latin-1 byte on its last line was one
+    whole-file not_utf8 row, every good record lost): now only that line is quarantined, on
+    both read paths, and the other records are exactly those of the clean file."""
+    from pipeline.formats import discover
+    p = _fireact_with_latin1(tmp_path, 4)
+    for limit in (discover.WHOLE_READ_BYTES, 100):  # 100 bytes: the streamed large-file path
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        items = list(read_file(str(p)))
+        assert [(i.reason, i.line) if isinstance(i, QuarantineRow) else (i.source_line, i.record_index)
+                for i in items] == [(1, 0), (2, 1), (3, 2), ("not_utf8", 4)]
+        assert _units(str(p))[:3] == _units(FIREACT)[:3]
+        q = items[3]
+        assert q.detail == "invalid UTF-8 in this JSONL line (bytes E4); the other lines are read"
+        assert q.raw.startswith('{"messages": [{"role": "us\ufffdr", "content": "Which actress played')
+
+
+def test_jsonl_several_bad_lines_and_a_cut_last_sequence(tmp_path, monkeypatch):
+    # lines 1 and 3 damaged, and the file ends inside a 3-byte sequence (E2 80 of U+2026) on an
+    # extra line 5: four records + one cut line = five units, three of them not_utf8
+    from pipeline.formats import discover
+    p = _fireact_with_latin1(tmp_path, 1, 3)
+    p.write_bytes(p.read_bytes() + b'{"messages": []}\xe2\x80')
+    for limit in (discover.WHOLE_READ_BYTES, 100):
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        items = list(read_file(str(p)))
+        assert [(i.reason, i.line) if isinstance(i, QuarantineRow) else (i.source_line, i.record_index)
+                for i in items] == [("not_utf8", 1), (2, 1), ("not_utf8", 3), (4, 3), ("not_utf8", 5)]
+        assert (items[4].detail, items[4].raw) == (
+            "invalid UTF-8 in this JSONL line (bytes E2 80); the other lines are read", '{"messages": []}\ufffd')
+
+
+def test_json_document_with_a_bad_byte_stays_one_row(tmp_path, monkeypatch):
+    # a JSON list cannot be split safely: the whole file is one not_utf8 row at the bad byte's line
+    from pipeline.formats import discover
+    data = open("data/samples/eto-alfworld/alfworld_sft_sample.json", "rb").read()
+    p = tmp_path / "eto.json"
+    p.write_bytes(data.replace(b"toiletpaperhanger 1, you see nothing", b"toiletpaperhanger 1, you see n\xf6thing", 1))
+    for limit in (discover.WHOLE_READ_BYTES, 100):
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        (q,) = list(read_file(str(p)))
+        assert (q.reason, q.line) == ("not_utf8", 24)
+
+
+UTF16_TEXT = "Step -1 | Action: None | Reward: 0.000 | Done: False\nObs: You are in the middle of a room.\n"
+
+
+def test_utf16_is_not_utf8_with_the_conversion(tmp_path, monkeypatch):
+    """UTF-16 text used to be binary_file ("NUL bytes"); it is not_utf8 naming iconv."""
+    from pipeline.formats import discover
+    cases = {  # encoding written -> (how it is recognised, the iconv source name)
+        "utf-16-le": ("byte-order mark FF FE", "UTF-16"), "utf-16-be": ("byte-order mark FE FF", "UTF-16"),
+        "utf-16le": ("NUL every other byte", "UTF-16LE"), "utf-16be": ("NUL every other byte", "UTF-16BE")}
+    for limit in (discover.WHOLE_READ_BYTES, 100):
+        monkeypatch.setattr(discover, "WHOLE_READ_BYTES", limit)
+        for enc, (how, name) in cases.items():
+            p = tmp_path / f"{enc}.txt"
+            bom = {"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff"}.get(enc, b"")
+            p.write_bytes(bom + UTF16_TEXT.encode(enc.replace("-le", "le").replace("-be", "be")))
+            (q,) = list(read_file(str(p)))
+            assert (q.reason, q.line, q.detail) == (
+                "not_utf8", 1, f"file looks like UTF-16 text ({how}), not UTF-8; convert it, "
+                               f"e.g. iconv -f {name} -t UTF-8 FILE > FILE.utf8"), enc
+
+
+def test_binary_with_nul_every_other_byte_stays_binary(tmp_path):
+    # little-endian 16-bit integers 1..299: NUL in every odd byte, but control characters when
+    # read as UTF-16, so it is no text file
+    p = tmp_path / "ints.bin"
+    p.write_bytes(b"".join(i.to_bytes(2, "little") for i in range(1, 300)))
+    (q,) = list(read_file(str(p)))
+    assert (q.reason, q.line) == ("binary_file", 1)

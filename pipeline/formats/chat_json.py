@@ -205,20 +205,50 @@ def is_jsonl(text: str) -> bool:
     return good >= 2 and 2 * good > len(probe)
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
+#: Characters ``errors="surrogateescape"`` decodes invalid UTF-8 bytes to (one per byte).
+_ESCAPED = re.compile("[\udc80-\udcff]")
+
+
+def _escaped_bytes(line: str) -> str:
+    """``line``'s invalid bytes, hex (``"E9"``, ``"FF 80"``), first 8 of them."""
+    return " ".join(f"{ord(c) - 0xDC00:02X}" for c in _ESCAPED.findall(line)[:8])
+
+
+def _undecoded(line: str) -> str:
+    """``line`` with each escaped byte shown as U+FFFD (the raw text of a ``not_utf8`` row)."""
+    return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per record; ``bad_record`` / ``invalid_json`` rows for the rest.
 
     A JSON list is decoded record by record (a cut file keeps its earlier records); JSONL
     (:func:`is_jsonl`) is read line by line (a bad line is quarantined and the next line still read).
+
+    ``text``: the file's text when the caller has it (``discover.read_file`` passes it for a JSONL
+    file with invalid UTF-8, decoded with ``errors="surrogateescape"``, newlines translated);
+    else the file is opened with ``common.open_text``. A JSONL line holding escaped bytes
+    (U+DC80..U+DCFF) is quarantined ``not_utf8`` with its line number and counts as a record
+    (its index is used up, like a bad line's); a JSON document holding any is one ``not_utf8``
+    row (a document cannot be split safely).
     """
-    with open_text(path) as f:
-        text = f.read()
+    if text is None:
+        with open_text(path) as f:
+            text = f.read()
+        dirty = None
+    else:
+        dirty = _ESCAPED.search(text)
     stripped = text.lstrip(" \t\r\n")
     if stripped.startswith("{") and is_jsonl(stripped):
         index = 0
         for no, line in enumerate(text.split("\n"), 1):
             if not line.strip():
+                continue
+            if dirty is not None and _ESCAPED.search(line):
+                yield bad("not_utf8", f"invalid UTF-8 in this JSONL line (bytes {_escaped_bytes(line)}); "
+                          "the other lines are read", path, no, _undecoded(line))
+                index += 1
                 continue
             try:
                 rec = json.loads(line)
@@ -228,6 +258,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             except RecordError as e:
                 yield bad("bad_record", str(e), path, no, line)
             index += 1
+        return
+    if dirty is not None:
+        yield bad("not_utf8", f"invalid UTF-8 (bytes {_escaped_bytes(text[dirty.start():dirty.start() + 200])}) "
+                  "in a JSON document", path, text.count("\n", 0, dirty.start()) + 1,
+                  _undecoded(text[max(0, dirty.start() - 200):dirty.start() + 200]))
         return
     if stripped.startswith("{"):  # a single record
         text = "[" + text + "]"  # offsets shift by one char on line 1 only: line numbers unchanged

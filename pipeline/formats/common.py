@@ -29,6 +29,42 @@ def bad(reason: str, detail: str, source_uri: str, line: int | None = None, raw:
 ENCODING = "utf-8-sig"
 
 
+#: Byte-order marks of UTF-16 text -> the ``iconv`` encoding name that reads the file.
+UTF16_BOMS = {b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+#: Bytes of the head examined for UTF-16 without a BOM (NUL every other byte).
+_UTF16_PROBE = 4096
+
+
+def utf16_encoding(head: bytes) -> str | None:
+    """The ``iconv`` name of the encoding of a file that looks like UTF-16 text, else ``None``.
+
+    ``head``: the file's first bytes. Yes for a UTF-16 byte-order mark (``FF FE`` / ``FE FF``:
+    ``"UTF-16"``, iconv reads the BOM), or, without one, when in the first :data:`_UTF16_PROBE`
+    bytes at least 80 % of the odd (even) bytes are NUL, at most 10 % of the others are, and the
+    text decoded as UTF-16LE (BE) is at least 95 % printable or whitespace (``"UTF-16LE"`` /
+    ``"UTF-16BE"``): mostly-ASCII text as written by Windows tools (PowerShell ``>``, Notepad
+    "Unicode"). Real binaries (NULs with no such pattern, or unprintable) get ``None``.
+    ``discover.read_file`` calls it only on files already rejected (NUL bytes or invalid UTF-8).
+    """
+    if head[:2] in UTF16_BOMS:
+        return UTF16_BOMS[head[:2]]
+    sample = head[:_UTF16_PROBE]
+    sample = sample[:len(sample) - len(sample) % 2]
+    half = len(sample) // 2
+    if half < 2:
+        return None
+    nul_even, nul_odd = sample[0::2].count(0), sample[1::2].count(0)
+    if nul_odd >= 0.8 * half and nul_even <= 0.1 * half:
+        name = "UTF-16LE"
+    elif nul_even >= 0.8 * half and nul_odd <= 0.1 * half:
+        name = "UTF-16BE"
+    else:
+        return None
+    text = sample.decode(name.lower(), errors="replace")
+    printable = sum(c.isprintable() or c in "\t\n\r" for c in text)
+    return name if printable >= 0.95 * len(text) else None
+
+
 def open_text(path: str):
     """``path`` opened for reading as text (:data:`ENCODING`, universal newlines).
 

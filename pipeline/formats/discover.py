@@ -4,6 +4,9 @@
 for bad input. An empty, binary, non-UTF-8 or unrecognised file becomes exactly one
 :class:`~pipeline.records.QuarantineRow`; a reader that fails part-way keeps what it already
 yielded and adds one quarantine row for the rest (DESIGN §2, §7: nothing is lost silently).
+Two refinements of "non-UTF-8": a JSONL file loses only its lines with invalid bytes (one
+``not_utf8`` row each, the other lines are read), and a UTF-16 file is named as such (with the
+command that converts it) instead of being called binary for its NUL bytes.
 
 Formats (``--format`` / ``parse.format`` names): ``skillrl_txt`` (ALFWorld/WebShop rollout dumps),
 ``skillrl_search_txt``, ``react_alfworld_json``, ``react_webshop_log``, ``reflexion_txt``
@@ -24,7 +27,7 @@ from typing import Callable, Iterator
 from ..records import QuarantineRow, Trajectory
 from . import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
                skillrl_memory_json, skillrl_search_txt, skillrl_txt)
-from .common import ENCODING, bad
+from .common import ENCODING, UTF16_BOMS, bad, utf16_encoding
 
 Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
 
@@ -223,6 +226,39 @@ def _check_text(path: str) -> QuarantineRow | None:
     return None
 
 
+def _utf16_row(path: str, head: bytes) -> QuarantineRow | None:
+    """A ``not_utf8`` row naming UTF-16 and its conversion, if ``head`` looks like UTF-16."""
+    name = utf16_encoding(head)
+    if name is None:
+        return None
+    how = "byte-order mark " + head[:2].hex(" ").upper() if head[:2] in UTF16_BOMS else "NUL every other byte"
+    return bad("not_utf8", f"file looks like UTF-16 text ({how}), not UTF-8; convert it, e.g. "
+               f"iconv -f {name} -t UTF-8 FILE > FILE.utf8", path, 1)
+
+
+def _jsonl_text(path: str, fmt: str, head: bytes, data: bytes | None) -> str | None:
+    """The text of a JSONL file that failed the strict UTF-8 check, decoded with
+    ``errors="surrogateescape"`` (each invalid byte becomes one character U+DC80..U+DCFF, so the
+    chat reader quarantines just the lines holding one); ``None`` when the file is not JSONL.
+
+    JSONL = ``fmt`` is ``chat_json`` (forced, or sniffed from ``head``) and the text passes
+    :func:`chat_json.is_jsonl`, the same test the reader applies. ``data``: the whole file when
+    already read (small files), else it is read here (the reader would read it whole anyway).
+    Newlines are translated as :func:`common.open_text` does. Raises ``OSError`` like ``open``.
+    """
+    if fmt != "chat_json" and (fmt != "auto" or detect_format(path, head) != "chat_json"):
+        return None
+    if data is not None:
+        text = data.decode(ENCODING, errors="surrogateescape")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+    else:
+        with open(path, encoding=ENCODING, errors="surrogateescape") as f:
+            text = f.read()
+    stripped = text.lstrip(" \t\r\n")
+    return text if stripped.startswith("{") and chat_json.is_jsonl(stripped) else None
+
+
 def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success_threshold: float = 1.0,
               source_uri: str | None = None, digest=None) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the trajectories of one input file, and quarantine rows for what could not be read.
@@ -238,6 +274,12 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
             stage hashes its inputs without reading them a second time); left partial when the
             file cannot be read.
 
+    Invalid UTF-8 quarantines the whole file (``not_utf8``, with the first bad line), except in
+    JSONL (see :func:`_jsonl_text`), where only the lines holding invalid bytes are quarantined
+    (``not_utf8``, that line, ``raw`` decoded with replacement characters) and every other line is
+    read. A file that looks like UTF-16 (:func:`common.utf16_encoding`) is ``not_utf8`` with a detail
+    naming the ``iconv`` conversion, not ``binary_file``.
+
     Every reader sees the text without a leading UTF-8 BOM (decoded with ``common.ENCODING`` here
     and by ``common.open_text`` in readers that open the file themselves); line numbers count as
     if it were not there.
@@ -247,7 +289,8 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
     if fmt != "auto" and fmt not in READERS:
         raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
     hint = None if env_hint in (None, "", "auto") else env_hint
-    text = None
+    # data: the whole file (small files only); lenient: a JSONL text with its invalid bytes escaped
+    text = lenient = data = None
     try:
         if os.path.getsize(path) <= WHOLE_READ_BYTES:
             with open(path, "rb") as f:
@@ -264,6 +307,14 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
                     digest.update(head)
                     while block := f.read(1 << 20):
                         digest.update(block)
+        if problem is not None and problem.reason in ("binary_file", "not_utf8"):  # rare: not the hot path
+            utf16 = _utf16_row(path, head)
+            if utf16 is not None:
+                problem = utf16
+            elif problem.reason == "not_utf8":
+                lenient = _jsonl_text(path, fmt, head, data)
+                if lenient is not None:
+                    problem, text, fmt = None, lenient, "chat_json"
     except OSError as e:
         yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
         return
@@ -275,7 +326,7 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         if not fmt:
             yield bad("unrecognised_format", "content matches no known input format", path, 1)
             return
-    kwargs = {"text": text} if (text is not None and fmt in TEXT_READERS) else {}
+    kwargs = {"text": text} if (text is not None and (fmt in TEXT_READERS or lenient is not None)) else {}
     if source_uri is not None and fmt in URI_READERS:
         kwargs["source_uri"] = source_uri
     n = 0
