@@ -184,6 +184,8 @@ def split_block(body: str) -> tuple[str, dict[str, str]]:
     Key lines are recognised only before the ``Obs:`` line; ``Raw Model Output`` runs until the
     next key line or ``Obs:``. A block without key lines is returned whole (reference behaviour).
     """
+    if body.startswith("Obs:"):  # the usual block: nothing before Obs (same result as below)
+        return body, {}
     o = _OBS_LINE.search(body)
     pre = body[:o.start()] if o else body
     if not pre.strip() or not any(_KEY_LINE.match(ln) for ln in pre.split("\n")):
@@ -253,7 +255,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             return
         with_list += has_list
         action = None if m[1] == "-1" else m[2].strip()  # D-P4
-        think = _THINK.search(keys.get("Raw Model Output", ""))
+        think = _THINK.search(keys["Raw Model Output"]) if "Raw Model Output" in keys else None
         steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
                           reward=float(m[3]), done=m[4] == "True", line=line,
                           thought=think[1].strip() or None if think else None))
