@@ -263,7 +263,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 #: Caps of :class:`ParseConfig` that ``parse.per_env`` may override per env: the keys
-#: ``pipeline.stages.parse.caps`` reads (a test keeps them equal).
+#: ``pipeline.selection.caps`` reads (a test keeps them equal).
 PER_ENV_CAPS = ("max_per_instance", "max_success_instances", "max_failure_instances")
 
 

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from pipeline.config import PER_ENV_CAPS, ConfigError, ParseConfig, PipelineConfig, from_dict, load_config
 from pipeline.envs import REGISTRY
-from pipeline.stages import parse as parse_stage
+from pipeline import selection as parse_stage
 from pipeline.stages import validate as validate_stage
 
 

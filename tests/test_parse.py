@@ -9,7 +9,7 @@ from pipeline.config import PipelineConfig
 from pipeline.records import Step, Trajectory
 from pipeline.runner import StageContext, run_stage
 from pipeline.stages import parse
-from pipeline.stages.parse import select
+from pipeline.selection import select
 
 
 def test_parse_and_dedupe_stages_on_sample(tmp_path):

@@ -11,7 +11,7 @@ import pipeline.stages.validate as validate_stage
 from pipeline.config import PipelineConfig, PromptConfig
 from pipeline.prompts import render_step_messages
 from pipeline.records import Step, Trajectory
-from pipeline.stages.parse import select
+from pipeline.selection import select
 from pipeline.stages.validate import action_format_ok, match_admissible
 from test_validate import distilled, reasons, run_validate
 
