@@ -35,7 +35,7 @@ def _args(params: dict, llm: dict) -> dict:
     doc_md=__doc__,
     params={
         "input_path": Param("data/samples", type="string", description="trace file or folder"),
-        "env": Param("auto", enum=["auto", "alfworld", "webshop", "search"], description="environment"),
+        "env": Param("auto", enum=["auto", "alfworld", "webshop", "search", "textworld"], description="environment"),
         "run_id": Param("", type="string", description="artifact run id (empty: the Airflow run id)"),
         "root": Param("", type="string", description="folder holding runs/ (empty: worker cwd)"),
         "config": Param("", type="string", description="YAML config path (empty: defaults)"),
@@ -57,8 +57,9 @@ def skillpipe():
         from airflow.sdk import get_current_context
         state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
                                  params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
-        info = start_detached(state_dir)
-        return {"base_url": info["base_url"], "model": "", "state_dir": state_dir}
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
+        info = start_detached(state_dir)  # the alias makes stages record the embedded model's identity
+        return {"base_url": info["base_url"], "model": EMBEDDED_MODEL_ALIAS, "state_dir": state_dir}
 
     @teardown
     @task

@@ -60,6 +60,9 @@ CATEGORY_LABELS = {
 CATEGORY_FALLBACKS = {
     "pick_two_obj_and_place": ("pick_and_place",),
     "look_at_obj_in_light": ("examine",),
+    # TextWorld Express "twc" (put objects in their usual places) trained with an ALFWorld bank
+    # (GRPOConfig.skill_bank_env): its nearest ALFWorld task type
+    "put_away_objects": ("pick_and_place",),
 }
 
 

@@ -198,6 +198,21 @@ def _with_adapter(model, cfg: GRPOConfig, saved: str | None):
     return get_peft_model(model, lora)
 
 
+#: What :func:`train` writes into ``output_dir`` (removed before a fresh, non-resumed run, so
+#: a stale log or a later-step checkpoint of an earlier run can neither mix in nor be resumed).
+OUTPUTS = ("grpo_log.jsonl", "grpo_manifest.json", "checkpoints", "banks")
+
+
+def _clear_outputs(output_dir: str) -> None:
+    import shutil
+    for name in OUTPUTS:
+        p = os.path.join(output_dir, name)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.remove(p)
+
+
 def train(cfg: GRPOConfig) -> dict[str, Any]:
     """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``.
 
@@ -211,13 +226,15 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     from .policy import HFPolicy, load_model
 
     os.makedirs(cfg.output_dir, exist_ok=True)
+    resume_from = ckpt.resolve(cfg.resume, cfg.output_dir)
+    if resume_from is None:  # a fresh run replaces an earlier run's outputs, never appends to them
+        _clear_outputs(cfg.output_dir)
     os.makedirs(os.path.join(cfg.output_dir, "banks"), exist_ok=True)
     t_start = time.monotonic()
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    resume_from = ckpt.resolve(cfg.resume, cfg.output_dir)
     start_dir = starting_policy(cfg)
     model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
     ref_model = None

@@ -67,3 +67,22 @@ def test_latest_resolve_and_mismatched_bank(tiny, tmp_path):
     json.dump(m, open(os.path.join(last, "checkpoint.json"), "w"))
     with pytest.raises(ValueError, match="manifest says bank-other"):
         ckpt.restore_state(last, torch.optim.AdamW(model.parameters()))
+
+
+def test_fresh_run_replaces_earlier_outputs_but_keeps_other_files(tmp_path, monkeypatch):
+    """A non-resumed run must not append to an earlier log nor leave a later-step checkpoint
+    that --resume auto would then pick (DESIGN §2: a retried task replaces, never appends)."""
+    from sft import grpo
+    from sft.grpo_config import smoke
+    out = tmp_path / "grpo"
+    (out / "checkpoints" / "step-000003").mkdir(parents=True)
+    (out / "checkpoints" / "step-000003" / "checkpoint.json").write_text("{}")
+    (out / "grpo_log.jsonl").write_text('{"kind": "train", "step": 3}\n')
+    (out / "notes.txt").write_text("mine")
+
+    def stop(cfg):
+        raise RuntimeError("stop after set-up")
+    monkeypatch.setattr(grpo, "starting_policy", stop)
+    with pytest.raises(RuntimeError, match="stop after set-up"):
+        grpo.train(smoke(output_dir=str(out)))
+    assert sorted(p.name for p in out.iterdir()) == ["banks", "notes.txt"]

@@ -91,3 +91,14 @@ def test_documented_presets_are_valid_configs():
         ("https://my-resource.openai.azure.com", "json_schema", "AZURE_OPENAI_API_KEY"),
         ("https://api.deepseek.com", "none", "DEEPSEEK_API_KEY"),
         ("http://gpu-node-1:8000/v1", "json_schema", "VLLM_API_KEY")]
+
+
+def test_model_identity_of_the_embedded_server_does_not_depend_on_how_it_is_reached():
+    """The DAG reaches the embedded server through a base URL and its alias; the CLI starts it
+    itself: both must record the GGUF identity (same fingerprints, same cached answers)."""
+    from pipeline.config import LLMConfig
+    from pipeline.llm.provider import model_id_for
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id
+    via_dag = model_id_for(LLMConfig(base_url="http://127.0.0.1:9/v1", model=EMBEDDED_MODEL_ALIAS))
+    assert via_dag == model_id_for(LLMConfig()) == embedded_model_id() and "@" in via_dag
+    assert model_id_for(LLMConfig(base_url="http://h/v1", model="gpt-x")) == "gpt-x"

@@ -166,3 +166,16 @@ def test_synthetic_done_preconditions():
     bare = tv6()
     bare.steps[-1].admissible_actions = []
     assert not needs_synthetic_done(bare, cfg)
+
+
+def test_category_fallbacks_for_official_banks_and_textworld():
+    from pipeline import skillbank
+    from pipeline.prompts import select_skills
+    bank = [dict(skillbank.make_row("task_specific", "pick_and_place", {"title": "Carry", "principle": "Take it there."}),
+                 env="textworld"),
+            dict(skillbank.make_row("task_specific", "examine", {"title": "Lamp", "principle": "Use the lamp."}),
+                 env="textworld")]
+    for category, title in (("put_away_objects", "Carry"), ("pick_two_obj_and_place", "Carry"),
+                            ("look_at_obj_in_light", "Lamp")):
+        assert [r["title"] for r in select_skills(bank, "textworld", category, PromptConfig())] == [title]
+    assert select_skills(bank, "textworld", "cooking", PromptConfig()) == []

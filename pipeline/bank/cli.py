@@ -6,7 +6,7 @@ Mounted by ``pipeline/cli.py`` as ``app.add_typer(bank_app, name="bank")``. Exam
     skillpipe bank show bank-3f2a                     # one version (a unique prefix is enough)
     skillpipe bank diff bank-3f2a HEAD                # added / removed skills, source changes
     skillpipe bank restore bank-3f2a                  # make an older version current again
-    skillpipe bank export HEAD --out out/ --format skillrl    # skill_bank.json (SkillRL)
+    skillpipe bank export HEAD --out out/ --format skillrl    # skill_bank[_<env>].json (SkillRL)
     skillpipe bank export HEAD --out skills/ --format skill-md  # one SKILL.md folder per skill
 """
 from __future__ import annotations
@@ -99,9 +99,10 @@ def restore(ref: str = typer.Argument(..., help="version to make current"), root
 
 @app.command()
 def export(ref: str = typer.Argument("HEAD"), out: str = typer.Option(..., "--out", help="output folder"),
-           format: str = typer.Option("skillrl", "--format", help="skillrl (skill_bank.json) | skill-md"),
+           format: str = typer.Option("skillrl", "--format", help="skillrl (SkillRL JSON: skill_bank.json, or one skill_bank_<env>.json per env of a mixed bank) | skill-md"),
            root: str = ROOT) -> None:
-    """Write a version as SkillRL skill_bank.json or as one SKILL.md folder per skill."""
+    """Write a version as SkillRL JSON (``skill_bank.json``; a bank of several envs gives one
+    ``skill_bank_<env>.json`` each) or as one SKILL.md folder per skill."""
     if format not in ("skillrl", "skill-md"):
         _fail(ValueError(f"--format must be skillrl or skill-md, got {format!r}"))
     try:

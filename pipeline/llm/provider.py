@@ -10,10 +10,14 @@ from ..config import LLMConfig
 
 
 def model_id_for(cfg: LLMConfig) -> str:
-    """The model identity used in fingerprints, known before any server is started."""
-    if cfg.base_url:
+    """The model identity used in fingerprints, known before any server is started.
+
+    The embedded model (no ``base_url``, or an endpoint that names the embedded server's alias,
+    as the Airflow DAG's ``start_llm`` task does) is identified by its GGUF file and hash, so a
+    DAG run and a CLI run record the same model and share cached answers."""
+    from .server import EMBEDDED_MODEL_ALIAS, embedded_model_id
+    if cfg.base_url and cfg.model != EMBEDDED_MODEL_ALIAS:
         return cfg.model or "default"
-    from .server import embedded_model_id
     return embedded_model_id()
 
 
