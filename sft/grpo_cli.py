@@ -42,7 +42,8 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
         raise typer.BadParameter(f"--policy must be embedded, endpoint or a model folder; {policy!r} is none")
     from .policy import HFPolicy, load_model
     m, tok = load_model(folder)
-    return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.abspath(policy)}")  # the path the user gave: a checkpoint, not its policy/ subfolder
+    # recorded as the path given (a GRPO checkpoint), not its policy/ subfolder
+    return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.abspath(policy)}")
 
 
 def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", games: str = "twc", tasks: int = 4,
