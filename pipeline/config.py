@@ -231,6 +231,11 @@ class ValidateConfig:
     not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag",
                              choices=_POLICIES)
     empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=_POLICIES)
+    short_think: str = _f("flag", "policy for a reasoning with fewer than min_think_words words, e.g. '1.5-2.3' "
+                                  "(quarantine | flag; flag keeps the pair and counts it in the dataset card)",
+                          choices=_POLICIES)
+    min_think_words: int = _f(3, "words of >= 2 letters a non-blank reasoning needs (rule short_think; "
+                                 "0 turns the rule off)", min=0)
     leakage: str = _f("quarantine", "policy for a prompt that contains the target answer: quarantine | flag",
                        choices=_POLICIES)
     webshop_reject: str = _f("drop_whole", "WebShop trajectory with an inadmissible click: drop_whole | truncate "

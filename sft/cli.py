@@ -6,6 +6,12 @@ Examples::
     skillpipe sft submit --pairs runs/sample/export --config cpu --output runs/sample/sft
     skillpipe sft submit --pairs s3://b/runs/r/export --config zero3 --num-processes 8 --no-lora --dry-run
     skillpipe sft submit --pairs ... --config multinode --num-machines 4 --scheduler slurm
+    skillpipe sft submit --scheduler k8s --pvc sft-data --pairs /data/runs/sample/export \
+        --output /data/runs/sample/sft --config zero3 --num-processes 16 --num-machines 2 --dry-run
+
+With ``--scheduler k8s``, --pairs and --output(-dir) are paths inside the pod, e.g.
+/data/runs/sample/export on the PersistentVolumeClaim of --pvc (mounted at --mount); the pod runs
+--python in --workdir of --image.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import typer
 
 from . import config as sft_config
 from .manifest import ResumeError
-from .submit import Launch, SCHEDULERS, config_names, submit as do_submit
+from .submit import Launch, Pod, SCHEDULERS, config_names, submit as do_submit
 
 app = typer.Typer(help="SFT fit on exported SFT pairs (TRL SFTTrainer under Accelerate/DeepSpeed).",
                   no_args_is_help=True)
@@ -64,9 +70,12 @@ def fit_cmd(
 
 @app.command("submit")
 def submit_cmd(
-    pairs: str = typer.Option(..., help="export artifact folder (with _manifest.json) or a Parquet file"),
+    pairs: str = typer.Option(..., help="export artifact folder (with _manifest.json) or a Parquet file; "
+                              "k8s: a path inside the pod, e.g. /data/runs/sample/export"),
     config: str = typer.Option("cpu", help=f"accelerate config of sft/configs: {', '.join(config_names())}"),
-    output: str = typer.Option("runs/sft", help="output folder for checkpoints and the final model"),
+    output: str = typer.Option("runs/sft", "--output", "--output-dir",
+                               help="output folder for checkpoints and the final model; k8s: a path inside "
+                                    "the pod on the volume, e.g. /data/runs/sample/sft"),
     scheduler: str = typer.Option("local", help=f"one of {', '.join(SCHEDULERS)}"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the command / job script; run nothing"),
     max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the SFT config's)"),
@@ -80,6 +89,15 @@ def submit_cmd(
     resume_mode: str = typer.Option("strict", help="strict | weights_only (fresh optimizer on topology change)"),
     base_model: str = typer.Option("", help="local HF model folder ('' = embedded SmolLM2-135M-Instruct)"),
     image: str = typer.Option("skillpipe:latest", help="container image for --scheduler k8s"),
+    python: str = typer.Option("python", help="k8s: the image's python (with the project installed)"),
+    workdir: str = typer.Option("/workspace", help="k8s: working dir inside the image (holds the project)"),
+    pvc: Optional[str] = typer.Option(None, help="k8s: PersistentVolumeClaim with the pairs; checkpoints are "
+                                                 "written there too (--pairs/--output are paths under --mount)"),
+    mount: str = typer.Option("/data", help="k8s: where --pvc is mounted in the pod"),
+    no_volume: bool = typer.Option(False, "--no-volume", help="k8s: mount nothing; the image already contains "
+                                                              "the pairs (checkpoints are lost with the pod)"),
+    job_file: Optional[str] = typer.Option(None, help="where to write the job file (default: Slurm "
+                                                      "<output>/sft_job.sbatch, k8s ./sft_job.yaml)"),
 ) -> None:
     """Build the `accelerate launch` command for CONFIG and run it, or write a Slurm/Kubernetes job."""
     overrides = {"pairs": pairs, "output_dir": output, "resume": resume, "resume_mode": resume_mode}
@@ -99,7 +117,9 @@ def submit_cmd(
                     num_machines=num_machines, gpus_per_node=gpus_per_node)
     try:
         out = do_submit(launch, output, scheduler=scheduler, dry_run=dry_run, resume=resume,
-                        resume_mode=resume_mode, export_fingerprint=_fingerprint(pairs), image=image)
+                        resume_mode=resume_mode, export_fingerprint=_fingerprint(pairs), job_file=job_file,
+                        pod=Pod(image=image, python=python, workdir=workdir, pvc=pvc, mount=mount,
+                                no_volume=no_volume))
     except (ResumeError, FileNotFoundError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2)

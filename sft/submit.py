@@ -6,8 +6,13 @@
 * ``local``: runs the command here (one machine; ``accelerate launch`` spawns the processes);
 * ``slurm``: writes ``<output>/sft_job.sbatch`` (one task per node; ``srun`` starts one launcher
   per node with ``--machine_rank $SLURM_NODEID`` and the first node as rendezvous host);
-* ``k8s``: writes ``<output>/sft_job.yaml``: an Indexed ``batch/v1`` Job (one pod per node,
-  ``machine_rank = $JOB_COMPLETION_INDEX``) plus a headless Service giving pod 0 a DNS name.
+* ``k8s``: writes ``sft_job.yaml`` (here, or ``job_file``): an Indexed ``batch/v1`` Job (one pod
+  per node, ``machine_rank = $JOB_COMPLETION_INDEX``), a headless Service giving pod 0 a DNS name
+  and a ConfigMap with the accelerate config. The pod runs the *image's* python in the image's
+  working dir (:class:`Pod`), never this checkout's ``.venv``, and mounts a PersistentVolumeClaim
+  (``Pod.pvc``, at ``Pod.mount``): ``--pairs`` and ``--output-dir`` are paths inside the pod, e.g.
+  ``/data/runs/sample/export``, so the pairs are readable and checkpoints outlive the pod. A job
+  without a volume is refused unless ``Pod.no_volume`` says the image already holds the data.
 
 ``dry_run`` returns/prints the command or script and writes nothing, runs nothing.
 """
@@ -17,8 +22,8 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import yaml
@@ -58,11 +63,34 @@ class Launch:
     python: str = sys.executable
 
 
-def build_command(launch: Launch, machine_rank: str | None = None, main_process_ip: str | None = None) -> list[str]:
+@dataclass
+class Pod:
+    """Where a ``k8s`` job runs: paths and programs of the container, not of this machine.
+
+    ``python``/``workdir`` are the image's (the image is expected to hold the project at
+    ``workdir`` with its dependencies installed). ``pvc`` is a PersistentVolumeClaim mounted at
+    ``mount``; ``--pairs``/``--output-dir`` must then lie under ``mount``. ``no_volume=True``
+    declares that the image itself holds the pairs (checkpoints are lost with the pod)."""
+    image: str = "skillpipe:latest"
+    python: str = "python"
+    workdir: str = "/workspace"
+    pvc: str | None = None
+    mount: str = "/data"
+    no_volume: bool = False
+
+
+#: Where the ConfigMap with the accelerate config is mounted in a ``k8s`` pod.
+K8S_CONFIG_DIR = "/etc/skillpipe"
+
+
+def build_command(launch: Launch, machine_rank: str | None = None, main_process_ip: str | None = None,
+                  config_file: str | None = None) -> list[str]:
     """argv of ``python -m accelerate.commands.launch --config_file <cfg> [overrides] -m sft.train
     <train_args>``. ``machine_rank`` / ``main_process_ip`` may be shell variables (``$SLURM_NODEID``)
-    for scheduler scripts; then the argv is meant for a shell, not for ``subprocess``."""
-    cmd = [launch.python, "-m", "accelerate.commands.launch", "--config_file", str(config_path(launch.config))]
+    for scheduler scripts; then the argv is meant for a shell, not for ``subprocess``.
+    ``config_file`` replaces the local config path (a pod reads its own copy)."""
+    cmd = [launch.python, "-m", "accelerate.commands.launch", "--config_file",
+           config_file or str(config_path(launch.config))]
     if launch.num_processes:
         cmd += ["--num_processes", str(launch.num_processes)]
     if launch.num_machines:
@@ -94,23 +122,72 @@ def slurm_script(launch: Launch, job_name: str = "skillpipe-sft") -> str:
         f"srun --ntasks-per-node=1 bash -c {shlex.quote(cmd)}", ""])
 
 
-def k8s_manifest(launch: Launch, image: str, job_name: str = "skillpipe-sft") -> str:
-    """Kubernetes YAML: a headless Service and an Indexed Job with one pod per machine."""
+def _arg(argv: Sequence[str], flag: str) -> str | None:
+    """Value following ``flag`` in ``argv`` (``None`` when absent)."""
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def check_k8s_paths(pod: Pod, pairs: str | None, output_dir: str, resume: str = "") -> None:
+    """Raise ``ValueError`` when a ``k8s`` pod could not read the pairs or keep its checkpoints.
+
+    * a volume is required: ``pod.pvc``, or ``pod.no_volume`` to say the image holds the data;
+    * ``pairs``, ``output_dir`` and a ``resume`` checkpoint path are paths inside the pod: absolute,
+      and under ``pod.mount`` when a PVC is mounted (URLs with ``://`` are read by the job itself).
+    """
+    if pod.pvc and pod.no_volume:
+        raise ValueError("--pvc and --no-volume exclude each other")
+    if not pod.pvc and not pod.no_volume:
+        raise ValueError("--scheduler k8s needs --pvc NAME: a PersistentVolumeClaim with the pairs that also "
+                         "keeps the checkpoints (mounted at --mount); pass --no-volume only when the image "
+                         "already contains the pairs (checkpoints are then lost with the pod)")
+    mount = PurePosixPath(pod.mount)
+    if not mount.is_absolute():
+        raise ValueError(f"--mount must be an absolute path in the pod, got {pod.mount!r}")
+    named = [("--pairs", pairs), ("--output-dir", output_dir)]
+    named += [("--resume", resume)] if resume not in ("", "auto") else []
+    for flag, path in named:
+        if not path or "://" in path:
+            continue
+        p = PurePosixPath(path)
+        inside = p.is_absolute() and (not pod.pvc or (p.is_relative_to(mount) and ".." not in p.parts))
+        if not inside:
+            where = f"under the volume mount {pod.mount}" if pod.pvc else "absolute in the image"
+            raise ValueError(f"{flag} {path!r} must be a path inside the pod, {where} "
+                             f"(e.g. {pod.mount}/runs/sample/export): --pairs and --output-dir are paths "
+                             "inside the pod")
+
+
+def k8s_manifest(launch: Launch, pod: Pod, job_name: str = "skillpipe-sft") -> str:
+    """Kubernetes YAML: a headless Service, a ConfigMap with the accelerate config and an Indexed
+    Job with one pod per machine, running ``pod.python`` in ``pod.workdir`` of ``pod.image`` with
+    ``pod.pvc`` mounted at ``pod.mount`` (paths: :func:`check_k8s_paths`)."""
     nodes = launch.num_machines or 1
     head = f"{job_name}-0.{job_name}"  # DNS name of pod index 0 through the headless Service
-    cmd = _shell(build_command(launch, machine_rank="$JOB_COMPLETION_INDEX", main_process_ip=head))
+    cfg_map = f"{job_name}-accelerate"
+    cmd = _shell(build_command(replace(launch, python=pod.python), machine_rank="$JOB_COMPLETION_INDEX",
+                               main_process_ip=head, config_file=f"{K8S_CONFIG_DIR}/accelerate.yaml"))
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": job_name},
                "spec": {"clusterIP": "None", "selector": {"job-name": job_name},
                         "ports": [{"port": PORT, "name": "rdzv"}]}}
+    # the config checked here (check_topology) is the one the pod runs, whatever the image ships
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cfg_map},
+              "data": {"accelerate.yaml": config_path(launch.config).read_text(encoding="utf-8")}}
+    volumes = [{"name": "accelerate-config", "configMap": {"name": cfg_map}}]
+    mounts = [{"name": "accelerate-config", "mountPath": K8S_CONFIG_DIR, "readOnly": True}]
+    if pod.pvc:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": pod.pvc}})
+        mounts.append({"name": "data", "mountPath": pod.mount})
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name},
            "spec": {"completions": nodes, "parallelism": nodes, "completionMode": "Indexed",
                     "backoffLimit": 0, "template": {"spec": {
-                        "subdomain": job_name, "restartPolicy": "Never",
-                        "containers": [{"name": "sft", "image": image, "workingDir": os.getcwd(),
+                        "subdomain": job_name, "restartPolicy": "Never", "volumes": volumes,
+                        "containers": [{"name": "sft", "image": pod.image, "workingDir": pod.workdir,
                                         "command": ["bash", "-c", cmd],
-                                        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+                                        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"},
+                                                {"name": "TOKENIZERS_PARALLELISM", "value": "false"}],
+                                        "volumeMounts": mounts,
                                         "resources": {"limits": {"nvidia.com/gpu": launch.gpus_per_node}}}]}}}}
-    return yaml.safe_dump_all([service, job], sort_keys=False)
+    return yaml.safe_dump_all([service, config, job], sort_keys=False)
 
 
 def check_topology(launch: Launch, scheduler: str = "local") -> None:
@@ -159,22 +236,34 @@ def check_before_launch(launch: Launch, output_dir: str, resume: str, export_fin
 
 def submit(launch: Launch, output_dir: str, scheduler: str = "local", dry_run: bool = False,
            resume: str = "", resume_mode: str = "strict", export_fingerprint: str | None = None,
-           image: str = "skillpipe:latest") -> dict:
+           pod: Pod | None = None, job_file: str | None = None) -> dict:
     """Check, then run or write the job. Returns ``{"command": str, "script": str|None,
     "path": str|None, "returncode": int|None, "resume": decision}``; raises ``ValueError`` for
-    an unknown scheduler or a bad topology (:func:`check_topology`) and ``ResumeError`` for an
-    incompatible checkpoint."""
+    an unknown scheduler, a bad topology (:func:`check_topology`) or, for ``k8s``, pod paths
+    the pod cannot use (:func:`check_k8s_paths`; ``pod`` defaults to ``Pod()``), and
+    ``ResumeError`` for an incompatible checkpoint.
+
+    The job file goes to ``job_file``, else ``<output_dir>/sft_job.sbatch`` (Slurm: a shared
+    filesystem path) or ``./sft_job.yaml`` (k8s: ``output_dir`` is a path inside the pod). For
+    k8s the local resume check runs only on checkpoints visible here; the trainer re-checks."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {SCHEDULERS}")
     check_topology(launch, scheduler)
-    decision = check_before_launch(launch, output_dir, resume, export_fingerprint, resume_mode)
+    if scheduler == "k8s":
+        pod = pod or Pod()
+        check_k8s_paths(pod, _arg(launch.train_args, "--pairs"), output_dir, resume)
+    if scheduler == "k8s" and resume not in ("", "auto") and not os.path.isdir(resume):
+        decision = None  # a checkpoint on the pod's volume: the trainer checks it in the pod
+    else:
+        decision = check_before_launch(launch, output_dir, resume, export_fingerprint, resume_mode)
     command = _shell(build_command(launch))
     out = {"command": command, "script": None, "path": None, "returncode": None, "resume": decision}
     if scheduler != "local":
-        script = slurm_script(launch) if scheduler == "slurm" else k8s_manifest(launch, image)
+        script = slurm_script(launch) if scheduler == "slurm" else k8s_manifest(launch, pod)
         out["script"] = script
         if not dry_run:
-            path = Path(output_dir) / ("sft_job.sbatch" if scheduler == "slurm" else "sft_job.yaml")
+            default = Path(output_dir) / "sft_job.sbatch" if scheduler == "slurm" else Path("sft_job.yaml")
+            path = Path(job_file) if job_file else default
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(script, encoding="utf-8")
             out["path"] = str(path)

@@ -80,13 +80,17 @@ def test_ranges_and_choices():
     assert _err({"llm": {"concurrency": 0}}) == "llm.concurrency: must be >= 1, got 0"
     assert _err({"export": {"val_fraction": 1.5}}) == "export.val_fraction: must be <= 1, got 1.5"
     assert _err({"validate": {"leakage": "drop"}}) == "validate.leakage: must be one of quarantine, flag, got 'drop'"
+    assert _err({"validate": {"short_think": "fix"}}) == \
+        "validate.short_think: must be one of quarantine, flag, got 'fix'"
+    assert _err({"validate": {"min_think_words": -1}}) == "validate.min_think_words: must be >= 0, got -1"
     assert _err({"llm": {"structured_output": "xml"}}) == \
         "llm.structured_output: must be one of auto, json_schema, json_object, none, got 'xml'"
 
 
 def test_choices_match_the_stages():
     fields = {f.name: f for f in dataclasses.fields(PipelineConfig().validate)}
-    assert fields["leakage"].metadata["choices"] == validate_stage.POLICIES
+    for rule in ("not_admissible", "empty_think", "short_think", "leakage"):
+        assert fields[rule].metadata["choices"] == validate_stage.POLICIES, rule
     assert fields["webshop_reject"].metadata["choices"] == validate_stage.WEBSHOP_REJECT_POLICIES
 
 

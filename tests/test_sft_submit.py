@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sft import manifest as mf
 from sft.cli import app
 from sft.demo import write_demo_export
-from sft.submit import Launch, build_command, config_names, k8s_manifest, slurm_script, submit
+from sft.submit import Launch, Pod, build_command, config_names, k8s_manifest, slurm_script, submit
 from sft.train import parse_args
 
 runner = CliRunner()
@@ -63,9 +63,9 @@ def test_slurm_script_is_valid_bash_with_per_node_rank(tmp_path):
 
 
 def test_k8s_manifest_is_indexed_job_with_headless_service():
-    docs = list(yaml.safe_load_all(k8s_manifest(Launch("multinode", num_machines=3), image="img:1")))
-    assert [d["kind"] for d in docs] == ["Service", "Job"]
-    spec = docs[1]["spec"]
+    docs = list(yaml.safe_load_all(k8s_manifest(Launch("multinode", num_machines=3), Pod(image="img:1"))))
+    assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "Job"]
+    spec = docs[2]["spec"]
     assert (spec["completions"], spec["completionMode"], spec["template"]["spec"]["subdomain"]) == (3, "Indexed", "skillpipe-sft")
     cmd = shlex.split(spec["template"]["spec"]["containers"][0]["command"][2])
     assert cmd[cmd.index("--machine_rank") + 1] == "$JOB_COMPLETION_INDEX"  # expanded by bash in the pod
@@ -141,3 +141,66 @@ def test_valid_multinode_slurm_dry_run_passes(export):
                               "--scheduler", "slurm"])
     assert res.exit_code == 0 and "#SBATCH --nodes=2" in res.output
     assert "--num_processes 16 --num_machines 2" in res.output  # one process per GPU, 8 GPUs per node
+
+
+# ------------------------------------------------------------------ Kubernetes: what the pod sees
+# The job used to run this checkout's .venv python in this checkout's path inside the image, with
+# relative local --pairs and no volume: nothing of it existed in the pod.
+K8S = ["submit", "--config", "zero3", "--num-processes", "16", "--num-machines", "2", "--scheduler", "k8s",
+       "--dry-run"]
+
+
+def test_k8s_job_mounts_the_pvc_and_runs_the_image_python():
+    res = runner.invoke(app, [*K8S, "--pvc", "sft-data", "--pairs", "/data/runs/sample/export",
+                              "--output-dir", "/data/runs/sample/sft"])
+    assert res.exit_code == 0, res.output
+    service, config, job = yaml.safe_load_all(res.output)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "accelerate-config", "configMap": {"name": "skillpipe-sft-accelerate"}},
+                              {"name": "data", "persistentVolumeClaim": {"claimName": "sft-data"}}]
+    (c,) = pod["containers"]
+    assert (c["image"], c["workingDir"]) == ("skillpipe:latest", "/workspace")
+    assert c["volumeMounts"] == [{"name": "accelerate-config", "mountPath": "/etc/skillpipe", "readOnly": True},
+                                 {"name": "data", "mountPath": "/data"}]
+    argv = shlex.split(c["command"][2])
+    assert argv[:3] == ["python", "-m", "accelerate.commands.launch"]  # the image's python, not .venv
+    args = _accelerate_args([a.replace("$JOB_COMPLETION_INDEX", "1") for a in argv])
+    assert (args.config_file, args.num_processes, args.num_machines, args.machine_rank) == \
+        ("/etc/skillpipe/accelerate.yaml", 16, 2, 1)
+    train = parse_args(args.training_script_args)
+    assert (train.pairs, train.output_dir) == ("/data/runs/sample/export", "/data/runs/sample/sft")
+    # the config the pod reads is the one checked here
+    assert yaml.safe_load(config["data"]["accelerate.yaml"])["deepspeed_config"]["zero_stage"] == 3
+
+
+def test_k8s_options_for_python_workdir_and_mount(tmp_path):
+    out = submit(Launch("ddp", ["--pairs", "/vol/e"], num_processes=8), "/vol/sft", scheduler="k8s",
+                 pod=Pod(image="reg/sp:2", python="/opt/venv/bin/python", workdir="/app", pvc="c1", mount="/vol"),
+                 job_file=str(tmp_path / "job.yaml"))
+    assert out["path"] == str(tmp_path / "job.yaml") and not (tmp_path / "vol").exists()
+    (c,) = list(yaml.safe_load_all(out["script"]))[2]["spec"]["template"]["spec"]["containers"]
+    assert (c["image"], c["workingDir"], c["volumeMounts"][1]["mountPath"]) == ("reg/sp:2", "/app", "/vol")
+    assert c["command"][2].startswith("/opt/venv/bin/python -m accelerate.commands.launch")
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--pairs", "/data/e"], "error: --scheduler k8s needs --pvc NAME"),
+    (["--pvc", "c", "--pairs", "runs/sample/export", "--output", "/data/o"],
+     "error: --pairs 'runs/sample/export' must be a path inside the pod, under the volume mount /data"),
+    (["--pvc", "c", "--pairs", "/data/e"], "error: --output-dir 'runs/sft' must be a path inside the pod"),
+    (["--pvc", "c", "--pairs", "/home/me/e", "--output", "/data/o"], "error: --pairs '/home/me/e' must be"),
+    (["--pvc", "c", "--pairs", "/data/../etc/e", "--output", "/data/o"], "error: --pairs '/data/../etc/e' must be"),
+    (["--pvc", "c", "--no-volume", "--pairs", "/data/e"], "error: --pvc and --no-volume exclude each other"),
+])
+def test_k8s_job_the_pod_cannot_use_is_refused(args, msg):
+    res = runner.invoke(app, [*K8S, *args])
+    assert res.exit_code == 2 and msg in res.output, res.output
+
+
+def test_k8s_no_volume_means_data_in_the_image():
+    res = runner.invoke(app, [*K8S, "--no-volume", "--pairs", "/workspace/runs/sample/export",
+                              "--output", "/workspace/runs/sft"])
+    assert res.exit_code == 0, res.output
+    pod = list(yaml.safe_load_all(res.output))[2]["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["accelerate-config"]
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["accelerate-config"]

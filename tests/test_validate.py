@@ -5,10 +5,12 @@ import json
 import pytest
 
 from pipeline.artifacts import ArtifactStore
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, ValidateConfig
 from pipeline.records import (DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, Step, Trajectory,
                               to_table)
 from pipeline.runner import StageContext, run_stage
+from pipeline.stages.export import dataset_card
+from pipeline.stages.validate import think_words
 from test_prompts import ALF_HEADER, ALF_TURN, tv6
 
 SKILL = {"skill_id": "gen-1", "env": "", "kind": "general", "category": "", "title": "Check Twice",
@@ -31,6 +33,8 @@ def run_validate(tmp_path, trajs, drows, **validate_cfg):
                                 ("aggregate", [SKILL], SKILL_SCHEMA), ("distill", drows, DISTILLED_SCHEMA)):
         store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
     cfg = PipelineConfig()
+    # fixtures use placeholder thinks ("T1", "go"): rule short_think is off unless a test turns it on
+    validate_cfg.setdefault("min_think_words", 0)
     cfg.validate = dataclasses.replace(cfg.validate, **validate_cfg)
     res = run_stage("validate", StageContext(store, cfg), log=lambda s: None)
     art = store.require("validate")
@@ -167,3 +171,56 @@ def test_invalid_action_in_source_is_never_a_target(tmp_path):
     traj.metadata = json.dumps({"invalid_actions": [{"index": 1, "line": 7, "reason": "no <action> tag"}]})
     _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
     assert reasons(q) == ["invalid_action_in_source"] and "no <action> tag" in q[0]["detail"] and q[0]["line"] == 7
+
+
+# Rule short_think: 46 of 64 <think> blocks of the small embedded distill model were numbers or
+# punctuation ("1.5-2.3", "123456789"); they must at least show up as a flag.
+DEFAULT_MIN = ValidateConfig().min_think_words
+
+
+def test_short_think_defaults_are_flag_and_three_words():
+    assert (ValidateConfig().short_think, DEFAULT_MIN) == ("flag", 3)
+
+
+@pytest.mark.parametrize("think,words", [("1.5-2.3", 0), ("4.6", 0), ("123456789", 0), (",.15,", 0), ("T1", 0),
+                                         ("go to", 2), ("go to the desk first", 5), ("die Tür öffnen", 3)])
+def test_think_words_counts_runs_of_letters(think, words):
+    assert think_words(think) == words
+
+
+@pytest.mark.parametrize("think,flags", [("1.5-2.3", ["short_think"]), ("go to", ["short_think"]),
+                                         ("go to the desk first", [])])
+def test_short_think_is_flagged_by_default(tmp_path, think, flags):
+    traj = one_step()
+    rows, q, m = run_validate(tmp_path, [traj], [distilled(traj, {0: think})], min_think_words=DEFAULT_MIN)
+    assert q == [] and rows[0]["flags"] == flags and rows[0]["think"] == think
+    assert m["counters"]["flags"] == ({"short_think": 1} if flags else {})
+
+
+def test_short_think_quarantine_policy(tmp_path):
+    traj = one_step()
+    rows, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "1.5-2.3"})], short_think="quarantine",
+                              min_think_words=DEFAULT_MIN)
+    assert rows == [] and reasons(q) == ["short_think"]
+    assert q[0]["detail"] == "reasoning has 0 words of letters (< validate.min_think_words=3): '1.5-2.3'"
+    assert q[0]["raw"] == "<think>1.5-2.3</think>\n<action>go to countertop 1</action>"
+
+
+def test_blank_think_is_empty_not_short(tmp_path):
+    traj = one_step()
+    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: " "})], empty_think="flag",
+                              min_think_words=DEFAULT_MIN)
+    assert rows[0]["flags"] == ["empty_think"]
+
+
+def test_short_think_flag_is_counted_in_the_dataset_card(tmp_path):
+    traj = one_step()
+    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "4.6"})], min_think_words=DEFAULT_MIN)
+    card = dataset_card([dict(r, split="train") for r in rows], [SKILL], "r1", 0.1, 0)
+    assert "| short_think | 1 |" in card.splitlines()
+
+
+def test_unknown_short_think_policy_is_rejected(tmp_path):
+    traj = one_step()
+    with pytest.raises(ValueError, match="validate.short_think must be one of"):
+        run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], short_think="fix")

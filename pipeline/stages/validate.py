@@ -12,6 +12,10 @@ quarantine ``reason`` (or the flag, when config.ValidateConfig sets the rule's p
 * ``think_has_tags``      reasoning contains <think>/<action>/<search>/<answer>/<information> tags
 * ``think_has_cjk``       reasoning contains CJK text (RL projection penalises it, spec §12.1)
 * ``empty_think``         blank reasoning                                      [policy: empty_think]
+* ``short_think``         non-blank reasoning with fewer than ``min_think_words`` words of >= 2
+                          letters, e.g. ``1.5-2.3`` or ``,.15,`` from a small distill model: numbers
+                          and punctuation are not reasoning (ours; policy default "flag", so counts
+                          stay as before but the dataset card shows them)    [policy: short_think]
 * ``bad_action_format``   WebShop action not ``search[...]``/``click[...]``; Search action not one
                           ``<search>..</search>`` or ``<answer>..</answer>``; empty action
 * ``not_admissible``      action not in the shown admissible list, even after whitespace/case
@@ -59,6 +63,7 @@ _TAG_PARTS = re.compile(r"<\s*(/?)\s*(think|action|search|answer|information)\b[
 _CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 _WEBSHOP_ACTION = re.compile(r"(search|click)\[(.+)\]", re.I | re.S)
 _SEARCH_ACTION = re.compile(r"<(search|answer)>(.+?)</\1>", re.S)
+_WORD = re.compile(r"[^\W\d_]{2,}")  # a run of >= 2 letters (any script; digits/underscore excluded)
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
@@ -68,6 +73,12 @@ def prompt_files(ctx: StageContext) -> list[str]:
 def approx_tokens(text: str) -> int:
     """Token estimate used for the length rule: ceil(chars / 4) (no tokenizer needed here)."""
     return -(-len(text) // 4)
+
+
+def think_words(think: str) -> int:
+    """Words of ``think`` that are text: runs of >= 2 letters (``"1.5-2.3"`` -> 0,
+    ``"go to the desk first"`` -> 5, ``"T1"`` -> 0). Used by rule ``short_think``."""
+    return len(_WORD.findall(think))
 
 
 def _norm(s: str) -> str:
@@ -208,7 +219,7 @@ def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None,
 def run(ctx: StageContext) -> StageOutput:
     """Expand and check every distilled trajectory; raises ``ValueError`` for an unknown policy."""
     cfg = ctx.config
-    for rule in ("not_admissible", "empty_think", "leakage"):
+    for rule in ("not_admissible", "empty_think", "short_think", "leakage"):
         if getattr(cfg.validate, rule) not in POLICIES:
             raise ValueError(f"validate.{rule} must be one of {POLICIES}, got {getattr(cfg.validate, rule)!r}")
     webshop_reject = cfg.validate.webshop_reject
@@ -280,6 +291,9 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
         (bool(_TAG_PARTS.search(think)), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
         (bool(_CJK.search(think)), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
         (cand.think is not None and not think, "empty_think", "reasoning is blank", vcfg.empty_think),
+        (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
+         f"reasoning has {think_words(think)} words of letters (< validate.min_think_words="
+         f"{vcfg.min_think_words}): {think[:40]!r}", vcfg.short_think),
         (not action_format_ok(action, env), "bad_action_format", f"action {action!r} has no valid {env} form",
          "quarantine"),
     ]
