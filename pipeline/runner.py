@@ -179,8 +179,8 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
 
 def _config_facts(config: PipelineConfig, mod) -> dict[str, Any]:
     """The config a stage's fingerprint covers: only the sections it declares in ``CONFIG`` (so
-    changing ``export.val_fraction`` reruns export alone: upstream stages do not read it, and
-    downstream ones see the change through their input fingerprints), plus the result-relevant
+    changing ``validate.max_tokens`` reruns validate and, through its input fingerprint, export,
+    but not the LLM stages before it), plus the result-relevant
     LLM settings for LLM stages. The LLM transport settings (URL, concurrency, timeouts) do not
     change results: they stay out, so pointing at a replica of the same model reruns nothing.
     A stage module without ``CONFIG`` gets the whole config (safe default)."""

@@ -1,7 +1,9 @@
 """Stage aggregate: pattern dedupe, call planning, answer checks, quarantine of unused memories,
-embedding merge (real sentence-transformers), and runs on empty input and on the real model."""
+embedding merge (real sentence-transformers), runs on empty input and on the real model, and the
+train-only bank (memories of val instances held out, pipeline.split)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -14,7 +16,7 @@ from pipeline.llm.types import JSONResult
 from pipeline.records import MEMORY_SCHEMA
 from pipeline.runner import StageContext, run_stage
 from pipeline.stages import _skillmerge, _templates, aggregate
-from tests.llm_stage_data import embedded_llm, write_upstream
+from tests.llm_stage_data import cool_apple, embedded_llm, write_trajectories, write_upstream
 
 COOL = "Search [Location] for [Object] -> Take [Object] -> Cool [Object] with fridge -> Place [Object] at [Target]"
 HEAT = "Search [Location] for [Object] -> Take [Object] -> Heat [Object] with microwave -> Place [Object] at [Target]"
@@ -32,6 +34,13 @@ MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success
             mem("mem-3", "cool", "success", "  search [location] for [object] -> take [object] -> cool [object] "
                                             "with fridge -> place [object] at [target]"),
             mem("mem-4", "cool", "failure", mistakes=[("holding an object to cool", "went to the microwave")])]
+
+
+def write_dedupe(store: ArtifactStore, instances: dict[str, str]) -> None:
+    """The dedupe artifact aggregate reads env_instance from: one trajectory per id, placed in the
+    given instance (the steps do not matter to aggregate)."""
+    write_trajectories(store, [dataclasses.replace(cool_apple(tid=tid), env_instance=inst)
+                               for tid, inst in instances.items()])
 
 
 def test_dedupe_items_counts_and_cap():
@@ -128,6 +137,7 @@ def test_exact_duplicates_merge_without_encoder():
 
 def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
     store = ArtifactStore(str(tmp_path), "r")
+    write_dedupe(store, {})
     write_upstream(store, "memory", [], MEMORY_SCHEMA)
 
     def no_llm():
@@ -138,11 +148,14 @@ def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
     with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
         bank = json.load(f)
     assert bank["general_skills"] == [] and bank["common_mistakes"] == [] and bank["metadata"]["env"] == "alfworld"
+    assert res.manifest["counters"]["split"] == {"val_fraction": 0.1, "seed": 0, "val_instances": [],
+                                                 "train_instances": [], "held_out_memories": 0}
 
 
 @pytest.mark.slow
 def test_run_on_embedded_model(tmp_path):
     store = ArtifactStore(str(tmp_path / "art"), "r1")
+    write_dedupe(store, {m["trajectory_id"]: "kitchen-1" for m in MEMORIES})  # one instance: all train
     write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
     cfg = PipelineConfig(aggregate=AggregateConfig(n_general=2, n_task_specific=2, n_mistakes=2))
     with embedded_llm(str(tmp_path / "log")) as client:
@@ -181,6 +194,7 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     import jsonschema
 
     store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
     write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
     skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
     script = [{"content": json.dumps({"skills": [skill, skill]})},                       # general (repeated)
@@ -189,9 +203,11 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
               {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
                                                     "misread", "how_to_avoid": "Reread the goal"}]})}]
     with ChatStub(script) as stub:
-        ctx = stage_ctx(store, PipelineConfig(llm=stub_llm_config(stub)))
-        res = run_stage("aggregate", ctx, model_id="stub-model", log=lambda s: None)
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0  # no val instance: this test covers the whole bank path
+        res = run_stage("aggregate", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     rows = store.require("aggregate").read_rows()
+    assert res.manifest["counters"]["split"]["val_instances"] == []
     assert [(r["kind"], r["category"], r["title"] or r["description"]) for r in rows] == [
         ("general", "", "Search Then Act"), ("task_specific", "cool", "Cool In Fridge"),
         ("task_specific", "heat", "Heat In Microwave"), ("mistake", "", "Wrong appliance")]
@@ -211,3 +227,53 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     banks = BankStore(str(tmp_path))
     assert banks.head() == counters["bank_version"] == bank["metadata"]["bank_version"]
     assert (banks.get("HEAD").record["run_id"], counters["bank_parent"]) == ("r1", None)
+
+
+def aggregate_with_val_instance(tmp_path):
+    """Run aggregate (stub LLM, val_fraction 0.3) on MEMORIES placed so that mem-2 is in a val
+    instance; returns ``(store, StageResult, stub)``. Shared with test_export."""
+    from tests.llm_stub import ChatStub
+    from tests.test_llm_faults import stage_ctx, stub_llm_config
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    # hash scores at seed 0: kitchen-1 .562, -2 .960, -3 .339, -4 .265 -> only kitchen-4 < 0.3.
+    # traj-5 yielded no memory: its instance is still in the recorded assignment (export needs it).
+    write_dedupe(store, {"traj-1": "kitchen-1", "traj-2": "kitchen-4", "traj-3": "kitchen-1",
+                         "traj-4": "kitchen-2", "traj-5": "kitchen-3"})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
+    script = [{"content": json.dumps({"skills": [skill]})},                                # general
+              {"content": json.dumps({"skills": [dict(skill, title="Cool In Fridge")]})},  # task_specific cool
+              {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
+                                                    "misread", "how_to_avoid": "Reread the goal"}]})}]
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.3
+        res = run_stage("aggregate", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    return store, res, stub
+
+
+def test_val_instance_memories_are_held_out_of_the_bank(tmp_path):
+    """Leak guard: the split is decided here, by instance, and a val instance's memory feeds no
+    call (else its skills would quote that instance into train and into its own val prompts)."""
+    store, res, stub = aggregate_with_val_instance(tmp_path)
+    # mem-2 (heat, kitchen-4) is gone, so is the heat call: 3 calls, not 4
+    assert len(stub.requests) == 3 and res.manifest["counters"]["calls"] == {"general": 1, "task_specific": 1,
+                                                                              "mistake": 1}
+    assert not any("Heat [Object]" in m["content"] for r in stub.requests for m in r["messages"])
+    rows = store.require("aggregate").read_rows()
+    assert [r["source_memory_ids"] for r in rows] == [["mem-1", "mem-3"], ["mem-1", "mem-3", "mem-4"], ["mem-4"]]
+    assert [r["source_trajectory_ids"] for r in rows] == [["traj-1", "traj-3"], ["traj-1", "traj-3", "traj-4"],
+                                                          ["traj-4"]]
+    quarantine = store.require("aggregate").read_rows(quarantine=True)
+    assert [(q["item_id"], q["reason"], q["detail"]) for q in quarantine] == [
+        ("mem-2", "held_out_val", "instance kitchen-4 is in the validation split: kept out of the skill bank")]
+    counts = res.manifest["counts"]
+    assert (counts["units_in"], counts["units_out"], counts["quarantined"]) == (4, 3, 1)
+    assert counts["quarantine_reasons"] == {"held_out_val": 1}
+    assert res.manifest["counters"]["split"] == {
+        "val_fraction": 0.3, "seed": 0, "val_instances": ["kitchen-4"],
+        "train_instances": ["kitchen-1", "kitchen-2", "kitchen-3"], "held_out_memories": 1}
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        meta = json.load(f)["metadata"]
+    assert (meta["total_memories_analyzed"], meta["task_distribution"]) == (3, {"cool": {"success": 2, "failure": 1}})

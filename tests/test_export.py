@@ -6,7 +6,7 @@ from pipeline.artifacts import ArtifactStore
 from pipeline.config import PipelineConfig
 from pipeline.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, to_table
 from pipeline.runner import StageContext, run_stage
-from pipeline.stages.export import split_instances
+from pipeline.split import split_instances
 from test_validate import SKILL
 
 
@@ -64,13 +64,42 @@ def test_export_files(tmp_path):
     assert "| stub-model | 2 |" in card and "| bank-1 | 2 |" in card
 
 
-def test_split_instances_rules():
-    assert split_instances(["only"], 0.5, 0) == {"only": "train"}
-    assert set(split_instances(["a", "b", "c"], 0.0, 0).values()) == {"train"}
-    names = [f"e{i}" for i in range(200)]
-    got = split_instances(names, 0.1, 0)
-    assert got == split_instances(reversed(names), 0.1, 0)      # order-independent
-    assert 5 <= sum(v == "val" for v in got.values()) <= 40     # ~10% of 200
-    assert split_instances(names, 0.1, 1) != got                 # the seed matters
-    both = split_instances(["a", "b"], 0.999999, 0)
-    assert sorted(both.values()) == ["train", "val"]            # never an empty train split
+def test_val_is_exactly_the_instances_aggregate_held_out(tmp_path):
+    """Leak guard, end to end: export's val split is the set of instances whose memories aggregate
+    kept out of the bank, not a fresh draw over the pairs' instances."""
+    from tests.test_aggregate import aggregate_with_val_instance
+    store, agg, _ = aggregate_with_val_instance(tmp_path)
+    recorded = agg.manifest["counters"]["split"]["val_instances"]
+    assert recorded == ["kitchen-4"]
+    pairs = [pair(i, inst) for i, inst in enumerate(["kitchen-1", "kitchen-2", "kitchen-3", "kitchen-4", "kitchen-4"])]
+    store.write("validate", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
+    # export.val_fraction changed after aggregate ran: a fresh draw at 0.5 would also send
+    # kitchen-3 (.339) to val, an instance the bank has seen; the recorded split must win
+    cfg = PipelineConfig()
+    cfg.export.val_fraction = 0.5
+    assert [n for n, s in split_instances({p["env_instance"] for p in pairs}, 0.5, 0).items() if s == "val"] == \
+        ["kitchen-3", "kitchen-4"]
+    res = run_stage("export", StageContext(store, cfg), log=lambda s: None)
+    rows = store.require("export").read_rows()
+    assert sorted({r["env_instance"] for r in rows if r["split"] == "val"}) == recorded
+    assert [r["pair_id"] for r in rows if r["split"] == "val"] == ["pair-3", "pair-4"]
+    assert res.manifest["counters"] == {"train": 3, "val": 2, "instances": 4, "split_from": "aggregate"}
+    card = open(os.path.join(res.uri, "DATASET_CARD.md"), encoding="utf-8").read()
+    assert "(val_fraction=0.3, seed=0): 3 train / 1 val instances" in card
+    assert ("The skill bank was built from train instances only: the memories of the 1 val instances "
+            "(1 memories) were held out of it") in card
+
+
+def test_recorded_split_wins_and_unrecorded_instances_fall_back(tmp_path):
+    # hash rule at seed 0 / 0.25: env002 (.130) is val, env000 (.736) train; the record says the
+    # opposite for those two, and env003 is not in it
+    record = {"val_fraction": 0.25, "seed": 0, "val_instances": ["env000"], "train_instances": ["env001", "env002"],
+              "held_out_memories": 2}
+    store = ArtifactStore(str(tmp_path), "r1")
+    store.write("validate", to_table([pair(n, f"env{n:03d}") for n in range(4)], SFT_PAIR_SCHEMA), [],
+                {"fingerprint": "v-fp"})
+    store.write("aggregate", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp", "counters": {"split": record}})
+    run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
+    got = {r["env_instance"]: r["split"] for r in store.require("export").read_rows()}
+    # env003 alone is drawn by the rule: a single unrecorded instance goes to train
+    assert got == {"env000": "val", "env001": "train", "env002": "train", "env003": "train"}

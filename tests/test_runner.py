@@ -110,19 +110,22 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
 
 
 def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
-    """Changing export's config reruns export alone (README: "that stage and everything
-    downstream"; downstream stages see it through their input fingerprints)."""
-    names = ("parse", "dedupe", "memory", "distill", "validate", "export")
+    """A config change reruns only the stages that read it (README: "that stage and everything
+    downstream"; downstream stages see it through their input fingerprints, stubbed here)."""
+    names = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
+    first = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    ctx.config.validate.max_tokens = 1234
     before = {n: runner.fingerprint(ctx, n)[0] for n in names}
-    ctx.config.export.val_fraction = 0.3
+    assert [n for n in names if before[n] != first[n]] == ["validate"]
+    ctx.config.export.val_fraction = 0.3  # the split is decided before the bank is built
     after = {n: runner.fingerprint(ctx, n)[0] for n in names}
-    assert [n for n in names if before[n] != after[n]] == ["export"]
+    assert [n for n in names if before[n] != after[n]] == ["aggregate", "export"]
     ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and validate
     again = {n: runner.fingerprint(ctx, n)[0] for n in names}
     assert [n for n in names if again[n] != after[n]] == ["distill", "validate"]
     ctx.config.llm.temperature = 0.3  # LLM stages only
     last = {n: runner.fingerprint(ctx, n)[0] for n in names}
-    assert [n for n in names if last[n] != again[n]] == ["memory", "distill"]
+    assert [n for n in names if last[n] != again[n]] == ["memory", "aggregate", "distill"]
 
 
 @pytest.mark.parametrize("name", runner.STAGES)

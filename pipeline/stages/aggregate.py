@@ -18,10 +18,18 @@ call's error and raw output, or ``not_used``). The bank is also written as Skill
 (``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs) and registered
 as a version of the store ``<root>/banks`` (``pipeline.bank.store``; parent = the store's HEAD),
 listed by ``skillpipe bank list``.
+
+Train instances only (``pipeline.split``): before any call, the ``env_instance`` of every
+trajectory (read from ``dedupe``) is assigned to train or val with ``export.val_fraction`` /
+``export.seed``. Memories of val instances feed no call: each is quarantined ``held_out_val``, so
+no skill can quote a val instance's memory into train prompts or into that instance's own val
+prompts. The assignment is recorded in the manifest (``counters["split"]``) and reused by export.
+The reference built its bank from every trajectory and split nothing (D-W4).
 """
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -34,13 +42,16 @@ from ..llm.types import JSONRequest
 from ..prompts import category_label
 from ..records import SKILL_SCHEMA, QuarantineRow
 from ..runner import StageContext, StageOutput
+from ..split import split_instances, split_record
 from . import _skillmerge, _templates
 
 NAME = "aggregate"
-INPUTS = ("memory",)
+INPUTS = ("dedupe", "memory")  # dedupe: only for the env_instance of each memory's trajectory
 SCHEMA = SKILL_SCHEMA
 USES_LLM = True
-CONFIG = ("aggregate",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
+# config sections it reads (fingerprinted; + llm when USES_LLM); export: val_fraction and seed of
+# the instance split, decided here (pipeline.split), so changing them rebuilds the bank
+CONFIG = ("aggregate", "export")
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
 MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json
@@ -196,9 +207,45 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
     return known + [c for c in dict.fromkeys(m["category"] for m in memories) if c not in known]
 
 
+def trajectory_instances(ctx: StageContext) -> dict[str, str]:
+    """``{trajectory_id: env_instance}`` of the dedupe artifact (only those two columns are read:
+    the steps are not needed here)."""
+    import pyarrow.parquet as pq
+    folder = ctx.upstream("dedupe").path
+    out: dict[str, str] = {}
+    for part in sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet")):
+        t = pq.read_table(os.path.join(folder, part), columns=["trajectory_id", "env_instance"])
+        out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
+    return out
+
+
+def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], val_fraction: float,
+                 seed: int) -> tuple[list[dict[str, Any]], list[QuarantineRow], dict[str, str]]:
+    """Split by instance (``pipeline.split.split_instances``) and keep val memories out of the bank.
+
+    ``instance_of`` maps trajectory ids to ``env_instance`` (every trajectory of the run, so the
+    assignment also covers instances that yielded no memory and export never has to guess). A
+    memory whose trajectory is missing there (not expected: the runner refuses stale upstreams)
+    counts as its own instance, named by its trajectory id.
+    Returns ``(train memories, one held_out_val quarantine row per val memory, assignment)``.
+    """
+    inst = {m["memory_id"]: instance_of.get(m["trajectory_id"], m["trajectory_id"]) for m in memories}
+    assignment = split_instances(list(instance_of.values()) + list(inst.values()), val_fraction, seed)
+    train, held = [], []
+    for m in memories:
+        if assignment[inst[m["memory_id"]]] == "train":
+            train.append(m)
+        else:
+            held.append(QuarantineRow(NAME, "held_out_val", f"instance {inst[m['memory_id']]} is in the validation "
+                                      "split: kept out of the skill bank", m["memory_id"]))
+    return train, held, assignment
+
+
 def run(ctx: StageContext) -> StageOutput:
-    memories = ctx.upstream("memory").read_rows()
-    cfg = ctx.config.aggregate
+    all_memories = ctx.upstream("memory").read_rows()
+    cfg, ecfg = ctx.config.aggregate, ctx.config.export
+    memories, held_out, assignment = hold_out_val(all_memories, trajectory_instances(ctx),
+                                                  ecfg.val_fraction, ecfg.seed)
     by_env: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
         by_env.setdefault(m["env"], []).append(m)
@@ -231,6 +278,7 @@ def run(ctx: StageContext) -> StageOutput:
         parent = bank_store.register(rows, run_id=ctx.store.run_id, stage=NAME,
                                      parent=prev_version or None).record["parent"]
     used, quarantine = unused_quarantine(memories, calls)
+    quarantine += held_out
     extra = {}
     if not banks:  # an empty run still gets a (loadable, empty) bank
         banks[ctx.env] = ([], [])
@@ -244,6 +292,7 @@ def run(ctx: StageContext) -> StageOutput:
                 "calls_failed": dict(Counter(c.kind for c in calls if not c.result.ok)),
                 "skills": dict(Counter(r["kind"] for r in rows)), "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
-                "bank_version": version, "bank_parent": parent}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(memories), units_in=len(memories),
+                "bank_version": version, "bank_parent": parent,
+                "split": dict(split_record(assignment, ecfg.val_fraction, ecfg.seed), held_out_memories=len(held_out))}
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(all_memories), units_in=len(all_memories),
                        units_out=len(used), counters=counters, extra_files=extra)

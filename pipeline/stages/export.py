@@ -10,21 +10,25 @@ set, plus these files in the stage folder:
 * ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.skillbank.to_skillrl_json``);
 * ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
 
-The split is decided per ``env_instance`` before looking at pairs (DESIGN §3.7; the reference
-split nothing and merged sibling trajectories, D-W4), so every pair of one task instance lands in
-the same split. Nothing is quarantined here: units in = pairs in = pairs out.
+The split is decided per ``env_instance`` (DESIGN §3.7; the reference split nothing and merged
+sibling trajectories, D-W4), so every pair of one task instance lands in the same split. It is
+decided before the skill bank is built: ``aggregate`` records it (manifest ``counters["split"]``)
+after keeping val instances' memories out of the bank, and export reuses that record, so val is
+exactly the set of instances the bank never saw; an instance the record lacks (e.g. an aggregate
+artifact written before this rule) falls back to the hash rule (``pipeline.split``). Nothing is
+quarantined here: units in = pairs in = pairs out.
 """
 from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any
 
 from .. import envs
-from ..lineage import content_hash
 from ..prompts import prompt_template_files
 from ..records import SFT_PAIR_SCHEMA
 from ..runner import StageContext, StageOutput
+from ..split import assignment_from_record, split_instances  # noqa: F401  (split_instances: old import path)
 
 NAME = "export"
 INPUTS = ("validate", "aggregate")
@@ -37,27 +41,6 @@ TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 
 def prompt_files(ctx: StageContext) -> list[str]:
     return prompt_template_files()
-
-
-def split_instances(instances: Iterable[str], val_fraction: float, seed: int) -> dict[str, str]:
-    """Assign each environment instance to ``"train"`` or ``"val"``.
-
-    An instance goes to val when ``sha256(seed, instance)`` read as a number in [0, 1) is below
-    ``val_fraction``, so the assignment of one instance never depends on the others. With fewer
-    than 2 instances, or ``val_fraction <= 0``, everything is train. Otherwise both splits are
-    kept non-empty: if the draw puts no instance in val, the instance with the smallest hash
-    moves there; if it puts all in val, the one with the largest hash stays in train.
-    """
-    names = sorted(set(instances))
-    if len(names) < 2 or val_fraction <= 0:
-        return {n: "train" for n in names}
-    score = {n: int(content_hash(seed, n), 16) / 16 ** 16 for n in names}
-    val = {n for n in names if score[n] < val_fraction}
-    if not val:
-        val = {min(names, key=score.__getitem__)}
-    if len(val) == len(names):
-        val.discard(max(names, key=score.__getitem__))
-    return {n: "val" if n in val else "train" for n in names}
 
 
 def jsonl_line(row: dict[str, Any]) -> str:
@@ -87,8 +70,12 @@ def _table(title: str, counts: Counter, header: str) -> list[str]:
 
 
 def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], run_id: str,
-                 val_fraction: float, seed: int) -> str:
-    """Markdown card: what the dataset holds and where it came from (deterministic text)."""
+                 val_fraction: float, seed: int, split: dict[str, Any] | None = None) -> str:
+    """Markdown card: what the dataset holds and where it came from (deterministic text).
+
+    ``split`` is aggregate's ``counters["split"]`` record; without one the card says that the bank
+    may have seen val instances (an aggregate artifact from before the rule in ``pipeline.split``).
+    """
     by = lambda *keys: Counter(" / ".join(str(r[k]) for k in keys) for r in rows)  # noqa: E731
     instances = {s: len({r["env_instance"] for r in rows if r["split"] == s}) for s in ("train", "val")}
     lines = [f"# skillpipe SFT dataset (run `{run_id}`)", "",
@@ -110,6 +97,12 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
     lines += _table("Skill bank versions used", by("bank_version"), "bank_version")
     kinds = Counter(r["kind"] for r in bank_rows)
     lines += [f"Skill bank: {len(bank_rows)} skills ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}).", ""]
+    if split:
+        lines += [f"The skill bank was built from train instances only: the memories of the "
+                  f"{len(split.get('val_instances', []))} val instances ({split.get('held_out_memories', 0)} "
+                  f"memories) were held out of it (aggregate quarantine reason `held_out_val`).", ""]
+    else:
+        lines += ["The skill bank records no train/val split: it may have been built from val instances too.", ""]
     return "\n".join(lines)
 
 
@@ -137,18 +130,24 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
 def run(ctx: StageContext) -> StageOutput:
     ecfg = ctx.config.export
     pairs = ctx.upstream("validate").read_rows()
-    bank_rows = ctx.upstream("aggregate").read_rows()
-    assignment = split_instances((r["env_instance"] for r in pairs), ecfg.val_fraction, ecfg.seed)
+    agg = ctx.upstream("aggregate")
+    bank_rows = agg.read_rows()
+    record = (agg.manifest.get("counters") or {}).get("split")
+    # The bank's own split wins over the config: if export.val_fraction/seed changed but aggregate
+    # was not rerun, following the config would put instances the bank has seen into val.
+    val_fraction, seed = (record["val_fraction"], record["seed"]) if record else (ecfg.val_fraction, ecfg.seed)
+    assignment = assignment_from_record(record, (r["env_instance"] for r in pairs), val_fraction, seed)
     rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
     files = {
         TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
         VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
         "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
         **skill_bank_files(bank_rows, rows),
-        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, ecfg.val_fraction, ecfg.seed),
+        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record),
     }
     split_counts = Counter(r["split"] for r in rows)
     return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
                        counters={"train": split_counts["train"], "val": split_counts["val"],
-                                 "instances": len(assignment)},
+                                 "instances": len(assignment),
+                                 "split_from": "aggregate" if record else "hash"},
                        extra_files=files)
