@@ -25,8 +25,6 @@ is the row-dict reference the tests compare it with.
 """
 from __future__ import annotations
 
-import ctypes
-import gc
 import json
 import os
 import re
@@ -302,36 +300,17 @@ def dedupe_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, list, int
     return out.select(TRAJECTORY_SCHEMA.names), qrows, shortened, n_removed
 
 
-def _shrink_before_fork() -> None:
-    """Give memory freed by earlier stages back to the OS before forking the workers.
-
-    A forked worker's RSS starts at the parent's, and after parse the parent still holds ~20 MB
-    of freed Arrow (mimalloc) and malloc pages; returning them first lowers every worker's peak
-    (measured on the 3,000-env benchmark tree: largest dedupe worker 167 -> 151 MB). Best effort:
-    ``malloc_trim`` exists on glibc only."""
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    try:
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the C library already loaded
-    except OSError:  # no dlopen of the running program (not POSIX)
-        trim = None
-    if trim is not None:
-        trim(0)
-
-
 def run(ctx: StageContext) -> StageOutput:
     """Dedupe every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
     upstream = ctx.upstream("parse")
     tasks = [(path, i, ctx.config.dedupe.min_actions) for path, i in _row_groups(upstream.path)]
     n_rows = upstream.manifest.get("counts", {}).get("out", 0)
     workers = worker_count(WORKERS) if n_rows >= MIN_ROWS_FOR_POOL else 1
-    if workers > 1:
-        _shrink_before_fork()
     out = StageOutput(rows=[], quarantine=[], rows_in=0)
     counts = {"trajectories_shortened": 0, "steps_removed": 0}
 
     def stream():
-        for kept, qrows, n_in, shortened, removed in ordered_map(dedupe_group, tasks, workers, chunk=1):
+        for kept, qrows, n_in, shortened, removed in ordered_map(dedupe_group, tasks, workers, chunk=1, shrink=True):
             out.rows_in += n_in
             counts["trajectories_shortened"] += shortened
             counts["steps_removed"] += removed
