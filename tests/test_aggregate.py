@@ -277,3 +277,15 @@ def test_val_instance_memories_are_held_out_of_the_bank(tmp_path):
     with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
         meta = json.load(f)["metadata"]
     assert (meta["total_memories_analyzed"], meta["task_distribution"]) == (3, {"cool": {"success": 2, "failure": 1}})
+
+
+def test_only_instances_with_a_success_are_drawn_for_val():
+    """SFT pairs come from successes only: a failure-only instance in val would leave the
+    validation split empty (seen in `make run`), so it is always train."""
+    from pipeline.stages.aggregate import hold_out_val
+    instance_of = {"t1": "a", "t2": "b", "t3": "c", "t4": "c"}
+    mems = [{"memory_id": f"m{i}", "trajectory_id": f"t{i}"} for i in range(1, 5)]
+    train, held, assignment = hold_out_val(mems, instance_of, 0.99, 0, succeeded={"a", "b"})
+    assert assignment["c"] == "train" and sorted(assignment.values()) == ["train", "train", "val"]
+    val = next(i for i, side in assignment.items() if side == "val")
+    assert [q.item_id for q in held] == [f"m{'ab'.index(val) + 1}"] and len(train) == 3

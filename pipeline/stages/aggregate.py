@@ -19,9 +19,9 @@ call's error and raw output, or ``not_used``). The bank is also written as Skill
 as a version of the store ``<root>/banks`` (``pipeline.bank.store``; parent = the store's HEAD),
 listed by ``skillpipe bank list``.
 
-Train instances only (``pipeline.split``): before any call, the ``env_instance`` of every
-trajectory (read from ``dedupe``) is assigned to train or val with ``export.val_fraction`` /
-``export.seed``. Memories of val instances feed no call: each is quarantined ``held_out_val``, so
+Train instances only (``pipeline.split``): before any call, every ``env_instance`` with a
+successful trajectory (read from ``dedupe``; only those yield SFT pairs) is assigned to train or
+val with ``export.val_fraction`` / ``export.seed``; failure-only instances are train. Memories of val instances feed no call: each is quarantined ``held_out_val``, so
 no skill can quote a val instance's memory into train prompts or into that instance's own val
 prompts. The assignment is recorded in the manifest (``counters["split"]``) and reused by export.
 The reference built its bank from every trajectory and split nothing (D-W4).
@@ -207,30 +207,41 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
     return known + [c for c in dict.fromkeys(m["category"] for m in memories) if c not in known]
 
 
-def trajectory_instances(ctx: StageContext) -> dict[str, str]:
-    """``{trajectory_id: env_instance}`` of the dedupe artifact (only those two columns are read:
-    the steps are not needed here)."""
+def trajectory_instances(ctx: StageContext) -> tuple[dict[str, str], set[str]]:
+    """``({trajectory_id: env_instance}, instances with a successful trajectory)`` of the dedupe
+    artifact (only three columns are read: the steps are not needed here)."""
     import pyarrow.parquet as pq
     folder = ctx.upstream("dedupe").path
     out: dict[str, str] = {}
+    succeeded: set[str] = set()
     for part in sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet")):
-        t = pq.read_table(os.path.join(folder, part), columns=["trajectory_id", "env_instance"])
-        out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
-    return out
+        t = pq.read_table(os.path.join(folder, part), columns=["trajectory_id", "env_instance", "outcome"])
+        for tid, inst, outcome in zip(*(t.column(c).to_pylist() for c in ("trajectory_id", "env_instance", "outcome"))):
+            out[tid] = inst
+            if outcome == "success":
+                succeeded.add(inst)
+    return out, succeeded
 
 
 def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], val_fraction: float,
-                 seed: int) -> tuple[list[dict[str, Any]], list[QuarantineRow], dict[str, str]]:
+                 seed: int, succeeded: set[str] | None = None
+                 ) -> tuple[list[dict[str, Any]], list[QuarantineRow], dict[str, str]]:
     """Split by instance (``pipeline.split.split_instances``) and keep val memories out of the bank.
 
     ``instance_of`` maps trajectory ids to ``env_instance`` (every trajectory of the run, so the
     assignment also covers instances that yielded no memory and export never has to guess). A
     memory whose trajectory is missing there (not expected: the runner refuses stale upstreams)
     counts as its own instance, named by its trajectory id.
+    ``succeeded``: when given, only these instances are drawn (SFT pairs come from successful
+    trajectories only, so a val instance without one would leave the validation split empty);
+    every other instance is train.
     Returns ``(train memories, one held_out_val quarantine row per val memory, assignment)``.
     """
     inst = {m["memory_id"]: instance_of.get(m["trajectory_id"], m["trajectory_id"]) for m in memories}
-    assignment = split_instances(list(instance_of.values()) + list(inst.values()), val_fraction, seed)
+    everything = list(instance_of.values()) + list(inst.values())
+    drawn = everything if succeeded is None else [i for i in everything if i in succeeded]
+    assignment = {i: "train" for i in everything}
+    assignment.update(split_instances(drawn, val_fraction, seed))
     train, held = [], []
     for m in memories:
         if assignment[inst[m["memory_id"]]] == "train":
@@ -244,8 +255,9 @@ def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], va
 def run(ctx: StageContext) -> StageOutput:
     all_memories = ctx.upstream("memory").read_rows()
     cfg, ecfg = ctx.config.aggregate, ctx.config.export
-    memories, held_out, assignment = hold_out_val(all_memories, trajectory_instances(ctx),
-                                                  ecfg.val_fraction, ecfg.seed)
+    instance_of, succeeded = trajectory_instances(ctx)
+    memories, held_out, assignment = hold_out_val(all_memories, instance_of, ecfg.val_fraction, ecfg.seed,
+                                                  succeeded)
     by_env: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
         by_env.setdefault(m["env"], []).append(m)
