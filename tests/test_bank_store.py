@@ -10,7 +10,9 @@ import pytest
 from pipeline import skillbank
 from pipeline.bank.store import BankError, BankStore, counts_of, diff
 
-ALFWORLD = "/work/shared/data/real/skillrl-memory/alfworld/claude_style_skills.json"
+# SkillRL's official ALFWorld bank, copied with its SOURCE.md
+ALFWORLD = os.path.join(os.path.dirname(__file__), "fixtures", "skillrl-memory", "alfworld",
+                        "claude_style_skills.json")
 
 
 def official_rows() -> list[dict]:

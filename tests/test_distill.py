@@ -3,6 +3,7 @@ with the synthetic done, chunking, and one run on the real embedded model."""
 from __future__ import annotations
 
 import json
+import os
 
 import jsonschema
 import pytest
@@ -16,7 +17,8 @@ from pipeline.runner import StageContext, run_stage
 from pipeline.stages import _templates, distill
 from tests.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream
 
-ALFWORLD_BANK = "/work/shared/data/real/skillrl-memory/alfworld/claude_style_skills.json"
+ALFWORLD_BANK = os.path.join(os.path.dirname(__file__), "fixtures", "skillrl-memory", "alfworld",
+                             "claude_style_skills.json")
 
 
 def test_schema_forces_exact_indices():

@@ -64,7 +64,9 @@ def test_detect_env_and_constants():
 
 def test_alfworld_constants_match_the_rollout_tool():
     import importlib.util
-    spec = importlib.util.spec_from_file_location("tool", "/work/shared/tools/make_skillrl_rollouts.py")
+    import os
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "tools", "make_skillrl_rollouts.py")
+    spec = importlib.util.spec_from_file_location("tool", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert (alfworld.HEADER, alfworld.TURN_INSTRUCTION) == (tool.HEADER, tool.TURN)

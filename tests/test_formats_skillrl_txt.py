@@ -9,7 +9,8 @@ from pipeline.formats.discover import list_input_files, read_file
 from pipeline.records import QuarantineRow, Trajectory
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "formats")
-TOOL = "/work/shared/tools/make_skillrl_rollouts.py"
+# the project's synthetic rollout-tree generator, copied in (fixtures/tools/SOURCE.md)
+TOOL = os.path.join(os.path.dirname(__file__), "fixtures", "tools", "make_skillrl_rollouts.py")
 
 
 def test_tv1_ours_exact():

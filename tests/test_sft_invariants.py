@@ -17,10 +17,10 @@ EOS = 2
 
 
 @pytest.fixture(scope="module")
-def trainer():
+def trainer(tmp_path_factory):
     rows = [{"pair_id": r["pair_id"], "prompt": r["messages"][:-1], "completion": r["messages"][-1:]}
             for r in demo_rows()]
-    cfg = SFTFitConfig(output_dir="/tmp/unused-sft-invariants", max_steps=1)
+    cfg = SFTFitConfig(output_dir=str(tmp_path_factory.mktemp("sft-invariants")), max_steps=1)
     return make_trainer(cfg, [rows[0], rows[4]], str(ensure_base_model())), [rows[0], rows[4]]
 
 

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from pipeline import lineage, skillbank
 
-BANKS = "/work/shared/data/real/skillrl-memory"
-ALFWORLD = f"{BANKS}/alfworld/claude_style_skills.json"
-SEARCH = f"{BANKS}/search/claude_style_skills_search.json"
-WEBSHOP = f"{BANKS}/webshop/claude_style_skills.json"
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+# the three official SkillRL banks, unchanged (SOURCE.md beside each)
+ALFWORLD = os.path.join(FIXTURES, "skillrl-memory", "alfworld", "claude_style_skills.json")
+SEARCH = os.path.join(FIXTURES, "formats", "real", "claude_style_skills_search.json")
+WEBSHOP = os.path.join(FIXTURES, "skillrl-memory", "webshop", "claude_style_skills.json")
 
 
 def _load(path: str) -> dict:

@@ -15,7 +15,8 @@ ENV = "alfworld"
 CATEGORIES = ("pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light",
               "clean", "heat", "cool")
 
-#: First line of every SkillRL ALFWorld prompt (spec §2; /work/shared/tools/make_skillrl_rollouts.py HEADER).
+#: First line of every SkillRL ALFWorld prompt (spec §2; make_skillrl_rollouts.py ``HEADER``, a copy of
+#: which is in tests/fixtures/tools/).
 HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
 
 #: The turn instruction that closes every SkillRL ALFWorld prompt, verbatim (including the space

@@ -32,7 +32,7 @@ def data_source_from_text(text: str | None) -> str | None:
     """A known data source named in ``text`` (e.g. a file path ``.../hotpotqa.jsonl``), else ``None``."""
     low = (text or "").lower()
     # longest names first so "2wikimultihopqa" is not read as something shorter; a name must
-    # stand alone (not inside a longer word: "/home/anqi/" is not "nq")
+    # stand alone (not inside a longer word: a user name "anqi" in a file path is not "nq")
     for name in sorted(KNOWN_SOURCES, key=len, reverse=True):
         if re.search(r"(?<![a-z0-9])" + name + r"(?![a-z0-9])", low):
             return name
