@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
 from .runner import STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -176,18 +177,49 @@ def inspect(
     rows: int = typer.Option(3, help="sample rows to show"),
     quarantine: bool = typer.Option(False, help="show the stage's quarantine artifact"),
     lineage: Optional[str] = typer.Option(None, help="PAIR_ID: walk one SFT pair back to its sources"),
+    html: Optional[str] = typer.Option(None, "--html", help="write the artifact as a self-contained HTML page "
+                                       "to this file instead (schema, counts, a table of --rows sample rows)"),
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
     from .artifacts import ArtifactError
     from .inspect import describe, lineage_report
     try:
-        if lineage:
+        if html:
+            from .report.artifact import write_artifact_html
+            console.print(f"wrote {write_artifact_html(path, html, rows=rows, quarantine=quarantine)}",
+                          highlight=False, markup=False)
+        elif lineage:
             console.print(lineage_report(path, lineage))
         else:
             console.print(describe(path, rows=rows, quarantine=quarantine))
     except (FileNotFoundError, KeyError, ValueError, ArtifactError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e).strip(chr(34) + chr(39)))}")
         raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    run_id: str = typer.Argument(..., help="the run to report on (ROOT/runs/RUN_ID)"),
+    root: str = typer.Option(".", help="folder that holds runs/ and banks/"),
+    out: Optional[str] = typer.Option(None, "--out", help="HTML file to write (default: ROOT/runs/RUN_ID/report.html); "
+                                      "the PNGs go to <out stem>_png/"),
+    price_prompt: float = typer.Option(DEFAULT_PRICE_PROMPT, min=0,
+                                       help="USD per 1M prompt tokens, for the cost estimate (default: gpt-4o-mini)"),
+    price_completion: float = typer.Option(DEFAULT_PRICE_COMPLETION, min=0,
+                                           help="USD per 1M completion tokens, for the cost estimate"),
+):
+    """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
+    quality, training, lineage explorer) and print its path."""
+    from .report import build_report
+    try:
+        res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
+                           progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))
+    except (FileNotFoundError, ValueError, OSError) as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}")
+        raise typer.Exit(1)
+    err.print(f"[report] {res['bytes'] / 1e6:.2f} MB, {len(res['pngs'])} charts (PNGs in {res['png_dir']})",
+              highlight=False, markup=False)
+    console.print(res["path"], highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("serve-llm")

@@ -1,0 +1,152 @@
+"""Funnel and LLM facts of one run, read from its stage manifests and quarantine Parquet.
+
+Everything here reads files only (``<run_dir>/<stage>/_manifest.json`` and the quarantine
+parts) and returns plain dicts/lists for the template and the charts; a missing or unreadable
+file gives an empty result plus a note, never an exception, so every report section renders.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..artifacts import MANIFEST
+from ..runner import STAGES
+
+#: Quarantine folder names, newest first: ``_quarantine`` (the layout after the shard rework)
+#: and ``quarantine`` (artifacts written before it). Both are read.
+QUARANTINE_DIRS = ("_quarantine", "quarantine")
+
+#: Default price in US dollars per 1M tokens (prompt, completion): OpenAI's list price of
+#: gpt-4o-mini (openai.com/api/pricing, July 2024). The embedded model itself costs nothing;
+#: the estimate says what the same tokens would cost at a paid endpoint.
+DEFAULT_PRICE_PROMPT = 0.15
+DEFAULT_PRICE_COMPLETION = 0.60
+
+LLM_COUNTERS = ("calls", "cache_hits", "retries", "repairs", "failures", "prompt_tokens", "completion_tokens")
+
+
+def read_json(path: str) -> tuple[Any, str]:
+    """``(parsed JSON, "")``, or ``(None, why)`` when the file is missing or unreadable."""
+    if not os.path.isfile(path):
+        return None, f"{path} does not exist"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), ""
+    except (OSError, ValueError) as e:
+        return None, f"{path} is unreadable ({type(e).__name__}: {e})"
+
+
+def stage_manifests(run_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The data stages' manifests in pipeline order: ``([{"stage", "path", "manifest"}], notes)``.
+
+    Only folders named after a stage in :data:`pipeline.runner.STAGES` count; a stage folder
+    whose manifest cannot be read gives a note instead of an entry.
+    """
+    out, notes = [], []
+    for stage in STAGES:
+        folder = os.path.join(run_dir, stage)
+        if not os.path.isdir(folder):
+            continue
+        m, why = read_json(os.path.join(folder, MANIFEST))
+        if not isinstance(m, dict):
+            notes.append(f"{stage}: {why or 'manifest is not a JSON object'}")
+            continue
+        out.append({"stage": stage, "path": folder, "manifest": m})
+    return out, notes
+
+
+def quarantine_dir(stage_dir: str) -> str | None:
+    """The stage's quarantine folder (see :data:`QUARANTINE_DIRS`), or ``None``."""
+    for name in QUARANTINE_DIRS:
+        p = os.path.join(stage_dir, name)
+        if os.path.isdir(p):
+            return p
+    return None
+
+
+def _shard_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-shard counts when the manifest lists shards (``"shards": [{id|shard|name, counts|in/out/...}]``)."""
+    rows = []
+    for i, s in enumerate(manifest.get("shards") or []):
+        if not isinstance(s, dict):
+            continue
+        c = s.get("counts") if isinstance(s.get("counts"), dict) else s
+        rows.append({"shard": str(s.get("shard", s.get("id", s.get("name", i)))),
+                     "in": c.get("units_in", c.get("in")), "out": c.get("out"),
+                     "quarantined": c.get("quarantined"), "reasons": c.get("quarantine_reasons") or {}})
+    return rows
+
+
+def funnel(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per stage: ``{stage, in, units_in, out, units_out, quarantined, reasons, shards, wall_s}``
+    from each manifest's ``counts`` (``units_in``: what the stage expands its input into)."""
+    rows = []
+    for s in stages:
+        m = s["manifest"]
+        c = m.get("counts") or {}
+        rows.append({"stage": s["stage"], "in": c.get("in"), "units_in": c.get("units_in", c.get("in")),
+                     "out": c.get("out"), "units_out": c.get("units_out", c.get("out")),
+                     "quarantined": c.get("quarantined", 0) or 0,
+                     "reasons": dict(c.get("quarantine_reasons") or {}), "shards": _shard_rows(m),
+                     "wall_s": m.get("wall_s")})
+    return rows
+
+
+def quarantine_samples(stage_dir: str, per_reason: int = 3, max_chars: int = 300) -> dict[str, list[dict]]:
+    """Up to ``per_reason`` quarantined rows per reason (``detail``/``raw`` cut to ``max_chars``).
+
+    Reads only the quarantine columns it shows; returns ``{}`` when there is no quarantine.
+    """
+    folder = quarantine_dir(stage_dir)
+    if folder is None:
+        return {}
+    parts = sorted(f for f in os.listdir(folder) if f.endswith(".parquet"))
+    cols = ["reason", "detail", "item_id", "source_uri", "line", "raw"]
+    out: dict[str, list[dict]] = {}
+    for p in parts:
+        try:
+            t = pq.read_table(os.path.join(folder, p))
+        except (pa.ArrowInvalid, OSError):
+            continue
+        t = t.select([c for c in cols if c in t.column_names])
+        for row in t.to_pylist():
+            bucket = out.setdefault(row.get("reason") or "?", [])
+            if len(bucket) < per_reason:
+                bucket.append({k: _cut(v, max_chars) for k, v in row.items()})
+    return out
+
+
+def _cut(v: Any, n: int) -> Any:
+    if isinstance(v, str) and len(v) > n:
+        return v[:n] + f"… (+{len(v) - n} chars)"
+    return v
+
+
+def llm_usage(stages: list[dict[str, Any]], price_prompt: float = DEFAULT_PRICE_PROMPT,
+              price_completion: float = DEFAULT_PRICE_COMPLETION) -> dict[str, Any]:
+    """LLM counters per stage (``manifest["llm"]``, see ``pipeline.llm.client.COUNTERS``) with
+    throughput and cost, plus totals.
+
+    ``cost_usd`` = (prompt_tokens * price_prompt + completion_tokens * price_completion) / 1e6 for
+    the tokens the endpoint processed (cache hits cost nothing and add no tokens). ``tok_per_s`` =
+    (prompt + completion tokens) / stage wall time in seconds. Returns ``{"rows", "total"}``;
+    stages whose manifest has no ``llm`` section are left out.
+    """
+    rows = []
+    for s in stages:
+        llm = s["manifest"].get("llm") or {}
+        if not llm:
+            continue
+        r = {k: int(llm.get(k, 0) or 0) for k in LLM_COUNTERS}
+        wall = float(s["manifest"].get("wall_s") or 0.0)
+        tokens = r["prompt_tokens"] + r["completion_tokens"]
+        r.update(stage=s["stage"], wall_s=wall, tok_per_s=tokens / wall if wall > 0 else None,
+                 cost_usd=(r["prompt_tokens"] * price_prompt + r["completion_tokens"] * price_completion) / 1e6,
+                 model=(s["manifest"].get("model") or ""))
+        rows.append(r)
+    total = {k: sum(r[k] for r in rows) for k in LLM_COUNTERS + ("wall_s", "cost_usd")}
+    return {"rows": rows, "total": total, "price_prompt": price_prompt, "price_completion": price_completion}

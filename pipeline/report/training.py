@@ -1,0 +1,158 @@
+"""Training, evaluation and data-quality facts for the report.
+
+Sources (all optional; each loader returns ``None``/``[]`` plus a note when absent):
+
+* SFT: ``<run>/sft_fit/skillpipe_sft_manifest.json`` (``losses``, ``global_step``, config
+  ``logging_steps``) and, for exact step numbers, the newest ``checkpoint-N/trainer_state.json``
+  (transformers' ``log_history``);
+* GRPO: ``<run>/grpo/grpo_log.jsonl`` (``sft/grpo.py``: one ``train`` line per step with loss,
+  KL, groups with rewards/advantages; one ``validation`` line per evaluation);
+* eval: any JSON object with a ``success_rate`` under ``<run>/eval*/`` (issue 13's summary);
+* data quality: the export manifest's quality metrics (``quality``/``quality_metrics``, top level
+  or under ``counters``).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from typing import Any
+
+from .runinfo import read_json
+
+SFT_MANIFEST = "skillpipe_sft_manifest.json"
+
+
+def _checkpoint_history(sft_dir: str) -> list[dict[str, Any]]:
+    def step_of(p: str) -> int:
+        tail = os.path.basename(os.path.dirname(p)).rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+    states = sorted(glob.glob(os.path.join(sft_dir, "checkpoint-*", "trainer_state.json")), key=step_of)
+    if not states:
+        return []
+    state, _ = read_json(states[-1])
+    return [h for h in (state or {}).get("log_history", []) if "loss" in h and "step" in h]
+
+
+def sft_curve(run_dir: str) -> dict[str, Any]:
+    """``{"steps": [int], "losses": [float], "global_step", "final_loss", "note"}`` of the run's SFT fit."""
+    sft_dir = os.path.join(run_dir, "sft_fit")
+    m, why = read_json(os.path.join(sft_dir, SFT_MANIFEST))
+    if not isinstance(m, dict):
+        return {"steps": [], "losses": [], "note": f"no SFT fit for this run ({why})"}
+    hist = _checkpoint_history(sft_dir)
+    losses = [float(x) for x in m.get("losses") or []]
+    if hist and len(hist) >= len(losses):
+        steps, losses = [int(h["step"]) for h in hist], [float(h["loss"]) for h in hist]
+    else:  # the manifest's losses were logged every logging_steps optimizer steps
+        every = int((m.get("config") or {}).get("logging_steps") or 1)
+        steps = [every * (i + 1) for i in range(len(losses))]
+    return {"steps": steps, "losses": losses, "global_step": m.get("global_step"), "final_loss": m.get("final_loss"),
+            "bank_versions": (m.get("export") or {}).get("bank_versions"), "note": "" if losses else
+            "the SFT manifest records no logged loss"}
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _std(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    mu = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
+
+
+def grpo_steps(run_dir: str) -> dict[str, Any]:
+    """Per GRPO step: loss, KL, mean reward, advantage mean/std/min/max, no-signal groups, success;
+    plus validations and the no-signal groups themselves. ``{"steps", "validations", "no_signal", "note"}``.
+
+    Advantage statistics are over every episode of the step (group-relative advantages, so the
+    mean is ~0 by construction; the spread shows how much signal the step had).
+    """
+    path = os.path.join(run_dir, "grpo", "grpo_log.jsonl")
+    if not os.path.isfile(path):
+        return {"steps": [], "validations": [], "no_signal": [], "note": f"no GRPO log for this run ({path})"}
+    steps, vals, no_signal, bad = [], [], [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if e.get("kind") == "train":
+                groups = e.get("groups") or []
+                rewards = [float(r) for g in groups for r in g.get("rewards", [])]
+                adv = [float(a) for g in groups for a in g.get("advantages", [])]
+                steps.append({"step": e.get("step"), "loss": e.get("loss"), "kl": e.get("kl"),
+                              "reward_mean": _mean(rewards), "adv_mean": _mean(adv), "adv_std": _std(adv),
+                              "adv_min": min(adv) if adv else None, "adv_max": max(adv) if adv else None,
+                              "groups": len(groups), "no_signal_groups": e.get("no_signal_groups", 0),
+                              "success_rate": e.get("success_rate"), "wall_s": e.get("wall_s")})
+                no_signal += [{"step": e.get("step"), "group_id": g.get("group_id"), "task": g.get("task"),
+                               "rewards": g.get("rewards")} for g in groups if g.get("no_signal")]
+            elif e.get("kind") == "validation":
+                evo = e.get("evolution") or {}
+                vals.append({"step": e.get("step"), "success_rate": e.get("success_rate"),
+                             "episodes": e.get("episodes"), "bank_version": e.get("bank_version"),
+                             "evolved_to": evo.get("version", "")})
+    note = f"{bad} unreadable line(s) in {path}" if bad else ""
+    return {"steps": steps, "validations": vals, "no_signal": no_signal, "note": note}
+
+
+def _interval(d: dict[str, Any]) -> tuple[float | None, float | None]:
+    for lo, hi in (("ci_low", "ci_high"), ("ci95_low", "ci95_high"), ("success_ci_low", "success_ci_high")):
+        if d.get(lo) is not None and d.get(hi) is not None:
+            return float(d[lo]), float(d[hi])
+    for key in ("ci95", "ci_95", "ci", "success_ci", "success_rate_ci"):
+        v = d.get(key)
+        if isinstance(v, (list, tuple)) and len(v) == 2:
+            return float(v[0]), float(v[1])
+        if isinstance(v, dict) and "low" in v and "high" in v:
+            return float(v["low"]), float(v["high"])
+    return None, None
+
+
+def eval_results(run_dir: str) -> dict[str, Any]:
+    """Success rates with 95 % intervals from eval summaries under ``<run>/eval*/`` (any depth
+    up to 2): every JSON object holding ``success_rate``. ``{"rows": [{name, success_rate, low,
+    high, episodes, policy}], "note"}``."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "eval*", "**", "*.json"), recursive=True)):
+        if path.count(os.sep) - run_dir.count(os.sep) > 3:
+            continue
+        d, _ = read_json(path)
+        items = d if isinstance(d, list) else [d]
+        for i, item in enumerate(x for x in items if isinstance(x, dict) and "success_rate" in x):
+            lo, hi = _interval(item)
+            name = os.path.relpath(path, run_dir) + (f"#{i}" if len(items) > 1 else "")
+            rows.append({"name": str(item.get("name") or item.get("policy") or name), "file": name,
+                         "success_rate": float(item["success_rate"]), "low": lo, "high": hi,
+                         "episodes": item.get("episodes", item.get("n")), "policy": str(item.get("policy", ""))})
+    return {"rows": rows, "note": "" if rows else "no eval results for this run (run `skillpipe eval`)"}
+
+
+def flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``[(dotted.key, scalar)]`` of a nested dict (lists of scalars kept as one value)."""
+    if not isinstance(d, dict):
+        return [(prefix, d)]
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out += flatten(v, key) if isinstance(v, dict) else [(key, v)]
+    return out
+
+
+def quality_metrics(export_manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"rows": [(metric, value)], "note"}`` from the export manifest (see module docstring)."""
+    if not export_manifest:
+        return {"rows": [], "note": "not available: this run has no export artifact"}
+    counters = export_manifest.get("counters") or {}
+    for src in (export_manifest, counters):
+        for key in ("quality", "quality_metrics", "data_quality"):
+            if isinstance(src.get(key), dict) and src[key]:
+                return {"rows": flatten(src[key]), "note": ""}
+    return {"rows": [], "note": "not available: the export manifest records no data-quality metrics "
+                                "(computed by export from the evaluation work, issue 13)"}
