@@ -3,8 +3,9 @@
 Two hand-written ALFWorld trajectories (``tests/llm_stage_data.py``) flow through every stage:
 parse quarantines one unreadable file, memory quarantines one failed LLM call (``http_error``,
 ``llm.failures = 1``), aggregate registers a bank, GRPO evolves it into a second version (one
-skill added), export holds four SFT pairs; the SFT fit manifest and the GRPO log are in the
-formats ``sft/train.py`` and ``sft/grpo.py`` write. Rows are built against the declared Arrow
+skill added), export holds four SFT pairs with data-quality metrics; the SFT fit manifest, the
+GRPO log and the eval summary are in the formats ``sft/train.py``, ``sft/grpo.py`` and
+``sft/eval.py`` write. Rows are built against the declared Arrow
 schemas (fields this file does not name get an empty value of their type), so a schema change
 elsewhere keeps this run valid.
 """
@@ -110,7 +111,10 @@ def _write_data_stages(root: str, store: ArtifactStore) -> list[dict]:
     store.write("distill", to_table(distilled, DISTILLED_SCHEMA), [], _manifest("distill", 2, 2, {}, _llm(2, 0)))
     pairs = _pairs(trajs, skills, bank)
     store.write("validate", to_table(pairs, SFT_PAIR_SCHEMA), [], _manifest("validate", 2, 4, {}))
-    store.write("export", to_table(pairs, SFT_PAIR_SCHEMA), [], _manifest("export", 4, 4, {}))
+    quality = {"pairs": 4, "skill_use": {"rate": 0.5, "pairs_with_skills": 4, "using": 2},
+               "think_length": {"mean": 7.5, "median": 7.5, "min": 4, "max": 11}, "duplicate_pair_rate": 0.0}
+    store.write("export", to_table(pairs, SFT_PAIR_SCHEMA), [], _manifest("export", 4, 4, {}, counters={
+        "train": 2, "val": 2, "quality_metrics": quality}))
     return skills
 
 
@@ -131,6 +135,11 @@ def _write_training(root: str, run_dir: str, skills: list[dict]) -> None:
                                 "wall_s": 3.0}) + "\n")
         f.write(json.dumps({"kind": "validation", "step": 2, "success_rate": 0.25, "episodes": 4,
                             "evolution": {"version": "bank-evolved"}}) + "\n")
+    os.makedirs(os.path.join(run_dir, "eval_sft_fit"), exist_ok=True)
+    with open(os.path.join(run_dir, "eval_sft_fit", "summary.json"), "w") as f:  # sft/eval.py's summary
+        json.dump({"label": "sft_fit", "policy": "sft_fit", "episodes": 8, "wins": 3, "success_rate": 0.375,
+                   "success_ci95": [0.1368, 0.6943], "valid_action_rate": 0.8, "mean_steps": 4.5,
+                   "per_game": {"twc": {"episodes": 8, "success_rate": 0.375, "success_ci95": [0.1368, 0.6943]}}}, f)
     evolved = skills + [skillbank.make_row("task_specific", "cool", {
         "title": "Close the fridge after cooling", "principle": "close the fridge", "when_to_apply": "cool tasks"},
         env="alfworld")]

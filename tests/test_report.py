@@ -7,6 +7,7 @@ is a data URI) and read the DOM after the page's load handler ran.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -70,7 +71,8 @@ def test_report_opens_in_chromium_with_every_section_and_image(rendered):
         assert re.search(rf'<h2 id="{sid}">{re.escape(title)}</h2>', dom), sid
     imgs = re.findall(r"<img [^>]*>", dom)
     pngs = sorted(os.listdir(os.path.join(root, "out", "report_png")))
-    assert pngs == ["bank.png", "funnel.png", "grpo.png", "llm.png", "reasons.png", "sft_loss.png", "usage.png"]
+    assert pngs == ["bank.png", "eval.png", "funnel.png", "grpo.png", "llm.png", "reasons.png", "sft_loss.png",
+                    "usage.png"]
     assert len(imgs) == len(pngs)
     for tag in imgs:
         assert 'src="data:image/png;base64,' in tag  # inlined: nothing is fetched
@@ -80,6 +82,8 @@ def test_report_opens_in_chromium_with_every_section_and_image(rendered):
     assert not re.search(r'(src|href)="https?://', dom)
     assert os.path.getsize(out) < 5_000_000
     assert os.path.getsize(shot) > 50_000  # a rendered page, not a blank one
+    assert re.search(r"<td>skill_use.rate</td><td[^>]*>0.5000</td>", dom)  # data quality from the export manifest
+    assert re.search(r"<td>sft_fit</td><td[^>]*>37.5 %</td><td[^>]*>13.7 % – 69.4 %</td>", dom)  # eval with interval
     # the lineage explorer rendered the first pair: its source file and line, steps and target
     view = dom[dom.index('id="pair-view"'):]
     assert "pair-cool-1-1" in view and "rollouts/env001/test1.txt line 1" in view
@@ -174,12 +178,15 @@ def test_quality_and_eval_are_read_when_present(tmp_path):
     q = training.quality_metrics({"counters": {"quality": {"skill_use_rate": 0.25, "think_words": {"mean": 12.0}}}})
     assert q["rows"] == [("skill_use_rate", 0.25), ("think_words.mean", 12.0)] and q["note"] == ""
     assert "not available" in training.quality_metrics({"counters": {}})["note"]
-    os.makedirs(tmp_path / "eval" / "sft")
-    (tmp_path / "eval" / "sft" / "summary.json").write_text(
-        '{"policy": "sft", "success_rate": 0.4, "ci95": [0.2, 0.6], "episodes": 20}')
+    os.makedirs(tmp_path / "eval_sft")
+    game = {"episodes": 10, "success_rate": 0.3, "success_ci95": [0.1, 0.6]}
+    (tmp_path / "eval_sft" / "summary.json").write_text(json.dumps(
+        {"label": "sft_fit", "policy": "runs/x/sft_fit", "success_rate": 0.4, "success_ci95": [0.2, 0.6],
+         "episodes": 20, "valid_action_rate": 0.9, "per_game": {"coin": dict(game, success_rate=0.5), "twc": game}}))
+    (tmp_path / "eval_sft" / "_manifest.json").write_text('{"success_rate": 0.99}')  # summary.json wins
     rows = training.eval_results(str(tmp_path))["rows"]
     assert [(r["name"], r["success_rate"], r["low"], r["high"], r["episodes"]) for r in rows] == \
-        [("sft", 0.4, 0.2, 0.6, 20)]
+        [("sft_fit", 0.4, 0.2, 0.6, 20), ("sft_fit / coin", 0.5, 0.1, 0.6, 10), ("sft_fit / twc", 0.3, 0.1, 0.6, 10)]
 
 
 def test_inspect_html_of_a_stage_and_its_quarantine(tmp_path):

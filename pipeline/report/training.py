@@ -7,9 +7,9 @@ Sources (all optional; each loader returns ``None``/``[]`` plus a note when abse
   (transformers' ``log_history``);
 * GRPO: ``<run>/grpo/grpo_log.jsonl`` (``sft/grpo.py``: one ``train`` line per step with loss,
   KL, groups with rewards/advantages; one ``validation`` line per evaluation);
-* eval: any JSON object with a ``success_rate`` under ``<run>/eval*/`` (issue 13's summary);
-* data quality: the export manifest's quality metrics (``quality``/``quality_metrics``, top level
-  or under ``counters``).
+* eval: ``<run>/eval_<label>/summary.json`` (``sft/eval.py``: success rate, Wilson 95 % interval);
+* data quality: the export manifest's quality metrics (``counters["quality_metrics"]``, written by
+  ``pipeline.quality.metrics`` via export; also ``quality``/``data_quality``, top level or in counters).
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def _interval(d: dict[str, Any]) -> tuple[float | None, float | None]:
     for lo, hi in (("ci_low", "ci_high"), ("ci95_low", "ci95_high"), ("success_ci_low", "success_ci_high")):
         if d.get(lo) is not None and d.get(hi) is not None:
             return float(d[lo]), float(d[hi])
-    for key in ("ci95", "ci_95", "ci", "success_ci", "success_rate_ci"):
+    for key in ("success_ci95", "ci95", "ci_95", "ci", "success_ci", "success_rate_ci"):
         v = d.get(key)
         if isinstance(v, (list, tuple)) and len(v) == 2:
             return float(v[0]), float(v[1])
@@ -115,22 +115,39 @@ def _interval(d: dict[str, Any]) -> tuple[float | None, float | None]:
     return None, None
 
 
+def _eval_row(name: str, file: str, d: dict[str, Any]) -> dict[str, Any]:
+    lo, hi = _interval(d)
+    return {"name": name, "file": file, "success_rate": float(d["success_rate"]), "low": lo, "high": hi,
+            "episodes": d.get("episodes", d.get("n")), "valid_action_rate": d.get("valid_action_rate"),
+            "mean_steps": d.get("mean_steps")}
+
+
 def eval_results(run_dir: str) -> dict[str, Any]:
-    """Success rates with 95 % intervals from eval summaries under ``<run>/eval*/`` (any depth
-    up to 2): every JSON object holding ``success_rate``. ``{"rows": [{name, success_rate, low,
-    high, episodes, policy}], "note"}``."""
+    """Success rates with 95 % intervals from the run's eval artifacts ``<run>/eval*/``
+    (``sft/eval.py``: ``summary.json`` with ``success_rate``, ``success_ci95`` and ``per_game``;
+    without a ``summary.json``, any JSON object in the folder holding ``success_rate``).
+
+    Returns ``{"rows": [{name, file, success_rate, low, high, episodes, valid_action_rate,
+    mean_steps}], "note"}``: one row per evaluation, then one per game when it played several.
+    """
     rows = []
-    for path in sorted(glob.glob(os.path.join(run_dir, "eval*", "**", "*.json"), recursive=True)):
-        if path.count(os.sep) - run_dir.count(os.sep) > 3:
+    for folder in sorted(glob.glob(os.path.join(run_dir, "eval*"))):
+        if not os.path.isdir(folder):
             continue
-        d, _ = read_json(path)
-        items = d if isinstance(d, list) else [d]
-        for i, item in enumerate(x for x in items if isinstance(x, dict) and "success_rate" in x):
-            lo, hi = _interval(item)
-            name = os.path.relpath(path, run_dir) + (f"#{i}" if len(items) > 1 else "")
-            rows.append({"name": str(item.get("name") or item.get("policy") or name), "file": name,
-                         "success_rate": float(item["success_rate"]), "low": lo, "high": hi,
-                         "episodes": item.get("episodes", item.get("n")), "policy": str(item.get("policy", ""))})
+        summary = os.path.join(folder, "summary.json")
+        files = [summary] if os.path.isfile(summary) else sorted(glob.glob(os.path.join(folder, "*.json")))
+        for path in files:
+            d, _ = read_json(path)
+            if not isinstance(d, dict) or "success_rate" not in d:
+                continue
+            rel = os.path.relpath(path, run_dir)
+            label = str(d.get("label") or d.get("policy") or os.path.basename(folder))
+            rows.append(_eval_row(label, rel, d))
+            games = d.get("per_game") if isinstance(d.get("per_game"), dict) else {}
+            if len(games) > 1:
+                rows += [_eval_row(f"{label} / {g}", rel, v) for g, v in sorted(games.items())
+                         if isinstance(v, dict) and "success_rate" in v]
+            break
     return {"rows": rows, "note": "" if rows else "no eval results for this run (run `skillpipe eval`)"}
 
 
