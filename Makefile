@@ -24,6 +24,8 @@ run: install
 	$(BIN)/skillpipe run --input data/samples --run-id sample
 	$(BIN)/skillpipe sft fit --run-id sample
 	$(BIN)/skillpipe grpo --run-id sample
+	@# last: one self-contained HTML page of the run (prints its path)
+	$(BIN)/skillpipe report sample
 
 # pytest exit code 5 means "no tests collected": a broken setup, not a pass.
 test: install
