@@ -17,7 +17,9 @@ reference's format-only rule) and, unlike the reference, the action is in the ad
 
 Policies: :class:`OpenAIPolicy` (any OpenAI-compatible endpoint, e.g. the embedded llama.cpp
 server of :mod:`pipeline.llm.server`) here; the Hugging Face policy that also returns token ids
-for GRPO is ``sft.policy.HFPolicy``.
+for GRPO is ``sft.policy.HFPolicy``. An *expert* policy (:class:`GoldPolicy`, the engine's gold
+plan with optional injected noise) has ``start_episode(slot, env, task)`` and
+``act(slot, trajectory) -> Completion`` instead: it needs the env and the episode, not a prompt.
 """
 from __future__ import annotations
 
@@ -148,13 +150,18 @@ def run_episodes(envs: Sequence[Any], tasks: Sequence[Any], group_ids: Sequence[
                           category=r.category, outcome="failure", reward=0.0,
                           steps=[Step(0, None, r.observation, list(r.admissible_actions))],
                           source_uri="", source_format=SOURCE_FORMAT, record_index=len(live))
+        if hasattr(policy, "start_episode"):  # an expert policy (GoldPolicy) reads the engine's plan
+            policy.start_episode(len(live), env, task)
         live.append(_Live(traj, env, task, gid, block, ids))
     for _ in range(max_steps):
         active = [e for e in live if not e.done]
         if not active:
             break
         prompts = [render_step_messages(e.traj, len(e.traj.steps), e.block, prompt_cfg) for e in active]
-        outs = policy.generate(prompts)
+        if hasattr(policy, "act"):  # an expert policy answers per slot, from the episode so far
+            outs = [policy.act(live.index(e), e.traj) for e in active]
+        else:
+            outs = policy.generate(prompts)
         for e, msgs, out in zip(active, prompts, outs):
             k = len(e.traj.steps)
             action, ok = project_action(out.text)
@@ -165,14 +172,16 @@ def run_episodes(envs: Sequence[Any], tasks: Sequence[Any], group_ids: Sequence[
             e.scores.append(t.score)
             e.traj.steps.append(Step(k, action, t.observation, list(t.admissible_actions),
                                      WIN_REWARD if t.won else 0.0, t.done, None))
-    return [_finish(e, i + record_offset, policy.model_id, bank_version) for i, e in enumerate(live)]
+    stats = getattr(policy, "noise_stats", None)
+    return [_finish(e, i + record_offset, policy.model_id, bank_version, stats(i) if stats else None)
+            for i, e in enumerate(live)]
 
 
-def _finish(e: _Live, record_index: int, model_id: str, bank_version: str) -> Episode:
+def _finish(e: _Live, record_index: int, model_id: str, bank_version: str, extra: dict | None = None) -> Episode:
     steps = e.traj.steps
     meta = {"group_id": e.group_id, "model": model_id, "scores": e.scores, "bank_version": bank_version,
             "skill_ids": e.skill_ids, "task_key": dataclasses.asdict(e.task) if dataclasses.is_dataclass(e.task) else str(e.task),
-            "invalid_steps": [s.k for s in e.samples if not s.valid]}
+            "invalid_steps": [s.k for s in e.samples if not s.valid], **(extra or {})}
     traj = build_trajectory(env=e.traj.env, env_instance=e.traj.env_instance, task=e.traj.task,
                             outcome="success" if e.won else "failure", reward=WIN_REWARD if e.won else 0.0,
                             steps=steps, source_uri=f"rollout://{e.traj.env}/{e.traj.env_instance}/{e.group_id}",
@@ -212,6 +221,103 @@ class OpenAIPolicy:
                                                      max_tokens=self.max_tokens, seed=self.seed)
             out.append(Completion(r.choices[0].message.content or ""))
         return out
+
+
+#: Inverse of an action, used by :class:`GoldPolicy` to undo an injected wrong action so the
+#: gold plan can continue (TextWorld Express command words; ``take`` has no general inverse).
+_UNDO_VERB = {"open": "close", "close": "open"}
+_OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+
+
+def undo_action(action: str) -> str | None:
+    """The action that reverses ``action`` in TextWorld Express, or ``None`` when there is none.
+
+    >>> undo_action("move north"), undo_action("open door to east"), undo_action("take coin")
+    ('move south', 'close door to east', None)
+    """
+    words = action.split()
+    if len(words) == 2 and words[0] == "move" and words[1] in _OPPOSITE:
+        return f"move {_OPPOSITE[words[1]]}"
+    if words and words[0] in _UNDO_VERB:
+        return " ".join([_UNDO_VERB[words[0]]] + words[1:])
+    return None
+
+
+@dataclass
+class _GoldState:
+    plan: list[str]
+    rng: Any
+    next: int = 0
+    undo: str | None = None
+    injected: list[int] = field(default_factory=list)
+    recovered: list[int] = field(default_factory=list)
+
+
+class GoldPolicy:
+    """Expert policy: plays TextWorld Express's gold action sequence, with optional injected noise.
+
+    With probability ``noise`` per step it sends an *admissible wrong* action instead (uniform
+    over the admissible actions other than the next gold one, seeded), then, if that action has
+    an inverse (:func:`undo_action`: ``move``, ``open``/``close``), sends the inverse before
+    resuming the plan. That yields recoveries (an error, then its correction, then success) and
+    failures (an irreversible error such as eating an ingredient, or the step cap), from the
+    real engine, with no model or API key. ``noise = 0`` plays the gold path. The engine builds
+    the gold plan of a multi-room game differently in each JVM (coin seed 1: 11 to 22 actions
+    measured), so only one-room games replay action for action across processes.
+
+    Args:
+        noise: probability in [0, 1] of a wrong action at a step.
+        seed: seed of the noise; each episode's generator is seeded by (seed, instance, episode
+            number), so results do not depend on batch order.
+
+    Used through the expert hooks of :func:`run_episodes` (``start_episode``, ``act``); the env
+    must have ``gold_actions()`` (:class:`pipeline.envs.textworld.TextWorldExpressEnv`), else
+    ``ValueError``. Per-episode counts: :meth:`noise_stats`.
+    """
+
+    def __init__(self, noise: float = 0.0, seed: int = 0, think: str = "Following the plan."):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1], got {noise!r}")
+        self.noise, self.seed, self.think = noise, seed, think
+        self.model_id = f"gold:noise={noise:g}:seed={seed}" if noise else "gold"
+        self._state: dict[int, _GoldState] = {}
+        self._episodes = 0
+
+    def start_episode(self, slot: int, env: Any, task: Any) -> None:
+        """Read the engine's gold plan for the game just reset in ``env``."""
+        import random
+        if not hasattr(env, "gold_actions"):
+            raise ValueError(f"--policy gold needs an env with a gold action sequence (TextWorld Express); "
+                             f"{type(env).__name__} has none")
+        key = f"{self.seed}:{getattr(task, 'instance', task)}:{self._episodes}"
+        self._episodes += 1
+        self._state[slot] = _GoldState(list(env.gold_actions()), random.Random(key))
+
+    def act(self, slot: int, traj: Trajectory) -> Completion:
+        """The next action of episode ``slot`` given its trajectory so far (last step's admissible list)."""
+        st = self._state[slot]
+        k = len(traj.steps) - 1
+        gold = st.plan[st.next] if st.next < len(st.plan) else "look around"
+        shown = traj.steps[-1].admissible_actions
+        if st.undo is not None:
+            action, st.undo = st.undo, None
+            st.recovered.append(k)
+        elif self.noise and st.rng.random() < self.noise and any(a != gold for a in shown):
+            action = st.rng.choice(sorted(a for a in shown if a != gold))  # the engine's order varies by JVM
+            st.injected.append(k)
+            st.undo = undo_action(action)  # sent next step (the engine answers it even if now moot)
+        else:
+            action = gold
+            st.next += 1
+        return Completion(f"<think>{self.think}</think>\n<action>{action}</action>")
+
+    def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]:
+        raise TypeError("GoldPolicy plays through run_episodes' expert hooks (start_episode/act), not generate()")
+
+    def noise_stats(self, slot: int) -> dict[str, list[int]]:
+        """Step indices (0-based actions) of injected wrong actions and of undo actions in ``slot``'s last episode."""
+        st = self._state[slot]
+        return {"injected": list(st.injected), "recovered": list(st.recovered)}
 
 
 def episode_summary(episodes: list[Episode]) -> dict[str, Any]:

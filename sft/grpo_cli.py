@@ -27,8 +27,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Environment 
 
 
 def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperature: float, max_tokens: int,
-            stack: contextlib.ExitStack, log_dir: str):
-    from pipeline.rollout import OpenAIPolicy
+            stack: contextlib.ExitStack, log_dir: str, noise: float = 0.0, seed: int = 0):
+    from pipeline.rollout import GoldPolicy, OpenAIPolicy
+    if policy == "gold":
+        return GoldPolicy(noise, seed)
+    if noise:
+        raise typer.BadParameter("--noise applies to --policy gold only", param_hint="--noise")
     if policy == "embedded":
         from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
         url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
@@ -39,7 +43,7 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
         return OpenAIPolicy(base_url, model, api_key_env, temperature, max_tokens)
     folder = os.path.join(policy, "policy") if os.path.isfile(os.path.join(policy, "checkpoint.json")) else policy
     if not os.path.isdir(folder):
-        raise typer.BadParameter(f"--policy must be embedded, endpoint or a model folder; {policy!r} is none")
+        raise typer.BadParameter(f"--policy must be gold, embedded, endpoint or a model folder; {policy!r} is none")
     from .policy import HFPolicy, load_model
     m, tok = load_model(folder)
     # recorded as the path given (a GRPO checkpoint), not its policy/ subfolder
@@ -50,10 +54,13 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
                      episodes_per_task: int = 2, fold: str = "train", seed0: int = 0, max_steps: int = 10,
                      policy: str = "embedded", base_url: str = "", model: str = "", api_key_env: str = "",
                      temperature: float = 0.4, max_tokens: int = 256, skill_bank: str = "", history_length: int = 2,
-                     game_params: str = "", policy_obj: Any = None) -> dict[str, Any]:
+                     game_params: str = "", policy_obj: Any = None, noise: float = 0.0,
+                     noise_seed: int = 0) -> dict[str, Any]:
     """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
     Parquet ``rollout`` artifact of ``run_id`` under ``root``. Returns counts and paths.
-    ``policy_obj`` (any ``pipeline.rollout.Policy``) overrides ``policy``. Raises
+    ``policy_obj`` (any ``pipeline.rollout.Policy``) overrides ``policy``; ``policy="gold"`` plays
+    the engine's gold plan with ``noise`` (``pipeline.rollout.GoldPolicy``, seeded by
+    ``noise_seed``). Raises
     ``pipeline.config.ConfigError`` for a bad env/games/count and ``EnvUnavailable`` for a
     missing ALFWorld, both before any policy or server starts."""
     from pipeline.config import PromptConfig
@@ -74,7 +81,8 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     pcfg = PromptConfig(history_length=history_length)
     episodes = []
     with contextlib.ExitStack() as stack:
-        pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out)
+        pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out,
+                                    noise, noise_seed)
         envs = make_envs(gcfg, len(chosen))
         for e in envs:
             stack.callback(e.close)
@@ -100,7 +108,13 @@ def rollout(
     episodes_per_task: int = typer.Option(2, min=1, help="episodes per game (files test1..testK)"),
     fold: str = typer.Option("train", help="train | dev: which fold's seeds"),
     max_steps: int = typer.Option(10, min=1, help="actions per episode at most"),
-    policy: str = typer.Option("embedded", help="embedded | endpoint | a local model/adapter/GRPO checkpoint folder"),
+    policy: str = typer.Option("embedded", help="gold (TextWorld Express's gold plan, no model) | embedded | endpoint "
+                                                "| a local model/adapter/GRPO checkpoint folder"),
+    noise: float = typer.Option(0.0, min=0.0, max=1.0, help="with --policy gold: probability of an admissible wrong "
+                                                             "action per step (then undone when it can be), giving "
+                                                             "failures and recoveries"),
+    seed: int = typer.Option(0, help="with --policy gold: seed of the injected noise"),
+    seed0: int = typer.Option(0, min=0, help="first seed of the fold (TextWorld: seeds seed0..seed0+tasks-1)"),
     base_url: str = typer.Option("", help="endpoint URL for --policy endpoint"),
     model: str = typer.Option("", help="model name for --policy endpoint"),
     api_key_env: str = typer.Option("", help="env var holding the endpoint's API key"),
@@ -108,15 +122,22 @@ def rollout(
     max_tokens: int = typer.Option(256, min=1, help="max new tokens per action"),
     skill_bank: str = typer.Option("", help="SkillRL bank JSON whose skills condition the prompts"),
     history_length: int = typer.Option(2, min=0, help="history window of the prompt (same as SFT)"),
+    game_params: str = typer.Option("", help="TextWorld Express gameParams ('' = small per-game defaults)"),
 ):
-    """Run a policy in an environment; write Parquet trajectories and a SkillRL txt tree."""
+    """Run a policy in an environment; write Parquet trajectories and a SkillRL txt tree.
+
+    `--policy gold` needs no model: it plays TextWorld Express's gold plan (`--noise RATE` injects
+    admissible wrong actions), e.g. `skillpipe rollout --policy gold --games coin --tasks 20
+    --noise 0.2 --out traces/`, then `skillpipe run --input traces/ --env textworld`.
+    """
     from pipeline.config import ConfigError
     from pipeline.envs.alfworld_env import EnvUnavailable
     if fold not in ("train", "dev"):
         raise typer.BadParameter(f"must be train or dev, got {fold!r}", param_hint="--fold")
     try:
-        res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, 0, max_steps, policy,
-                               base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length)
+        res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, seed0, max_steps, policy,
+                               base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length,
+                               game_params, noise=noise, noise_seed=seed)
     except ConfigError as e:  # bad --env / --games: a usage error, raised before anything starts
         raise typer.BadParameter(str(e))
     except EnvUnavailable as e:
