@@ -92,12 +92,26 @@ def skillpipe():
         m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
         return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}
 
+    # A teardown: it runs when everything before it is done, failed or not (a failed run gets a
+    # report too), and unlike an all_done leaf it never decides the DAG run's state.
+    @teardown
+    @task(task_id="report",
+          doc_md="Write the run report (`skillpipe report`, pipeline/report/): one self-contained HTML page, "
+                 "`<root>/runs/<run_id>/report.html`. Its `file://` URI is this task's XCom `uri` (XCom tab) "
+                 "and the last line of its log. Runs after the last step whether it failed or not.")
+    def report(params=None) -> dict:
+        from pipeline.report import build_report
+        a = _args(params, {"base_url": "", "model": ""})
+        r = build_report(a["root"], a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True))
+        print(f"[report] {r['bytes'] / 1e6:.2f} MB: file://{r['path']}", flush=True)
+        return {"uri": f"file://{r['path']}", "rows": len(r["pngs"]), "fingerprint": ""}
+
     llm = start_llm()
     ref = None
     for name in STAGES:
         ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
-    grpo(sft_fit(ref))
+    grpo(sft_fit(ref)) >> report()
 
 
 skillpipe()

@@ -74,6 +74,10 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
         grpo = json.load(f)
     assert grpo["steps"] == 1 and grpo["bank_version"].startswith("bank-")
     assert BankStore(str(tmp_path)).has(grpo["bank_version"])  # `skillpipe bank show` finds it
+    # the report task (a teardown after the last step) wrote the run report, GRPO's bank in its history
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    assert '<h2 id="training">Training</h2>' in html and grpo["bank_version"] in html
 
     # lineage: one exported SFT pair back to its source file and line, memory and skills
     pair = store.load("export").read_rows()[0]
