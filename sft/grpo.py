@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from pipeline.config import LLMConfig, PromptConfig
+from pipeline.progress import bar as progress_bar
 from pipeline.rollout import Episode, episode_summary, run_episodes
 
 from . import grpo_checkpoint as ckpt
@@ -265,6 +266,8 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
         for e in envs:
             stack.callback(e.close)
         client = None
+        # one line per step in a log (log_interval_s=0): a GRPO step takes seconds to minutes
+        steps = stack.enter_context(progress_bar(cfg.max_steps - start, "grpo", unit="step", log_interval_s=0))
         for step in range(start + 1, cfg.max_steps + 1):
             t0 = time.monotonic()
             chosen = random.Random(cfg.seed * 100_003 + step).sample(train_tasks, min(cfg.tasks_per_step, len(train_tasks)))
@@ -281,6 +284,9 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
                        "no_signal_groups": sum(g.no_signal for g in stats.values()),
                        "groups": _groups_log(eps, rewards, stats), **episode_summary(eps),
                        "rollout_s": round(t_roll, 2), "wall_s": round(time.monotonic() - t0, 2)})
+            steps.set_postfix(loss=f"{metrics['loss']:.4f}", kl=f"{metrics['kl']:.5f}",
+                              won=f"{sum(e.won for e in eps)}/{len(eps)}", refresh=False)
+            steps.update(1)
             if cfg.eval_steps and step % cfg.eval_steps == 0:
                 val = []
                 for i in range(0, len(val_tasks), n_slots):

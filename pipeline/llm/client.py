@@ -42,9 +42,9 @@ import openai
 from jsonschema import exceptions as js_exceptions
 from jsonschema import validators as js_validators
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-from tqdm import tqdm
 
 from ..config import LLMConfig
+from ..progress import bar as progress_bar
 from .cache import ResponseCache, cache_key
 from .jsonparse import JSONExtractError, extract_json
 from .endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
@@ -187,7 +187,7 @@ class LLMClient:
         # One client per batch: its connection pool belongs to the running event loop.
         oai = self._open()
         sem = asyncio.Semaphore(max(1, self.cfg.concurrency))
-        bar = tqdm(total=len(requests), desc=desc, unit="req", mininterval=2.0)
+        bar = progress_bar(len(requests), desc, unit="req", mininterval=2.0)  # plain lines in logs
 
         async def one(req: JSONRequest) -> JSONResult:
             async with sem:
