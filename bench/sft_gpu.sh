@@ -47,7 +47,8 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 pairs, model_dir, out, steps, batch, lora, precision, result = sys.argv[1:]
-rows = [r for f in sorted(glob.glob(pairs + "/part-*.parquet")) for r in pq.read_table(f).to_pylist()
+files = sorted(glob.glob(pairs + "/part-*.parquet")) or sorted(glob.glob(pairs + "/data/*.parquet"))  # export: data/<split>-*
+rows = [r for f in files for r in pq.read_table(f).to_pylist()
         if r["split"] == "train"]
 ds = Dataset.from_list([{"prompt": [{"role": m["role"], "content": m["content"]} for m in r["messages"][:-1]],
                          "completion": [dict(r["messages"][-1])]} for r in rows])

@@ -3,9 +3,18 @@
 Layout (DESIGN.md §2)::
 
     <root>/runs/<run_id>/<stage>/part-00000.parquet
-    <root>/runs/<run_id>/<stage>/quarantine/part-00000.parquet
-    <root>/runs/<run_id>/<stage>/<extra files>           (e.g. export's sft_pairs.jsonl)
+    <root>/runs/<run_id>/<stage>/_quarantine/part-00000.parquet
+    <root>/runs/<run_id>/<stage>/<extra files>           (e.g. export's llamafactory/*.jsonl)
     <root>/runs/<run_id>/<stage>/_manifest.json
+
+Quarantine parts and the manifest sit under ``_``-prefixed names, which Parquet dataset readers
+(``pyarrow.dataset``, ``pandas.read_parquet``, Spark, DuckDB's hive reader) skip by convention, so
+``pd.read_parquet("runs/ID/validate")`` returns the stage's good rows only. Runs written before
+this layout keep their quarantine in ``quarantine/``; :func:`quarantine_dir` still finds it.
+
+A stage whose rows carry a split (export) may instead lay its rows out per split as the Hugging
+Face Hub does, ``data/<split>-00000-of-00001.parquet`` (see :meth:`ArtifactStore.write`), so
+``datasets.load_dataset(<stage folder>)`` loads one split per file name.
 
 A stage is written into a temporary sibling folder and renamed into place only when complete,
 so a crashed or retried task never leaves a half-written artifact and never appends to an old
@@ -22,11 +31,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = "_manifest.json"
+QUARANTINE_DIR = "_quarantine"  # "_": skipped by Parquet dataset readers (see module docstring)
+LEGACY_QUARANTINE_DIR = "quarantine"  # runs written before the rename
+SPLIT_DATA_DIR = "data"  # per-split parts: data/<split>-NNNNN-of-MMMMM.parquet (Hugging Face Hub naming)
 PART_ROWS = 50_000  # rows per Parquet part
 ZSTD_LEVEL = 1  # measured: same file size as the default level on trajectory text, ~15 % less CPU
 
@@ -46,19 +59,43 @@ class StageArtifact:
         return self.manifest["fingerprint"]
 
     def read_table(self, quarantine: bool = False) -> pa.Table:
-        folder = os.path.join(self.path, "quarantine") if quarantine else self.path
-        return read_parquet_dir(folder)
+        """The stage's rows (or its quarantine rows) as one table; raises :class:`ArtifactError`."""
+        return read_parquet_dir(quarantine_dir(self.path) if quarantine else self.path)
 
     def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
         return self.read_table(quarantine).to_pylist()
 
 
-def read_parquet_dir(folder: str) -> pa.Table:
-    """Read all ``part-*.parquet`` files of a folder in name order into one table."""
+def quarantine_dir(stage_dir: str) -> str:
+    """The quarantine folder of a stage folder: ``_quarantine/``, or ``quarantine/`` in a run
+    written before the rename (when only that one exists)."""
+    new, old = os.path.join(stage_dir, QUARANTINE_DIR), os.path.join(stage_dir, LEGACY_QUARANTINE_DIR)
+    return old if not os.path.isdir(new) and os.path.isdir(old) else new
+
+
+def parquet_parts(folder: str) -> list[str]:
+    """Paths of the Parquet parts of an artifact folder, in read order: its ``part-*.parquet``
+    files, or, for a stage laid out per split, ``data/*.parquet`` (split files sorted by name).
+    Empty when there are none (or no such folder)."""
+    if not os.path.isdir(folder):
+        return []
     parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
+    if parts:
+        return [os.path.join(folder, p) for p in parts]
+    data = os.path.join(folder, SPLIT_DATA_DIR)
+    if os.path.isdir(data):
+        return [os.path.join(data, p) for p in sorted(os.listdir(data)) if p.endswith(".parquet")]
+    return []
+
+
+def read_parquet_dir(folder: str) -> pa.Table:
+    """Read all Parquet parts of an artifact folder (:func:`parquet_parts`) into one table.
+
+    Raises :class:`ArtifactError` when there are none."""
+    parts = parquet_parts(folder)
     if not parts:
         raise ArtifactError(f"no Parquet parts in {folder}")
-    return pa.concat_tables([pq.read_table(os.path.join(folder, p)) for p in parts])
+    return pa.concat_tables([pq.read_table(p) for p in parts])
 
 
 def _write_parts(folder: str, table: pa.Table) -> list[str]:
@@ -71,6 +108,31 @@ def _write_parts(folder: str, table: pa.Table) -> list[str]:
                        compression_level=ZSTD_LEVEL)
         names.append(name)
     return names
+
+
+def _write_split_parts(folder: str, table: pa.Table, column: str, names: dict[str, str]) -> list[str]:
+    """Write ``table`` split by the values of ``column`` as
+    ``data/<names[value]>-NNNNN-of-MMMMM.parquet`` (the Hugging Face Hub's sharded split naming,
+    which ``datasets.load_dataset`` maps to splits before any other file name pattern), rows in
+    their order. A split with no rows gets no file; an empty table one empty ``train`` file (the
+    first name), so the schema stays readable. Raises :class:`ArtifactError` for a value that is
+    not a key of ``names``."""
+    values = table.column(column).to_pylist()
+    unknown = sorted({str(v) for v in values} - set(names))
+    if unknown:
+        raise ArtifactError(f"column {column!r} holds {unknown}, which has no split file name (known: {sorted(names)})")
+    os.makedirs(os.path.join(folder, SPLIT_DATA_DIR), exist_ok=True)
+    pieces = [(names[v], table.filter(pc.equal(table.column(column), v))) for v in names]
+    pieces = [(n, t) for n, t in pieces if t.num_rows] or [(next(iter(names.values())), table)]
+    files = []
+    for name, piece in pieces:
+        n_parts = max(1, -(-piece.num_rows // PART_ROWS))
+        for i in range(n_parts):
+            rel = f"{SPLIT_DATA_DIR}/{name}-{i:05d}-of-{n_parts:05d}.parquet"
+            pq.write_table(piece.slice(i * PART_ROWS, PART_ROWS), os.path.join(folder, rel), compression="zstd",
+                           compression_level=ZSTD_LEVEL)
+            files.append(rel)
+    return files
 
 
 @dataclass
@@ -273,12 +335,17 @@ class ArtifactStore:
         return art
 
     def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],
-              manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None) -> StageArtifact:
-        """Write a stage atomically: temp folder, then rename over any previous version."""
+              manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None,
+              split_files: tuple[str, dict[str, str]] | None = None) -> StageArtifact:
+        """Write a stage atomically: temp folder, then rename over any previous version.
+
+        ``split_files``: ``(column, {value: split file name})`` lays the rows out per split
+        (``data/<name>-NNNNN-of-MMMMM.parquet``, see the module docstring) instead of ``part-*``.
+        """
         def body(tmp: str) -> tuple[list[str], dict[str, Any], dict[str, bytes | str]]:
-            files = _write_parts(tmp, table)
+            files = _write_split_parts(tmp, table, *split_files) if split_files else _write_parts(tmp, table)
             qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
-            files += ["quarantine/" + n for n in _write_parts(os.path.join(tmp, "quarantine"), qtable)]
+            files += [f"{QUARANTINE_DIR}/{n}" for n in _write_parts(os.path.join(tmp, QUARANTINE_DIR), qtable)]
             return files, manifest, extra_files or {}
         return self._transaction(stage, body)
 
@@ -291,7 +358,7 @@ class ArtifactStore:
         ``rows`` may be dicts, a table of ``schema`` or an :class:`EncodedPart`; quarantine rows
         may be :class:`QuarantineRow` objects or an encoded part of ``QUARANTINE_SCHEMA``."""
         def body(tmp: str):
-            out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, "quarantine"), QUARANTINE_SCHEMA)
+            out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, QUARANTINE_DIR), QUARANTINE_SCHEMA)
             try:
                 for rows, qrows in batches:
                     if len(rows):
@@ -299,7 +366,7 @@ class ArtifactStore:
                     if qrows:
                         qout.write(qrows if isinstance(qrows, EncodedPart) else [q.__dict__ for q in qrows])
             finally:
-                files = out.close() + ["quarantine/" + n for n in qout.close()]
+                files = out.close() + [f"{QUARANTINE_DIR}/{n}" for n in qout.close()]
             manifest, extra = finish(out.rows, qout.rows)
             return files, manifest, extra
         return self._transaction(stage, body)

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .artifacts import MANIFEST, read_parquet_dir
+from .artifacts import MANIFEST, quarantine_dir, read_parquet_dir
 
 
 def _short(v: Any, n: int = 160) -> Any:
@@ -44,8 +44,7 @@ def _load(path: str, quarantine: bool) -> tuple[pa.Table, dict]:
                 manifest = json.load(f)
             except ValueError as e:
                 raise ValueError(f"unreadable manifest {mpath}: {e}") from None
-    folder = os.path.join(path, "quarantine") if quarantine else path
-    return read_parquet_dir(folder), manifest
+    return read_parquet_dir(quarantine_dir(path) if quarantine else path), manifest
 
 
 #: Manifests of the training steps (not Parquet artifacts): shown as JSON.
@@ -109,7 +108,7 @@ def _rows(run_dir: str, stage: str, quarantine: bool = False) -> list[dict]:
     folder = os.path.join(run_dir, stage)
     if not os.path.isdir(folder):
         return []
-    return read_parquet_dir(os.path.join(folder, "quarantine") if quarantine else folder).to_pylist()
+    return read_parquet_dir(quarantine_dir(folder) if quarantine else folder).to_pylist()
 
 
 def lineage_report(path: str, pair_id: str) -> str:

@@ -254,7 +254,8 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
-        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine, manifest, extra)
+        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine, manifest, extra,
+                              split_files=getattr(mod, "SPLIT_FILES", None))
     c = art.manifest["counts"]
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")

@@ -23,7 +23,7 @@ def test_write_then_load_roundtrip(tmp_path):
     assert art.path == os.path.join(str(tmp_path), "runs", "r1", "s")
     loaded = store.load("s")
     assert loaded.fingerprint == "fp1" and loaded.manifest["status"] == "complete"
-    assert loaded.manifest["files"] == ["notes/a.txt", "part-00000.parquet", "quarantine/part-00000.parquet"]
+    assert loaded.manifest["files"] == ["_quarantine/part-00000.parquet", "notes/a.txt", "part-00000.parquet"]
     assert loaded.read_rows() == rows(0, 3)
     assert loaded.read_rows(quarantine=True) == [{"stage": "s", "reason": "bad_row", "detail": "why", "item_id": "r9",
                                                   "source_uri": "in.txt", "line": 7, "raw": "raw text"}]
@@ -68,7 +68,7 @@ def test_stream_splits_parts_and_counts(tmp_path, monkeypatch):
         return {"fingerprint": "f"}, {}
     art = store.write_stream("s", SCHEMA, iter(batches), finish)
     assert seen == {"n_rows": 10, "n_q": 1}
-    assert [f for f in art.manifest["files"] if not f.startswith("quarantine")] == \
+    assert [f for f in art.manifest["files"] if not f.startswith("_quarantine/")] == \
         ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert art.read_rows() == rows(0, 10)
 
@@ -96,7 +96,7 @@ def test_stream_mixes_encoded_parts_with_row_batches_in_order(tmp_path):
     batches = [(rows(0, 2), [QuarantineRow("s", "early")]), (enc.finish()[0], qenc.finish()[0]), (rows(5, 6), [])]
     art = store.write_stream("s", SCHEMA, iter(batches), lambda n, q: ({"fingerprint": "m", "n": [n, q]}, {}))
     assert art.manifest["n"] == [6, 2] and art.read_rows() == rows(0, 6)
-    assert [f for f in art.manifest["files"] if not f.startswith("quarantine")] == \
+    assert [f for f in art.manifest["files"] if not f.startswith("_quarantine/")] == \
         ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # an encoded part stays whole
     assert [q["reason"] for q in art.read_rows(quarantine=True)] == ["early", "late"]
 
@@ -140,3 +140,44 @@ def test_corrupt_manifest_or_missing_part_is_a_clear_error(tmp_path):
     assert store.load("s") is None  # a rerun replaces it
     with pytest.raises(ArtifactError, match=r"stage 's' has an unreadable manifest .*_manifest.json \(JSONDecodeError"):
         store.require("s")
+
+
+def test_parquet_readers_see_the_rows_and_not_the_quarantine(tmp_path):
+    """Issue 14 hole 11: quarantine parts inside the stage folder were read as data by every
+    Parquet dataset reader (pd.read_parquet returned good and quarantined rows mixed)."""
+    import pandas as pd
+    import pyarrow.dataset as ds
+    store = ArtifactStore(str(tmp_path), "r1")
+    q = [QuarantineRow("s", "bad_row", "why", "r9", "in.txt", 7, "raw")] * 2
+    art = store.write("s", to_table(rows(0, 3), SCHEMA), q, {"fingerprint": "fp1"})
+    assert pd.read_parquet(art.path).to_dict("records") == rows(0, 3)
+    assert ds.dataset(art.path, format="parquet").to_table().num_rows == 3
+    assert [r["reason"] for r in art.read_rows(quarantine=True)] == ["bad_row", "bad_row"]
+    assert len(pd.read_parquet(artifacts.quarantine_dir(art.path))) == 2
+
+
+def test_a_run_written_before_the_rename_keeps_its_quarantine_readable(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r1")
+    art = store.write("s", to_table(rows(0, 1), SCHEMA), [QuarantineRow("s", "old_reason")], {"fingerprint": "f"})
+    os.rename(os.path.join(art.path, "_quarantine"), os.path.join(art.path, "quarantine"))
+    assert artifacts.quarantine_dir(art.path) == os.path.join(art.path, "quarantine")
+    assert [r["reason"] for r in store.load("s").read_rows(quarantine=True)] == ["old_reason"]
+
+
+def test_split_files_layout_names_splits_like_the_hub(tmp_path, monkeypatch):
+    monkeypatch.setattr(artifacts, "PART_ROWS", 2)
+    schema = pa.schema([("id", pa.string()), ("split", pa.string())])
+    data = [{"id": f"p{i}", "split": "val" if i % 3 == 0 else "train"} for i in range(6)]
+    store = ArtifactStore(str(tmp_path), "r1")
+    art = store.write("e", to_table(data, schema), [], {"fingerprint": "f"},
+                      split_files=("split", {"train": "train", "val": "validation"}))
+    assert [f for f in art.manifest["files"] if f.startswith("data/")] == [
+        "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+        "data/validation-00000-of-00001.parquet"]
+    assert art.read_rows() == [r for r in data if r["split"] == "train"] + [r for r in data if r["split"] == "val"]
+    with pytest.raises(ArtifactError, match=r"column 'split' holds \['test'\], which has no split file name"):
+        store.write("e", to_table([{"id": "x", "split": "test"}], schema), [], {"fingerprint": "g"},
+                    split_files=("split", {"train": "train"}))
+    empty = store.write("e2", to_table([], schema), [], {"fingerprint": "h"}, split_files=("split", {"train": "train"}))
+    assert empty.read_table().num_rows == 0 and empty.read_table().schema == schema
+

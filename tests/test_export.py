@@ -103,3 +103,25 @@ def test_recorded_split_wins_and_unrecorded_instances_fall_back(tmp_path):
     got = {r["env_instance"]: r["split"] for r in store.require("export").read_rows()}
     # env003 alone is drawn by the rule: a single unrecorded instance goes to train
     assert got == {"env000": "val", "env001": "train", "env002": "train", "env003": "train"}
+
+
+def test_hugging_face_datasets_loads_the_train_and_validation_splits(tmp_path, monkeypatch):
+    """Issue 14 hole 11: load_dataset picked sft_train.jsonl / sft_val.jsonl as Parquet splits.
+    The export lays its Parquet rows out as data/<split>-NNNNN-of-NNNNN.parquet (the Hub's
+    naming, matched first), so both calls give the splits; offline, cache in tmp_path."""
+    import pandas as pd
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from datasets import load_dataset
+    pairs = [pair(10 * n + j, f"env{n:03d}") for n in range(12) for j in range(3)]
+    art, manifest = run_export(tmp_path / "run", pairs)
+    want = {s: sorted(r["pair_id"] for r in art.read_rows() if r["split"] == s) for s in ("train", "val")}
+    assert len(want["train"]) == manifest["counters"]["train"] > 0 and len(want["val"]) == manifest["counters"]["val"] > 0
+    for kwargs in ({"path": art.path}, {"path": "parquet", "data_dir": art.path}):
+        dd = load_dataset(**kwargs, cache_dir=str(tmp_path / f"hf-{len(kwargs)}"))
+        assert sorted(dd) == ["train", "validation"]
+        assert sorted(dd["train"]["pair_id"]) == want["train"] and sorted(dd["validation"]["pair_id"]) == want["val"]
+        assert set(dd["validation"]["split"]) == {"val"} and dd["train"].column_names == SFT_PAIR_SCHEMA.names
+    # the Parquet folder holds the pairs and nothing else; the stage folder's other files stay put
+    assert len(pd.read_parquet(os.path.join(art.path, "data"))) == len(pairs)
+    assert {"sft_train.jsonl", "sft_val.jsonl", "dataset_info.json", "skill_bank.json"} <= set(os.listdir(art.path))

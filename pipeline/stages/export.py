@@ -1,7 +1,11 @@
 """Stage export: train/val split by environment instance, SFT files for LLaMA-Factory and TRL.
 
 Reads the validated SFT pairs and the skill bank; writes the same pairs as Parquet with ``split``
-set, plus these files in the stage folder:
+set, one file set per split in the Hugging Face Hub's layout (:data:`SPLIT_FILES`:
+``data/train-00000-of-00001.parquet``, ``data/validation-00000-of-00001.parquet``), so that
+``datasets.load_dataset(EXPORT)`` and ``load_dataset("parquet", data_dir=EXPORT)`` give the
+``train`` and ``validation`` splits (that naming is matched before any other file name, so the
+files below are not mistaken for splits), plus these files in the stage folder:
 
 * ``sft_train.jsonl`` / ``sft_val.jsonl``: one pair per line, alpaca ``instruction``/``input``
   (always "")/``output`` plus ``messages`` (system, user, assistant) and ``pair_id`` for lineage;
@@ -37,6 +41,8 @@ USES_LLM = False
 CONFIG = ("export",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
+#: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
+SPLIT_FILES = ("split", {"train": "train", "val": "validation"})
 
 
 def prompt_files(ctx: StageContext) -> list[str]:
