@@ -202,13 +202,56 @@ class QuarantineRow:
     raw: str = ""
 
 
+def _check_value(value: Any, typ: pa.DataType, where: str) -> None:
+    """Raise if ``value`` (a Python value bound for Arrow type ``typ``) holds a struct whose keys
+    are not exactly the struct's fields, or a ``None`` in a non-nullable struct field, at any
+    depth of lists and structs. ``where`` names the value in the error (``steps[3].line``)."""
+    if value is None:
+        return
+    if pa.types.is_struct(typ):
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected an object for {typ}, got {type(value).__name__}")
+        _check_keys(value, typ, where)
+        for i in range(typ.num_fields):
+            f = typ.field(i)
+            if value[f.name] is None and not f.nullable:
+                raise ValueError(f"{where}.{f.name}: None in a non-nullable field")
+            _check_value(value[f.name], f.type, f"{where}.{f.name}")
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        item = typ.value_type
+        if _is_nested(item) and isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                _check_value(v, item, f"{where}[{i}]")
+
+
+def _is_nested(typ: pa.DataType) -> bool:
+    return pa.types.is_struct(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ) \
+        or pa.types.is_fixed_size_list(typ)
+
+
+def _check_keys(row: dict[str, Any], fields: pa.StructType | pa.Schema, where: str) -> None:
+    names = set(fields.names)
+    extra, missing = set(row) - names, names - set(row)
+    if extra or missing:
+        raise KeyError(f"{where + ': ' if where else ''}fields do not match schema: "
+                       f"unknown={sorted(extra)} missing={sorted(missing)}")
+
+
 def to_table(rows: Iterable[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """Build a table with exactly ``schema``; raises ``KeyError`` on an unknown or missing field."""
+    """Build a table with exactly ``schema``, strict at every level.
+
+    Raises ``KeyError`` on an unknown or missing field of a row or of any nested struct (e.g. a
+    key inside a ``steps`` item; Arrow alone would drop an unknown nested key and turn a missing
+    one into null), ``ValueError`` on ``None`` in a non-nullable field, ``TypeError`` on a
+    non-object where a struct is declared; Arrow's own errors for values of the wrong type.
+    """
     rows = list(rows)
-    names = set(schema.names)
-    for r in rows:
-        extra = set(r) - names
-        missing = names - set(r)
-        if extra or missing:
-            raise KeyError(f"row fields do not match schema: unknown={sorted(extra)} missing={sorted(missing)}")
+    nested = [f for f in schema if _is_nested(f.type)]
+    for n, r in enumerate(rows):
+        _check_keys(r, schema, f"row {n}")
+        for f in schema:
+            if r[f.name] is None and not f.nullable:
+                raise ValueError(f"row {n}.{f.name}: None in a non-nullable field")
+        for f in nested:
+            _check_value(r[f.name], f.type, f"row {n}.{f.name}")
     return pa.Table.from_pylist(rows, schema=schema)
