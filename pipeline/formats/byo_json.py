@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
+from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -108,7 +108,7 @@ def entry_trajectories(entry: Any, path: str, index: int, line: int, threshold: 
                 "outcome_source": "last_step"}
         if is_search:
             meta.update(data_source=source, entry_outcome=entry.get("outcome"))
-        yield build_trajectory(
+        yield reader_trajectory(
             env=env, env_instance=str(entry.get("env_id") or f"entry{index}"), task=task, outcome=outcome,
             reward=last.reward, steps=steps, source_uri=path, source_format=FORMAT,
             record_index=index * 1000 + j, source_line=line, category_hint=source, metadata=meta)
@@ -125,4 +125,4 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             yield from entry_trajectories(entry, path, index, line, success_threshold)
             index += 1
     except JSONContainerError as e:
-        yield invalid_json_row(e, path, text, index, "entries")
+        yield from json_error_rows(e, path, text, index, "entries")

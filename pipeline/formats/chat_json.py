@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from .. import envs
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import (JSONContainerError, ThoughtBuffer, bad, build_trajectory, invalid_json_row, iter_json_container,
+from .common import (JSONContainerError, ThoughtBuffer, bad, reader_trajectory, json_error_rows, iter_json_container,
                      open_text)
 from .webshop_transcript import task_from_observation
 
@@ -98,8 +98,9 @@ def _label(rec: dict, last_obs: str, env: str, threshold: float) -> tuple[str, f
 
 
 def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first_line: int | None,
-                 env_hint: str | None, threshold: float) -> Trajectory:
-    """One record -> Trajectory; ``lines[i]`` is the file line of message ``i`` (or None).
+                 env_hint: str | None, threshold: float) -> Trajectory | QuarantineRow:
+    """One record -> Trajectory (or a ``non_finite_reward`` row, see ``common.reader_trajectory``);
+    ``lines[i]`` is the file line of message ``i`` (or None).
 
     Raises :class:`RecordError` for a record with no usable turns.
     """
@@ -151,7 +152,7 @@ def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first
         meta["data_source"] = data_source
     instance = game_file or (rec["id"] if isinstance(rec.get("id"), str) else
                              f"{os.path.splitext(os.path.basename(path))[0]}/{index}")
-    return build_trajectory(
+    return reader_trajectory(
         env=env, env_instance=instance, task=task, outcome=outcome, reward=reward, steps=steps,
         source_uri=path, source_format=FORMAT, record_index=index, source_line=first_line,
         category_hint=hint, metadata=meta)
@@ -177,7 +178,7 @@ JSONL_PROBE_LINES = 20
 def _is_object_line(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: pathologically deep nesting
         return False
 
 
@@ -223,8 +224,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
          ) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per record; ``bad_record`` / ``invalid_json`` rows for the rest.
 
-    A JSON list is decoded record by record (a cut file keeps its earlier records); JSONL
-    (:func:`is_jsonl`) is read line by line (a bad line is quarantined and the next line still read).
+    A JSON list is decoded record by record (a cut file keeps its earlier records; content after
+    the list or after a single top-level record is quarantined piece by piece, see
+    ``common.json_error_rows``); JSONL (:func:`is_jsonl`) is read line by line (a bad line, even
+    one nested too deeply to decode, is quarantined with its line number and the next line still
+    read).
 
     ``text``: the file's text when the caller has it (``discover.read_file`` passes it for a JSONL
     file with invalid UTF-8, decoded with ``errors="surrogateescape"``, newlines translated);
@@ -255,8 +259,12 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 yield parse_record(rec, [no] * len(_messages(rec)), path, index, no, env_hint, success_threshold)
             except json.JSONDecodeError as e:
                 yield bad("invalid_json", f"invalid JSON line: {e.msg} (column {e.colno})", path, no, line)
+            except RecursionError:  # e.g. 100k nested brackets: this line only, the next is read
+                yield bad("invalid_json", "invalid JSON line: nested too deeply to decode", path, no, line)
             except RecordError as e:
                 yield bad("bad_record", str(e), path, no, line)
+            except Exception as e:  # an unforeseen record shape costs this line, not the rest of the file
+                yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", path, no, line)
             index += 1
         return
     if dirty is not None:
@@ -264,16 +272,17 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                   "in a JSON document", path, text.count("\n", 0, dirty.start()) + 1,
                   _undecoded(text[max(0, dirty.start() - 200):dirty.start() + 200]))
         return
-    if stripped.startswith("{"):  # a single record
-        text = "[" + text + "]"  # offsets shift by one char on line 1 only: line numbers unchanged
     index = 0
-    try:
-        for _, rec, pos, no in iter_json_container(text):
+    try:  # a top-level object is a single record
+        for _, rec, pos, no in iter_json_container(text, single_object=True):
             try:
                 n = len(_messages(rec))
                 yield parse_record(rec, _message_lines(text, pos, n, no), path, index, no, env_hint, success_threshold)
             except RecordError as e:
                 yield bad("bad_record", str(e), path, no, json.dumps(rec, ensure_ascii=False)[:4000])
+            except Exception as e:  # an unforeseen record shape costs this record, not the rest
+                yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", path, no,
+                          json.dumps(rec, ensure_ascii=False, default=str))
             index += 1
     except JSONContainerError as e:
-        yield invalid_json_row(e, path, text, index)
+        yield from json_error_rows(e, path, text, index)

@@ -4,6 +4,7 @@ streaming JSON containers with line numbers, and attaching reasoning to the next
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Iterator
 
@@ -105,6 +106,27 @@ def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, re
         metadata=json.dumps(metadata or {}, ensure_ascii=False, sort_keys=True))
 
 
+def reader_trajectory(**kwargs: Any) -> Trajectory | QuarantineRow:
+    """:func:`build_trajectory` for readers: the trajectory, or a ``non_finite_reward`` quarantine
+    row when its reward or a step's reward is NaN or infinite (JSON ``NaN``/``Infinity``, or a
+    number such as ``1e999999`` that overflows a float). Such a value would otherwise decide the
+    outcome silently (NaN >= threshold is false: a failure; inf a success). The row's line is the
+    first bad step's (else the record's) and ``raw`` holds the whole record as JSON, so nothing is
+    lost. Arguments as :func:`build_trajectory`."""
+    steps = kwargs["steps"]
+    bad_step = next((s for s in steps if not math.isfinite(s.reward)), None)
+    if bad_step is None and math.isfinite(kwargs["reward"]):
+        return build_trajectory(**kwargs)
+    where = (f"step {steps.index(bad_step)} reward {bad_step.reward!r}" if bad_step is not None
+             else f"episode reward {kwargs['reward']!r}")
+    line = bad_step.line if bad_step is not None and bad_step.line is not None else kwargs.get("source_line")
+    record = {k: v for k, v in kwargs.items() if k != "steps"}
+    record["steps"] = [s.__dict__ for s in steps]
+    return bad("non_finite_reward", f"{where} is not a finite number (NaN or infinite; a reward or score "
+               f"must be a finite float)", kwargs["source_uri"], line,
+               json.dumps(record, ensure_ascii=False, default=str), limit=None)
+
+
 STEP_FIELDS = ("index", "action", "observation", "admissible_actions", "reward", "done", "thought", "line")
 
 
@@ -175,6 +197,37 @@ def rebase(t: Trajectory, source_uri: str) -> Trajectory:
     return t
 
 
+def json_error_rows(e: "JSONContainerError", path: str, text: str, done: int, unit: str = "records"
+                    ) -> Iterator[QuarantineRow]:
+    """Quarantine rows for where :func:`iter_json_container` stopped: one :func:`invalid_json_row`
+    for damage inside the top-level value; for content after it (:class:`JSONTrailingContent`),
+    one ``trailing_json`` row per JSON value that follows, with its line and the value as JSON
+    (an array: one row per element, as arrays hold one record per element in every format;
+    an object is one record), and one ``invalid_json`` row holding the rest of the text from the
+    first piece that does not decode. Nothing after the top-level value is dropped unseen."""
+    if not isinstance(e, JSONTrailingContent):
+        yield invalid_json_row(e, path, text, done, unit)
+        return
+    dec, pos = json.JSONDecoder(), e.pos
+    while pos < len(text):
+        line = line_at(text, pos)
+        try:
+            value, end = _decode(dec, text, pos)
+        except JSONContainerError as err:
+            yield bad("invalid_json", f"content after the top-level JSON value ({done} {unit}) does not decode: "
+                      f"{err}", path, line, text[pos:], limit=None)
+            return
+        members = [(None, value, line)]  # an object, a scalar or an empty array: one row
+        if value and isinstance(value, list):
+            members = [(k, v, line + ln - 1) for k, v, _, ln in iter_json_container(text[pos:end])]
+        for key, member, member_line in members:
+            where = f"a JSON {type(member).__name__}" if key is None else f"element {key} of a JSON array"
+            yield bad("trailing_json", f"{where} after the end of the top-level JSON value ({done} {unit} "
+                      "read before it): a second document or a stray record, not read as a record", path,
+                      member_line, json.dumps(member, ensure_ascii=False), limit=None)
+        pos = _WS.match(text, end).end()
+
+
 def invalid_json_row(e: "JSONContainerError", path: str, text: str, done: int, unit: str = "records"
                      ) -> QuarantineRow:
     """The quarantine row of a JSON container that stopped decoding after ``done`` members:
@@ -208,44 +261,73 @@ _WS = re.compile(r"\s*")
 
 
 class JSONContainerError(ValueError):
+    """A JSON container stopped decoding at offset ``pos`` (see :func:`iter_json_container`)."""
     def __init__(self, msg: str, pos: int):
         super().__init__(msg)
         self.pos = pos
 
 
-def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int, int]]:
+class JSONTrailingContent(JSONContainerError):
+    """The top-level JSON value ended at ``pos`` but non-blank text follows it (a second JSON
+    document, a stray record, garbage): :func:`json_error_rows` quarantines each piece."""
+
+
+def _decode(dec: json.JSONDecoder, text: str, pos: int) -> tuple[Any, int]:
+    """``dec.raw_decode``; a value nested too deeply for Python's recursion limit is a
+    :class:`JSONContainerError` at ``pos`` like any undecodable value (not a RecursionError)."""
+    try:
+        return dec.raw_decode(text, pos)
+    except json.JSONDecodeError as e:
+        raise JSONContainerError(f"invalid JSON: {e.msg}", e.pos) from None
+    except RecursionError:
+        raise JSONContainerError("invalid JSON: nested too deeply to decode", pos) from None
+
+
+def _end_of_top_level(text: str, pos: int) -> None:
+    """Raise :class:`JSONTrailingContent` if anything but whitespace follows offset ``pos``."""
+    pos = _WS.match(text, pos).end()
+    if pos < len(text):
+        raise JSONTrailingContent("content after the end of the top-level JSON value", pos)
+
+
+def iter_json_container(text: str, single_object: bool = False) -> Iterator[tuple[Any, Any, int, int]]:
     """Yield ``(key_or_index, value, start_offset, start_line)`` for each member of a top-level
     JSON object or array, decoding one member at a time (``start_line`` 1-based, counted
-    incrementally: O(file), not O(members x file)).
+    incrementally: O(file), not O(members x file)). ``single_object``: a top-level object is
+    one member (index 0), not a container of members.
 
     A truncated or corrupt file still yields every member before the damage, then raises
     :class:`JSONContainerError` with the offset where decoding failed (readers turn it into a
-    quarantine row with that line). Raises it too when the text is not an object or array.
+    quarantine row with that line). Raises it too when the text is not an object or array, and
+    :class:`JSONTrailingContent` when text follows the closing bracket (:func:`json_error_rows`).
     """
     dec = json.JSONDecoder()
     pos = _WS.match(text, 0).end()
     if pos >= len(text) or text[pos] not in "[{":
         raise JSONContainerError("top level is not a JSON object or array", pos)
+    if single_object and text[pos] == "{":
+        value, end = _decode(dec, text, pos)
+        yield 0, value, pos, line_at(text, pos)
+        _end_of_top_level(text, end)
+        return
     is_obj, close = text[pos] == "{", "}" if text[pos] == "{" else "]"
     pos = _WS.match(text, pos + 1).end()
     index, line, counted = 0, 1, 0
     if text.startswith(close, pos):
+        _end_of_top_level(text, pos + 1)
         return
     while True:
         start = pos
-        try:
-            if is_obj:
-                key, pos = dec.raw_decode(text, pos)
-                pos = _WS.match(text, pos).end()
-                if not text.startswith(":", pos):
-                    raise JSONContainerError("expected ':' after object key", pos)
-                pos = _WS.match(text, pos + 1).end()
-                start = pos
-            else:
-                key = index
-            value, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError as e:
-            raise JSONContainerError(f"invalid JSON: {e.msg}", e.pos) from None
+        if is_obj:
+            key, pos = _decode(dec, text, pos)
+            pos = _WS.match(text, pos).end()
+            if not text.startswith(":", pos):
+                raise JSONContainerError("expected ':' after object key", pos)
+            pos = _WS.match(text, pos + 1).end()
+            start = pos
+        else:
+            key = index
+        value, pos = _decode(dec, text, pos)
         line, counted = line + text.count("\n", counted, start), start
         yield key, value, start, line
         index += 1
@@ -253,6 +335,7 @@ def iter_json_container(text: str) -> Iterator[tuple[Any, Any, int, int]]:
         if text.startswith(",", pos):
             pos = _WS.match(text, pos + 1).end()
         elif text.startswith(close, pos):
+            _end_of_top_level(text, pos + 1)
             return
         else:
             raise JSONContainerError(f"expected ',' or '{close}'" if pos < len(text) else "unexpected end of file", pos)

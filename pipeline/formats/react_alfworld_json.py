@@ -14,7 +14,7 @@ from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
+from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
 
 FORMAT = "react_alfworld_json"
 WIN_REWARD = 10.0
@@ -46,10 +46,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                     meta = {"key": key, "variant": m[1] if m else "", "outcome_source": "curated"}
                     if t.trailing_thought:
                         meta["trailing_thought"] = t.trailing_thought
-                    yield build_trajectory(
+                    yield reader_trajectory(
                         env=env_hint or "alfworld", env_instance=m[2] if m else str(key), task=t.task,
                         outcome="success", reward=WIN_REWARD, steps=t.steps, source_uri=path,
                         source_format=FORMAT, record_index=index, source_line=line, metadata=meta)
             index += 1
     except JSONContainerError as e:
-        yield invalid_json_row(e, path, text, index, "entries")
+        yield from json_error_rows(e, path, text, index, "entries")

@@ -13,7 +13,7 @@ import re
 from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
-from .common import bad, build_trajectory, open_text
+from .common import bad, reader_trajectory, open_text
 from .webshop_transcript import parse_episode
 
 FORMAT = "react_webshop_log"
@@ -89,7 +89,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 "purchased": ep.score is not None, "outcome_source": "score"}
         if ep.trailing_thought:
             meta["trailing_thought"] = ep.trailing_thought
-        yield build_trajectory(
+        yield reader_trajectory(
             env=env_hint or "webshop", env_instance=f"fixed_{index}", task=ep.task,
             outcome="success" if reward >= success_threshold else "failure", reward=reward,
             steps=ep.steps, source_uri=path, source_format=FORMAT, record_index=record_index - 1,

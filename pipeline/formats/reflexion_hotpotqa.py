@@ -27,7 +27,7 @@ from typing import Iterator
 from ..envs import search as search_env
 from ..lineage import content_hash
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory, open_text
+from .common import bad, reader_trajectory, open_text
 
 FORMAT = "reflexion_hotpotqa"
 _SECTION = re.compile(r"^-{5,} BEGIN (CORRECT|INCORRECT|HALTED) AGENTS -{5,}\s*$")
@@ -167,7 +167,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 "halted": section == "HALTED", "outcome_source": "section_label"}
         if thought:
             meta["trailing_thought"] = thought
-        yield build_trajectory(
+        yield reader_trajectory(
             env="search", env_instance="q-" + content_hash(b["question"], n=12), task=b["question"],
             outcome=outcome, reward=reward, steps=steps, source_uri=path, source_format=FORMAT,
             record_index=k, source_line=first, category_hint="hotpotqa", metadata=meta)

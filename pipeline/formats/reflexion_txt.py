@@ -15,7 +15,7 @@ from typing import Iterator
 from .. import envs
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import bad, build_trajectory, open_text
+from .common import bad, reader_trajectory, open_text
 from .webshop_transcript import parse_episode
 
 FORMAT = "reflexion_txt"
@@ -88,6 +88,6 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             continue
         if trailing:
             meta["trailing_thought"] = trailing
-        yield build_trajectory(
+        yield reader_trajectory(
             env=env, env_instance=f"{stem}/{k}", task=task, outcome=outcome, reward=reward, steps=steps,
             source_uri=path, source_format=FORMAT, record_index=k, source_line=start, metadata=meta)

@@ -31,7 +31,7 @@ import json
 from typing import Any, Iterator
 
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, build_trajectory, invalid_json_row, iter_json_container, open_text
+from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -80,8 +80,9 @@ def memory_fields(rec: Any) -> dict[str, Any]:
             "contextual_description": rec.get("contextual_description")}
 
 
-def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory:
-    """One memory with refined steps -> Trajectory (module docstring); raises :class:`RecordError`."""
+def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory | QuarantineRow:
+    """One memory with refined steps -> Trajectory (module docstring; a quarantine row only as
+    ``common.reader_trajectory`` makes one); raises :class:`RecordError`."""
     f = memory_fields(rec)
     if not f["goal"]:
         raise RecordError("memory has no content.task_meta.original_goal")
@@ -107,7 +108,7 @@ def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory:
                               "mistakes_to_avoid", "data_source")}
     meta.update(abstracted=True, outcome_source="memory_tag",
                 step_indices=[e.get("step_index") for e in entries])
-    return build_trajectory(
+    return reader_trajectory(
         env=f["env"], env_instance=str(f["origin_env_id"] or f["memory_id"] or index), task=f["goal"],
         outcome=f["outcome"], reward=reward, steps=steps, source_uri=path, source_format=FORMAT,
         record_index=index, source_line=line, category_hint=f["data_source"], metadata=meta)
@@ -133,7 +134,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 yield bad("bad_record", str(e), path, line, raw)
             index += 1
     except JSONContainerError as e:
-        yield invalid_json_row(e, path, text, index)
+        yield from json_error_rows(e, path, text, index)
 
 
 def read_bank(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory, line_at, open_text
+from .common import bad, reader_trajectory, line_at, open_text
 
 FORMAT = "skillrl_search_txt"
 _QUESTION = re.compile(r"Your question:[ \t]*(.*)")
@@ -96,7 +96,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     stem = os.path.splitext(os.path.basename(path))[0]
     meta = {"file": os.path.basename(path), "data_source": source, "data_source_from": how,
             "reward_line_found": bool(rewards), "final_action_fallback": fallback}
-    yield build_trajectory(
+    yield reader_trajectory(
         env="search", env_instance=f"{parent}_{stem}", task=q[1].strip(),
         outcome="success" if reward >= success_threshold else "failure", reward=reward, steps=steps,
         source_uri=path, source_format=FORMAT, record_index=0, source_line=1, category_hint=source,

@@ -32,7 +32,7 @@ from typing import Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, build_trajectory, open_text
+from .common import bad, reader_trajectory, open_text
 
 FORMAT = "skillrl_txt"
 WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won, spec §2)
@@ -272,7 +272,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         meta.update(test=int(banner[1]), env_number=int(banner[2]))
     if invalid:
         meta["invalid_actions"] = invalid
-    yield build_trajectory(
+    yield reader_trajectory(
         env=env, env_instance=_instance(path, banner[2] if banner else None), task=task,
         outcome="success" if won else "failure", reward=last.reward, steps=steps,
         source_uri=source_uri or path, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)
