@@ -67,6 +67,9 @@ def rendered(tmp_path_factory):
 def test_report_opens_in_chromium_with_every_section_and_image(rendered):
     root, out, dom, shot = rendered
     assert 'data-loaded="1"' in dom  # the inline script ran
+    load_ms = int(re.search(r'data-load-ms="(\d+)"', dom).group(1))
+    print(f"report load time in headless Chromium: {load_ms} ms")
+    assert load_ms < 5000  # ~100-300 ms measured; generous for a loaded 2-core CI machine
     for sid, title in SECTIONS:
         assert re.search(rf'<h2 id="{sid}">{re.escape(title)}</h2>', dom), sid
     imgs = re.findall(r"<img [^>]*>", dom)

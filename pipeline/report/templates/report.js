@@ -50,12 +50,14 @@
     select.addEventListener("change", function () { show(entries[+select.value]); });
     if (entries.length) show(entries[0]);
   }
-  // Record each image's decoded size on the element (checked by the report's browser test).
+  // Record each image's decoded size and the load time on the page (read by the browser test).
   window.addEventListener("load", function () {
     document.querySelectorAll("img").forEach(function (img) {
       img.setAttribute("data-natural-width", img.naturalWidth);
       img.setAttribute("data-natural-height", img.naturalHeight);
     });
     document.body.setAttribute("data-loaded", "1");
+    // milliseconds from navigation start to the end of loading (the page's "opens in" time)
+    document.body.setAttribute("data-load-ms", String(Math.round(performance.now())));
   });
 })();
