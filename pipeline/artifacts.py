@@ -22,6 +22,7 @@ one. ``<root>`` is a local path (fsspec URIs are accepted where the filesystem s
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .lineage import file_sha256
 from .records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = "_manifest.json"
@@ -58,12 +60,33 @@ class StageArtifact:
     def fingerprint(self) -> str:
         return self.manifest["fingerprint"]
 
+    @property
+    def content_sha256(self) -> str:
+        """Hash of what downstream stages read (:func:`content_sha256`): from the manifest, or
+        computed from the files for an artifact written before manifests recorded it."""
+        return self.manifest.get("content_sha256") or content_sha256(self.path, self.manifest)
+
     def read_table(self, quarantine: bool = False) -> pa.Table:
         """The stage's rows (or its quarantine rows) as one table; raises :class:`ArtifactError`."""
         return read_parquet_dir(quarantine_dir(self.path) if quarantine else self.path)
 
     def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
         return self.read_table(quarantine).to_pylist()
+
+
+def content_sha256(folder: str, manifest: dict[str, Any]) -> str:
+    """SHA-256 of an artifact's content as downstream stages see it: each file the manifest
+    lists except the quarantine (relative name and the file's SHA-256, in name order), plus the
+    manifest's ``counters`` (export reads aggregate's split record from there). It names no
+    location, so a moved run folder or another ``--root`` keeps every fingerprint built on it.
+    Raises ``OSError`` when a listed file cannot be read."""
+    h = hashlib.sha256()
+    for name in sorted(manifest.get("files", [])):
+        if name.split("/", 1)[0] in (QUARANTINE_DIR, LEGACY_QUARANTINE_DIR):
+            continue
+        h.update(f"{name}\0{file_sha256(os.path.join(folder, name))}\n".encode())
+    h.update(json.dumps(manifest.get("counters") or {}, sort_keys=True, ensure_ascii=False, default=str).encode())
+    return h.hexdigest()
 
 
 def quarantine_dir(stage_dir: str) -> str:
@@ -388,6 +411,7 @@ class ArtifactStore:
                 files.append(name)
             manifest = dict(manifest, status="complete", files=sorted(files),
                             written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            manifest["content_sha256"] = content_sha256(tmp, manifest)
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
                 json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
             old = None

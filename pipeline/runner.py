@@ -123,14 +123,17 @@ def check_fresh(store: ArtifactStore, stage: str, seen: set[str] | None = None) 
     seen.add(stage)
     art = store.require(stage)
     for inp in art.manifest.get("inputs", []):
-        up = os.path.basename(os.path.normpath(inp.get("uri", "")))
-        if "fingerprint" not in inp or up not in STAGES:
+        # "stage" + "content_sha256" since fingerprints name no location; "uri" + "fingerprint" before
+        up = inp.get("stage") or os.path.basename(os.path.normpath(inp.get("uri", "")))
+        key = "content_sha256" if "content_sha256" in inp else "fingerprint"
+        if key not in inp or up not in STAGES:
             continue
         current = store.require(up)
-        if current.fingerprint != inp["fingerprint"]:
+        now = current.content_sha256 if key == "content_sha256" else current.fingerprint
+        if now != inp[key]:
             raise ArtifactError(
-                f"stage '{stage}' of run {store.run_id} is stale: it was built from '{up}' {inp['fingerprint'][:12]} "
-                f"but '{up}' is now {current.fingerprint[:12]}; rerun from '{stage}' on "
+                f"stage '{stage}' of run {store.run_id} is stale: it was built from '{up}' {inp[key][:12]} "
+                f"but '{up}' is now {now[:12]}; rerun from '{stage}' on "
                 f"(e.g. --stages {','.join(STAGES[STAGES.index(stage):])}) or the whole run")
         check_fresh(store, up, seen)
 
@@ -152,7 +155,9 @@ def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
             if n <= MAX_LISTED_INPUTS:
                 listing.append({"uri": rel, "sha256": sha})
         return [{"files": n, "sha256": digest.hexdigest(), "listed": listing if n <= MAX_LISTED_INPUTS else []}]
-    return [{"uri": ctx.upstream(s).path, "fingerprint": ctx.upstream(s).fingerprint} for s in mod.INPUTS]
+    # What upstream artifacts hold, not where they are: a moved run folder or another --root
+    # keeps every fingerprint (and an upstream rerun that wrote the same bytes reruns nothing).
+    return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in mod.INPUTS]
 
 
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",

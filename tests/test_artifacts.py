@@ -181,3 +181,16 @@ def test_split_files_layout_names_splits_like_the_hub(tmp_path, monkeypatch):
     empty = store.write("e2", to_table([], schema), [], {"fingerprint": "h"}, split_files=("split", {"train": "train"}))
     assert empty.read_table().num_rows == 0 and empty.read_table().schema == schema
 
+
+def test_content_hash_names_no_location_and_follows_the_bytes(tmp_path):
+    import shutil
+    store = ArtifactStore(str(tmp_path / "a"), "r1")
+    art = store.write("s", to_table(rows(0, 3), SCHEMA), [QuarantineRow("s", "x")], {"fingerprint": "f"})
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    moved = ArtifactStore(str(tmp_path / "b"), "r1").load("s")
+    assert moved.content_sha256 == art.content_sha256 == art.manifest["content_sha256"]
+    assert artifacts.content_sha256(moved.path, moved.manifest) == art.content_sha256  # recomputed from files
+    other = store.write("s", to_table(rows(0, 4), SCHEMA), [QuarantineRow("s", "x")], {"fingerprint": "f"})
+    assert other.content_sha256 != art.content_sha256
+    requarantined = store.write("s", to_table(rows(0, 4), SCHEMA), [], {"fingerprint": "f"})
+    assert requarantined.content_sha256 == other.content_sha256  # downstream never reads the quarantine

@@ -1,4 +1,5 @@
 """Runner mechanics: fingerprint skip, count invariant, streaming stages, config in fingerprints."""
+import json
 import types
 
 import pyarrow as pa
@@ -142,3 +143,26 @@ def test_stage_reads_only_declared_config_sections(name):
     allowed = set(mod.CONFIG) | ({"llm"} if mod.USES_LLM else set())
     assert used and used <= allowed, (name, used - allowed)
     assert not re.search(r"ctx\.config\b(?!\.)", src.replace("cfg = ctx.config\n", "")), "whole config passed on"
+
+
+def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
+    """Issue 14 hole 8: fingerprints held the absolute paths of upstream artifacts, so a run
+    folder moved (or read through another --root) reran every stage. Real parse + dedupe."""
+    import os
+    import shutil
+    from pipeline.runner import run_pipeline
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    a = tmp_path / "a"
+    shutil.copytree(os.path.join(repo, "data", "samples", "react-webshop"), a / "input")
+    quiet = dict(log=lambda m: None)
+    first = run_pipeline(str(a), "r", str(a / "input"), PipelineConfig(), stages=["parse", "dedupe"], **quiet)
+    assert [r.skipped for r in first] == [False, False] and first[1].rows > 0
+    shutil.copytree(a, tmp_path / "b")
+    shutil.rmtree(a)  # moved, not copied: nothing of the old location is left to match
+    b = tmp_path / "b"
+    again = run_pipeline(str(b), "r", str(b / "input"), PipelineConfig(), stages=["parse", "dedupe"], **quiet)
+    assert [r.skipped for r in again] == [True, True]
+    assert [r.fingerprint for r in again] == [r.fingerprint for r in first]
+    runner.check_fresh(ArtifactStore(str(b), "r"), "dedupe")
+    dedupe = ArtifactStore(str(b), "r").require("dedupe").manifest
+    assert str(a) not in json.dumps(dedupe["inputs"]) and dedupe["inputs"][0]["stage"] == "parse"
