@@ -207,3 +207,15 @@ def test_inspect_html_of_a_stage_and_its_quarantine(tmp_path):
     assert "http_error" in html and "HTTP 503 after 3 retries" in html
     res = CliRunner().invoke(app, ["inspect", run_dir, "--html", out])
     assert res.exit_code == 1 and "skillpipe report" in res.output
+
+
+def test_funnel_rows_per_stage_and_shard():
+    stages = [{"stage": "memory", "manifest": {"wall_s": 2.0, "counts": {
+        "in": 5, "units_in": 5, "out": 4, "units_out": 4, "quarantined": 1, "quarantine_reasons": {"schema_invalid": 1}},
+        "shards": [{"shard": "00000", "counts": {"in": 3, "out": 3, "quarantined": 0}},
+                   {"shard": "00001", "counts": {"in": 2, "out": 1, "quarantined": 1,
+                                                 "quarantine_reasons": {"schema_invalid": 1}}}]}}]
+    (row,) = runinfo.funnel(stages)
+    assert (row["units_in"], row["out"], row["quarantined"], row["reasons"]) == (5, 4, 1, {"schema_invalid": 1})
+    assert [(s["shard"], s["in"], s["out"], s["quarantined"]) for s in row["shards"]] == \
+        [("00000", 3, 3, 0), ("00001", 2, 1, 1)]
