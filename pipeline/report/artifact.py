@@ -65,7 +65,7 @@ def write_artifact_html(path: str, out: str, rows: int = 20, quarantine: bool = 
     """Render :func:`artifact_facts` of ``path`` to ``out`` (HTML); returns ``out``'s absolute path."""
     facts = artifact_facts(path, rows, quarantine)
     html = environment().get_template("artifact.html.j2").render(
-        a=facts, generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        a=facts, zip=zip, generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
