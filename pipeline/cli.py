@@ -70,7 +70,9 @@ def run(
     env: str = typer.Option("auto", help="environment of every record: auto (detect per record) | alfworld | "
                                          "webshop | search | textworld"),
     format: Optional[str] = typer.Option(None, "--format", help="input format for every file (default: auto-detect per file)"),
-    run_id: str = typer.Option("default", "--run-id", help="run id; outputs go to ROOT/runs/RUN_ID/<stage>/"),
+    run_id: str = typer.Option("default", "--run-id", help="run id (letters, digits, -_. ; at most 128 bytes); outputs "
+                                                        "go to ROOT/runs/RUN_ID/<stage>/. One process at a time per "
+                                                        "run id: a second one exits 1 at once, naming the holder"),
     root: str = typer.Option(".", help="folder that holds runs/"),
     stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (sections as in pipeline/config.py)"),
@@ -79,10 +81,20 @@ def run(
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
 ):
-    """Run the pipeline (or some stages of it) and print a summary table."""
+    """Run the pipeline (or some stages of it) and print a summary table.
+
+    Exit 0 when every requested stage was written (a stage whose failed LLM requests stay under
+    llm.max_endpoint_failure_rate is written, its raw answers quarantined, shown "incomplete" and
+    retried by the next plain run); 1 when a stage failed or another process holds the run; 2 for
+    a usage error."""
     from .artifacts import ArtifactError
     from .config import load_config
-    from .runner import CountMismatch, run_pipeline
+    from .runner import CountMismatch, check_run_id, run_pipeline
+
+    try:
+        check_run_id(run_id)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--run-id")
 
     import yaml
     try:
@@ -154,8 +166,12 @@ def print_summary(results, wall: float) -> None:
         n_out = str(c.get("out", ""))
         if c.get("units_out") not in (None, c.get("out")):
             n_out += f" ({c['units_out']} used)"
+        n_failed = (r.manifest.get("failed_requests") or {}).get("total", 0)
+        status = "skipped (unchanged)" if r.skipped else "ran"
+        if n_failed:  # recorded as incomplete: the next plain run retries these requests
+            status = f"incomplete ({n_failed} failed LLM request(s); a rerun retries them)"
         t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
-                  llm_s, f"{r.manifest.get('wall_s', 0):.1f}", "skipped (unchanged)" if r.skipped else "ran")
+                  llm_s, f"{r.manifest.get('wall_s', 0):.1f}", status)
     console.print(t)
     console.print("in (→N): the N units a stage expands its input into (validate: candidate pairs); out (N used): "
                   "N inputs went into the output (aggregate: memories -> skills). Units in = used + quarantined.",

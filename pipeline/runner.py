@@ -46,6 +46,29 @@ class StageFailed(RuntimeError):
 
 #: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
 TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
+MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
+
+
+def failed_request_facts(out: "StageOutput", fp: str) -> dict[str, Any]:
+    """The manifest entries that record a stage's failed LLM requests (issue 14, hole 3).
+
+    Returns ``{"fingerprint": fp}`` when every request succeeded. Otherwise the recorded
+    fingerprint is a hash of ``fp`` and the failed ``(key, reason)`` pairs, so that (a) the next
+    plain run finds no match and reruns the stage, sending only the failed requests again (the
+    client caches successful answers only), and (b) a later stage built on this incomplete
+    artifact is stale once the rerun changes it. Then also ``fingerprint_complete`` (``fp``) and
+    ``failed_requests``: ``{total, by_reason, keys (first MAX_LISTED_FAILED, sorted),
+    quarantine_rows (request rows beyond the units' own rows)}``. ``out.failed_requests`` holds
+    ``JSONResult`` objects (``key``, ``error``).
+    """
+    failed = sorted((r.key, r.error or "llm_failed") for r in out.failed_requests)
+    summary = {"total": len(failed), "by_reason": dict(sorted(Counter(e for _, e in failed).items())),
+               "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]], "quarantine_rows": len(out.request_quarantine)}
+    if not failed:
+        return {"fingerprint": fp, "failed_requests": summary}
+    return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": failed}, n=32),
+            "fingerprint_complete": fp, "failed_requests": summary}
+
 
 @dataclass
 class StageOutput:
@@ -68,6 +91,13 @@ class StageOutput:
     # reads them only after the last batch.
     stream: Iterator[tuple[Any, Any]] | None = None
     reasons: Counter = field(default_factory=Counter)
+    # Every LLM request of this run that failed (``JSONResult`` with ``ok=False``), and one
+    # quarantine row for each failed request whose raw output no unit's row in ``quarantine``
+    # keeps (e.g. aggregate's mistakes call when its memories also fed a successful call).
+    # Request rows go to the quarantine artifact but are not units: they stay out of the count
+    # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
+    failed_requests: list[Any] = field(default_factory=list)
+    request_quarantine: list[QuarantineRow] = field(default_factory=list)
 
 
 @dataclass
@@ -216,6 +246,10 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         if existing and existing.fingerprint == fp and not force:
             log(f"[{name}] unchanged (fingerprint {fp[:12]}): skipped")
             return StageResult(name, existing.path, existing.manifest["counts"]["out"], fp, True, existing.manifest)
+        if existing and existing.manifest.get("fingerprint_complete") == fp and not force:
+            n_failed = existing.manifest["failed_requests"]["total"]
+            log(f"[{name}] {n_failed} LLM request(s) failed last time: rerunning to retry them "
+                "(answers received before come from the LLM cache)")
 
     t0 = time.monotonic()
     llm_before = ctx._llm.stats_snapshot() if (mod.USES_LLM and ctx._llm is not None) else None
@@ -238,8 +272,9 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
                 f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
                 f"was not written; rerun it (answers already received are cached).")
         llm_stats = ctx._llm.stats_delta(llm_before) if (mod.USES_LLM and ctx._llm is not None) else {}
+        failed = failed_request_facts(out, fp)
         return {
-            "stage": name, "run_id": ctx.store.run_id, "fingerprint": fp, **facts,
+            "stage": name, "run_id": ctx.store.run_id, **facts, **failed,
             "input_path": ctx.input_path if not mod.INPUTS else "",
             "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
                        "out": n_rows, "quarantined": n_quarantined,
@@ -259,11 +294,15 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
-        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine, manifest, extra,
-                              split_files=getattr(mod, "SPLIT_FILES", None))
+        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine + out.request_quarantine,
+                              manifest, extra, split_files=getattr(mod, "SPLIT_FILES", None))
     c = art.manifest["counts"]
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")
+    failed = art.manifest.get("failed_requests") or {}
+    if failed.get("total"):
+        log(f"[{name}] {failed['total']} LLM request(s) failed {failed['by_reason']}: raw output quarantined; "
+            "the stage is recorded as incomplete and a plain rerun retries exactly those requests")
     return StageResult(name, art.path, c["out"], art.fingerprint, False, art.manifest)
 
 
@@ -292,25 +331,52 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
     Later stages read earlier stages' artifacts from the same run, so ``stages=["distill"]``
     reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
     opened lazily and closed at the end.
+
+    The whole call holds the run's lock (:mod:`pipeline.runlock`): a second process on the same
+    run id gets :class:`~pipeline.runlock.RunLocked` at once. Under the lock, each stage's
+    temporary folders left by a killed process are removed before it runs.
+
+    Raises ``ValueError`` for an invalid run id (:func:`check_run_id`) or an unknown stage.
     """
     import contextlib
     from .llm.provider import llm_factory, model_id_for
+    from .runlock import run_lock
 
+    check_run_id(run_id)
     names = list(stages or STAGES)
     for n in names:
         stage_module(n)  # fail fast on a typo
     names.sort(key=STAGES.index)
     store = ArtifactStore(root, run_id)
     results = []
-    with contextlib.ExitStack() as stack:
+    with run_lock(store.run_dir, run_id), contextlib.ExitStack() as stack:
         ctx = StageContext(store, config, input_path=input_path, env=env,
                            llm_factory=llm_factory(config.llm, store.run_dir, stack))
         model = ""
         if any(stage_module(n).USES_LLM for n in names):
             model = model_id_for(config.llm)
         for n in names:
+            remove_stale_temp(store, n, log)
             results.append(run_stage(n, ctx, model_id=model, force=force, log=log))
     return results
+
+
+def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], None] = print) -> list[str]:
+    """Remove ``.<stage>.tmp-*`` / ``.<stage>.old-*`` folders of ``store``'s run (left when a process
+    was killed inside ``ArtifactStore._transaction``); returns their names.
+
+    Only safe while holding the run lock (:func:`run_pipeline` does): then no live process can
+    be writing into them."""
+    import shutil
+    if not os.path.isdir(store.run_dir):
+        return []
+    stale = sorted(f for f in os.listdir(store.run_dir)
+                   if f.startswith((f".{stage}.tmp-", f".{stage}.old-")) and os.path.isdir(os.path.join(store.run_dir, f)))
+    for f in stale:
+        shutil.rmtree(os.path.join(store.run_dir, f), ignore_errors=True)
+    if stale:
+        log(f"[{stage}] removed {len(stale)} temporary folder(s) left by a killed run: {', '.join(stale)}")
+    return stale
 
 
 def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: str = "auto",
@@ -328,6 +394,28 @@ def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: s
     return result.xcom()
 
 
+MAX_RUN_ID = 128  # bytes (UTF-8); a folder name may have 255 (NAME_MAX): room to spare
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it is a usable run folder name, else ``ValueError`` with a one-line reason.
+
+    Allowed: 1..MAX_RUN_ID bytes of letters, digits, ``-``, ``_``, ``.``, not starting with ``.`` (the same
+    alphabet :class:`~pipeline.artifacts.ArtifactStore` enforces), so no id can leave ``runs/``
+    (``..``, ``/``) or fail at ``mkdir`` with "File name too long" (issue 14, hole 7)."""
+    if len(run_id.encode("utf-8")) > MAX_RUN_ID:
+        raise ValueError(f"run id is {len(run_id.encode('utf-8'))} bytes long; the most is {MAX_RUN_ID}")
+    if not run_id or run_id.startswith(".") or not all(c.isalnum() or c in "-_." for c in run_id):
+        raise ValueError(f"invalid run id {run_id[:40]!r}: use letters, digits, '-', '_' and '.', "
+                         "not starting with '.'")
+    return run_id
+
+
 def safe_run_id(raw: str) -> str:
-    """Map an orchestrator run id (e.g. ``manual__2026-11-30T10:00:00+00:00``) to a folder-safe id."""
-    return "".join(c if (c.isalnum() or c in "-_.") else "-" for c in raw).strip(".-") or "default"
+    """Map an orchestrator run id (e.g. ``manual__2026-11-30T10:00:00+00:00``) to a folder-safe id
+    that :func:`check_run_id` accepts (a longer one is cut and suffixed with a hash of the whole)."""
+    safe = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in raw).strip(".-") or "default"
+    if len(safe.encode("utf-8")) > MAX_RUN_ID:
+        head = safe.encode("utf-8")[:MAX_RUN_ID - 13].decode("utf-8", errors="ignore")  # room for "-" + 12 hex
+        safe = f"{head.rstrip('.-')}-{content_hash(raw, n=12)}"
+    return safe

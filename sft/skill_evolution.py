@@ -10,7 +10,9 @@ new task-specific skills written by the LLM skill updater from that category's f
 * the answer goes through ``pipeline.llm``'s client contract: JSON Schema
   (``schemas/skills.schema.json``, ``maxItems`` narrowed to ``max_new_skills``) plus a check that
   rejects titles already in the bank, with bounded repair; a failed call changes nothing and is
-  recorded (no bracket-span parsing, no silent drop);
+  recorded: ``record["quarantine"]`` holds one ``records.QuarantineRow`` (as a dict, with the raw
+  answer) per failed call, written to ``grpo_log.jsonl`` with the validation entry (no
+  bracket-span parsing, no silent drop); the next validation asks again while the category stays low;
 * every update is a NEW bank version (content hash) whose history entry names its parent, the
   step, the skills added/evicted and the trajectory ids of the failures it came from; each new
   skill row carries those ids in ``source_trajectory_ids``;
@@ -35,6 +37,7 @@ from typing import Any
 
 from pipeline import lineage, skillbank
 from pipeline.llm.types import JSONRequest
+from pipeline.records import QuarantineRow
 from pipeline.rollout import Episode
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "skills.schema.json")
@@ -198,11 +201,14 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
             sources[c] = [e.trajectory.trajectory_id for e in failed]
     results = client.complete_json_many(requests, desc="skill_update") if requests else []
     new = SkillBank(copy.deepcopy(bank.rows), bank.env, list(bank.dynamic), list(bank.history))
-    added, evicted, calls = [], [], []
+    added, evicted, calls, quarantine = [], [], [], []
     for res in results:
         c = res.key
         calls.append({"category": c, "ok": res.ok, "error": res.error, "detail": res.detail[:300]})
-        if not res.ok:
+        if not res.ok:  # the bank is unchanged for c; the raw answer is kept (issue 14, hole 3)
+            quarantine.append(QuarantineRow("skill_evolution", res.error or "llm_failed",
+                                            f"skill update for category {c} at step {step} failed: {res.detail}",
+                                            c, raw=res.raw).__dict__)
             continue
         rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=client.model_id, prompt_sha=PROMPT_SHA,
                                    env=bank.env)
@@ -217,6 +223,7 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
     changed = version != bank.version
     record = {"step": step, "version": version, "parent_version": bank.version, "rates": rates, "low_categories": low,
               "added": added, "evicted": evicted, "failure_trajectory_ids": sources, "calls": calls,
+              "quarantine": quarantine,
               "model": client.model_id if requests else "", "prompt_sha": PROMPT_SHA}
     if changed:
         new.history.append({k: record[k] for k in ("step", "version", "parent_version", "added", "evicted",

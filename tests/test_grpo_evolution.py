@@ -92,6 +92,11 @@ def test_bad_answer_changes_nothing_and_is_recorded(plays, tmp_path):
     assert not res.changed and res.bank is bank
     assert res.record["calls"][0]["ok"] is False and res.record["calls"][0]["error"] == "schema_invalid"
     assert len(stub.requests) == 2  # one answer + one bounded repair
+    # the failed request's raw answer is kept as a quarantine row (written to grpo_log.jsonl)
+    [q] = res.record["quarantine"]
+    assert (q["stage"], q["reason"], q["item_id"], q["raw"]) == ("skill_evolution", "schema_invalid",
+                                                                 "put_away_objects", '[{"title": "X"}]')
+    assert json.loads(json.dumps(res.record))["quarantine"] == [q]
 
 
 def test_no_call_without_training_failures(plays, tmp_path):

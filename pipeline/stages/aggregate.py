@@ -291,6 +291,12 @@ def run(ctx: StageContext) -> StageOutput:
                                      parent=prev_version or None).record["parent"]
     used, quarantine = unused_quarantine(memories, calls)
     quarantine += held_out
+    # one row per failed call: its memories may all have fed a successful call too (a failed
+    # mistakes call whose failures also fed their category's call), and then no memory row keeps it
+    failed = [c for c in calls if not c.result.ok]
+    request_rows = [QuarantineRow(NAME, c.result.error or "llm_failed",
+                                  f"{c.kind} call {c.request.key} failed: {c.result.detail}", c.request.key,
+                                  raw=c.result.raw) for c in failed]
     extra = {}
     if not banks:  # an empty run still gets a (loadable, empty) bank
         banks[ctx.env] = ([], [])
@@ -307,4 +313,5 @@ def run(ctx: StageContext) -> StageOutput:
                 "bank_version": version, "bank_parent": parent,
                 "split": dict(split_record(assignment, ecfg.val_fraction, ecfg.seed), held_out_memories=len(held_out))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(all_memories), units_in=len(all_memories),
-                       units_out=len(used), counters=counters, extra_files=extra)
+                       units_out=len(used), counters=counters, extra_files=extra,
+                       failed_requests=[c.result for c in failed], request_quarantine=request_rows)

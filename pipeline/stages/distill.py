@@ -168,15 +168,19 @@ def run(ctx: StageContext) -> StageOutput:
         reqs = build_requests(t, entries, prompts.render_skills_block(skills), cfg.max_steps_per_call,
                               cfg.max_think_chars)
         jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs))
-    rows = []
+    rows, failed, request_rows = [], [], []
     if jobs:  # no successes: never start the LLM server
         llm = ctx.llm
         results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME))
         for t, skill_ids, synthetic, reqs in jobs:
             res: list[JSONResult] = [next(results) for _ in reqs]
-            bad = next((r for r in res if not r.ok), None)
-            if bad is not None:
-                quarantine.append(_quarantine(t, bad.error or "llm_failed", f"call {bad.key}: {bad.detail}", bad.raw))
+            bad = [r for r in res if not r.ok]
+            failed += bad
+            if bad:  # the trajectory's row keeps the first failed chunk; each other one gets a request row
+                quarantine.append(_quarantine(t, bad[0].error or "llm_failed", f"call {bad[0].key}: {bad[0].detail}",
+                                              bad[0].raw))
+                request_rows += [QuarantineRow(NAME, r.error or "llm_failed", f"call {r.key} failed: {r.detail}",
+                                               r.key, t.source_uri, t.source_line, r.raw) for r in bad[1:]]
                 continue
             # one line per think: a real model may write newlines (the JSON decoder accepts them)
             thinks = [{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
@@ -188,4 +192,5 @@ def run(ctx: StageContext) -> StageOutput:
     counters = {"calls": sum(len(j[3]) for j in jobs), "chunked": sum(len(j[3]) > 1 for j in jobs),
                 "synthetic_done": sum(r["synthetic_done"] for r in rows),
                 "thinks": sum(len(r["thinks"]) for r in rows)}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters)
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
+                       failed_requests=failed, request_quarantine=request_rows)

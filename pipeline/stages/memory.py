@@ -171,4 +171,5 @@ def run(ctx: StageContext) -> StageOutput:
             quarantine.append(quarantine_row(traj, res))
     counters = {"success": sum(r["outcome"] == "success" for r in rows),
                 "failure": sum(r["outcome"] == "failure" for r in rows)}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters)
+    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
+                       failed_requests=[r for r in results if not r.ok])  # each one's raw is in its row
