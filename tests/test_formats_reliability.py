@@ -86,11 +86,17 @@ def test_byo_json_with_trailing_garbage_keeps_entries_and_quarantines_the_rest(t
     assert (items[-1].reason, items[-1].line, items[-1].raw) == ("invalid_json", sample.count("\n") + 2, "]]garbage\n")
 
 
-def test_deep_member_of_a_json_list_is_an_invalid_json_row_with_its_line(tmp_path):
-    p = write(tmp_path, "deep.json", "[\n" + json.dumps(chat("put a mug on desk", "go to desk 1")) + ",\n" + DEEP + "\n]\n")
+def test_bad_members_of_a_json_list_cost_only_themselves(tmp_path):
+    """A member nested too deeply, or with a bad token inside balanced brackets, is one
+    invalid_json row with its line; the members after it are still read."""
+    recs = [json.dumps(chat("put a mug on desk", "go to desk 1")), DEEP,
+            '{"messages": [{"role": "user", "content": "x"}, oops]}', json.dumps(chat("put a pen on desk", "go to desk 2"))]
+    p = write(tmp_path, "deep.json", "[\n" + ",\n".join(recs) + "\n]\n")
     items = list(read_file(p))
-    assert summary(items) == [("traj", 2), ("invalid_json", 3)]
-    assert "nested too deeply" in items[1].detail
+    assert summary(items) == [("traj", 2), ("invalid_json", 3), ("invalid_json", 4), ("traj", 5)]
+    assert items[1].detail.startswith("member 1: invalid JSON: nested too deeply to decode")
+    assert items[2].detail.startswith("member 2: invalid JSON: Expecting value") and items[2].raw.startswith('{"messages"')
+    assert (items[3].record_index, items[3].steps[1].action) == (3, "go to desk 2")
 
 
 # ---------------------------------------------------------------- hole 2: non-finite numbers

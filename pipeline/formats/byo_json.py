@@ -26,7 +26,8 @@ from typing import Any, Iterator
 
 from .. import envs
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
+from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+                     open_text, reader_trajectory)
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -121,8 +122,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         text = f.read()
     index = 0
     try:
-        for _, entry, _, line in iter_json_container(text):
-            yield from entry_trajectories(entry, path, index, line, success_threshold)
+        for key, entry, start, line in iter_json_container(text):
+            if isinstance(entry, BadMember):
+                yield bad_member_row(key, entry, path, text, start, line)
+            else:
+                yield from entry_trajectories(entry, path, index, line, success_threshold)
             index += 1
     except JSONContainerError as e:
         yield from json_error_rows(e, path, text, index, "entries")

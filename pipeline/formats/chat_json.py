@@ -26,8 +26,8 @@ from typing import Any, Iterator
 from .. import envs
 from ..envs import search as search_env
 from ..records import QuarantineRow, Step, Trajectory
-from .common import (JSONContainerError, ThoughtBuffer, bad, reader_trajectory, json_error_rows, iter_json_container,
-                     open_text)
+from .common import (BadMember, JSONContainerError, ThoughtBuffer, bad, bad_member_row, iter_json_container,
+                     json_error_rows, open_text, reader_trajectory)
 from .webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
@@ -274,7 +274,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         return
     index = 0
     try:  # a top-level object is a single record
-        for _, rec, pos, no in iter_json_container(text, single_object=True):
+        for key, rec, pos, no in iter_json_container(text, single_object=True):
+            if isinstance(rec, BadMember):
+                yield bad_member_row(key, rec, path, text, pos, no)
+                index += 1
+                continue
             try:
                 n = len(_messages(rec))
                 yield parse_record(rec, _message_lines(text, pos, n, no), path, index, no, env_hint, success_threshold)

@@ -283,6 +283,52 @@ def _decode(dec: json.JSONDecoder, text: str, pos: int) -> tuple[Any, int]:
         raise JSONContainerError("invalid JSON: nested too deeply to decode", pos) from None
 
 
+class BadMember(JSONContainerError):
+    """Yielded by :func:`iter_json_container` in place of a member value that does not decode
+    (e.g. nested too deeply, or a bad token inside it) but whose brackets balance, so the members
+    after it are still read; readers quarantine it with :func:`bad_member_row`."""
+
+
+_BRACKET_OR_QUOTE = re.compile(r'["\[\]{}]')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def _skip_value(text: str, pos: int) -> int | None:
+    """End offset of the array/object starting at ``pos``, found by counting brackets outside
+    strings (no decoding, so any depth); ``None`` when the text ends first (a cut file)."""
+    depth, i = 0, pos
+    while (m := _BRACKET_OR_QUOTE.search(text, i)) is not None:
+        if m[0] == '"':
+            s = _STRING.match(text, m.start())
+            if s is None:
+                return None
+            i = s.end()
+            continue
+        depth += 1 if m[0] in "[{" else -1
+        i = m.end()
+        if depth == 0:
+            return i
+    return None
+
+
+def _member(dec: json.JSONDecoder, text: str, pos: int) -> tuple[Any, int]:
+    """``(value, end)`` of the member at ``pos``; a :class:`BadMember` as the value when it does
+    not decode but its brackets balance; raises :class:`JSONContainerError` otherwise."""
+    try:
+        return _decode(dec, text, pos)
+    except JSONContainerError as e:
+        end = _skip_value(text, pos) if text.startswith(("[", "{"), pos) else None
+        if end is None:
+            raise
+        return BadMember(str(e), e.pos), end
+
+
+def bad_member_row(key: Any, err: BadMember, path: str, text: str, start: int, line: int) -> QuarantineRow:
+    """The ``invalid_json`` row of one member that did not decode (see :class:`BadMember`)."""
+    return bad("invalid_json", f"member {key!r}: {err} (at line {line_at(text, err.pos)}); the members after "
+               "it are still read", path, line, text[start:start + RAW_LIMIT])
+
+
 def _end_of_top_level(text: str, pos: int) -> None:
     """Raise :class:`JSONTrailingContent` if anything but whitespace follows offset ``pos``."""
     pos = _WS.match(text, pos).end()
@@ -296,7 +342,9 @@ def iter_json_container(text: str, single_object: bool = False) -> Iterator[tupl
     incrementally: O(file), not O(members x file)). ``single_object``: a top-level object is
     one member (index 0), not a container of members.
 
-    A truncated or corrupt file still yields every member before the damage, then raises
+    A member that does not decode but whose brackets balance (nested too deeply for Python, a bad
+    token inside) is yielded as a :class:`BadMember` value and reading goes on. A truncated or
+    otherwise corrupt file still yields every member before the damage, then raises
     :class:`JSONContainerError` with the offset where decoding failed (readers turn it into a
     quarantine row with that line). Raises it too when the text is not an object or array, and
     :class:`JSONTrailingContent` when text follows the closing bracket (:func:`json_error_rows`).
@@ -306,7 +354,7 @@ def iter_json_container(text: str, single_object: bool = False) -> Iterator[tupl
     if pos >= len(text) or text[pos] not in "[{":
         raise JSONContainerError("top level is not a JSON object or array", pos)
     if single_object and text[pos] == "{":
-        value, end = _decode(dec, text, pos)
+        value, end = _member(dec, text, pos)
         yield 0, value, pos, line_at(text, pos)
         _end_of_top_level(text, end)
         return
@@ -327,7 +375,7 @@ def iter_json_container(text: str, single_object: bool = False) -> Iterator[tupl
             start = pos
         else:
             key = index
-        value, pos = _decode(dec, text, pos)
+        value, pos = _member(dec, text, pos)
         line, counted = line + text.count("\n", counted, start), start
         yield key, value, start, line
         index += 1

@@ -14,7 +14,8 @@ from typing import Iterator
 
 from ..records import QuarantineRow, Trajectory
 from .alfworld_transcript import parse_transcript
-from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
+from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+                     open_text, reader_trajectory)
 
 FORMAT = "react_alfworld_json"
 WIN_REWARD = 10.0
@@ -31,8 +32,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         text = f.read()
     index = 0
     try:
-        for key, value, _, line in iter_json_container(text):
-            if not isinstance(value, str):
+        for key, value, start, line in iter_json_container(text):
+            if isinstance(value, BadMember):
+                yield bad_member_row(key, value, path, text, start, line)
+            elif not isinstance(value, str):
                 yield bad("bad_record", f"entry {key!r} is a {type(value).__name__}, expected a transcript string",
                           path, line, str(value))
             else:

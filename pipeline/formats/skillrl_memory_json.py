@@ -31,7 +31,8 @@ import json
 from typing import Any, Iterator
 
 from ..records import QuarantineRow, Step, Trajectory
-from .common import JSONContainerError, bad, reader_trajectory, json_error_rows, iter_json_container, open_text
+from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+                     open_text, reader_trajectory)
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -122,7 +123,11 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         text = f.read()
     index = 0
     try:
-        for _, rec, _, line in iter_json_container(text):
+        for key, rec, start, line in iter_json_container(text):
+            if isinstance(rec, BadMember):
+                yield bad_member_row(key, rec, path, text, start, line)
+                index += 1
+                continue
             raw = json.dumps(rec, ensure_ascii=False)
             try:
                 yield memory_trajectory(rec, path, index, line)
