@@ -40,6 +40,9 @@ from .bank.cli import app as bank_app  # noqa: E402
 app.add_typer(bank_app, name="bank", help="Versioned skill banks: list, show, diff, restore, export.")
 app.command("grpo")(_grpo_cmd)
 app.command("rollout")(_rollout_cmd)
+from sft.eval import eval_cmd as _eval_cmd  # noqa: E402
+
+app.command("eval")(_eval_cmd)
 console = Console(stderr=False)
 err = Console(stderr=True)
 
@@ -240,8 +243,14 @@ def report(
 
 @app.command("serve-llm")
 def serve_llm(port: int = typer.Option(8080, help="loopback port"),
-              ctx_size: int = typer.Option(8192, help="context window in tokens")):
+              ctx_size: int = typer.Option(8192, help="context window in tokens"),
+              check: bool = typer.Option(False, "--check", help="start the server on a free loopback port, "
+                                         "ask one tiny completion, stop it; print the model and latency, "
+                                         "exit 1 with the cause when it cannot answer")):
     """Start the embedded OpenAI-compatible endpoint (SmolLM2-135M-Instruct) in the foreground."""
+    if check:
+        _check_llm()
+        return
     from .llm.server import serve_foreground
     with socket.socket() as s:
         try:
@@ -253,6 +262,19 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
     if rc not in (0, None, -2, -15):  # Ctrl-C / SIGTERM are normal stops
         err.print(f"[bold red]error:[/] the LLM server exited with code {rc} (is port {port} in use?)")
         raise typer.Exit(1)
+
+
+def _check_llm() -> None:
+    """``serve-llm --check`` (the install step runs it): one tiny completion or a named cause."""
+    from .llm.server import check_embedded
+    try:
+        r = check_embedded()
+    except (RuntimeError, TimeoutError, FileNotFoundError) as e:  # ServerDied is a RuntimeError
+        err.print(f"[bold red]error:[/] the embedded LLM server cannot answer: {escape(str(e))}")
+        raise typer.Exit(1)
+    console.print(f"ok: embedded LLM {r['model']} answered {r['completion_tokens']} tokens in "
+                  f"{r['latency_s']:.2f} s (server start {r['startup_s']:.1f} s): {r['text']!r}",
+                  highlight=False, markup=False, soft_wrap=True)
 
 
 def main():  # pragma: no cover - console entry

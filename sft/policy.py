@@ -98,8 +98,9 @@ class HFPolicy:
         ids = [prompt_ids(self.tokenizer, m) for m in prompts]
         width = max(len(x) for x in ids)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+        device = next(self.model.parameters()).device  # a model moved to a GPU gets its inputs there
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
         sample = self.temperature > 0
         kwargs = dict(do_sample=sample, max_new_tokens=self.max_new_tokens, pad_token_id=pad,
                       eos_token_id=self.tokenizer.eos_token_id)

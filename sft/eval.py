@@ -1,0 +1,431 @@
+"""Evaluate a policy on held-out TextWorld Express games (or ALFWorld when its data is present).
+
+``skillpipe eval`` and the DAG tasks ``eval_sft`` / ``eval_grpo`` call :func:`evaluate`. The
+episodes are played by :func:`pipeline.rollout.run_episodes`, so every prompt is rendered by
+``pipeline.prompts`` exactly as for the SFT pairs and GRPO (same history window, skills block
+from the same bank, skills from the first step).
+
+Held-out games: training data of a pipeline run come from the TextWorld Express ``train`` fold
+(``skillpipe rollout`` default, GRPO training games), and GRPO validates (and may evolve the bank)
+on ``dev`` seeds ``0..val_tasks-1``; the default evaluation fold is ``test``, which the engine
+generates from its own pool of game instances (Jansen & Côté 2023, TextWorldExpress, §3: folds
+differ in seeds and, for several games, in object sets). :func:`check_held_out` also refuses any
+evaluation game whose instance id (``game-fold-seed``) occurs in the run's exported pairs or
+rollout artifact.
+
+Metrics of a set of episodes (:func:`summarize`):
+
+- ``success_rate`` = wins / episodes, with the 95 % **Wilson score interval** (E. B. Wilson,
+  1927, "Probable inference, the law of succession, and statistical inference", JASA 22:209-212;
+  computed by ``scipy.stats.binomtest(...).proportion_ci(method="wilson")``): it stays inside
+  [0, 1] and is not degenerate at 0 or n wins, unlike the normal (Wald) interval;
+- ``mean_reward``: mean episode reward in SkillRL's units (10 on a win, else 0);
+  ``mean_score``: mean final engine score (normalised 0..1, partial progress);
+- ``valid_action_rate``: steps whose output had ``<think>``/``</think>``/``<action>`` and an
+  admissible action, over all steps; ``format_error_rate``: steps whose output broke the format
+  (``pipeline.rollout.project_action``); ``inadmissible_rate``: well-formed but not admissible;
+- ``mean_steps``: actions per episode (an episode stops at a win, the engine's end, or ``max_steps``).
+
+Outputs: the artifact ``runs/<run_id>/eval_<label>/`` (one Parquet row per episode,
+:data:`EPISODE_SCHEMA`; ``summary.json``; ``_manifest.json`` with the summary and a fingerprint).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow as pa
+import typer
+
+from pipeline.config import ConfigError, build_flat, config_field
+
+_f = config_field
+
+
+def typer_option(name: str, default: Any, help: str) -> Any:
+    """``typer.Option(default, name, help=help)``: keeps the option table of :func:`eval_cmd` short."""
+    return typer.Option(default, name, help=help)
+
+
+EPISODE_SCHEMA = pa.schema([
+    ("episode", pa.int32()), ("instance", pa.string()), ("game", pa.string()), ("fold", pa.string()),
+    ("seed", pa.int64()), ("category", pa.string()), ("task", pa.string()), ("won", pa.bool_()),
+    ("reward", pa.float64()), ("score", pa.float64()), ("steps", pa.int32()), ("valid_steps", pa.int32()),
+    ("format_errors", pa.int32()), ("inadmissible", pa.int32()), ("actions", pa.list_(pa.string())),
+    ("outputs", pa.list_(pa.string())), ("policy", pa.string()), ("bank_version", pa.string()),
+])
+
+
+@dataclass
+class EvalConfig:
+    """What an evaluation plays (module docstring). Defaults: a small CPU budget."""
+    env: str = _f("textworld", "textworld (TextWorld Express) | alfworld (needs ALFWORLD_DATA)",
+                  choices=("textworld", "alfworld"))
+    games: list = _f(["twc"], "TextWorld Express games (cycled over the episodes)")
+    game_params: str = _f("", "TextWorld Express gameParams ('' = small per-game defaults)")
+    fold: str = _f("test", "held-out fold: test | dev (TextWorld); ALFWorld uses valid_unseen / valid_seen",
+                   choices=("test", "dev"))
+    seed0: int = _f(0, "first seed; episode i plays seed seed0 + i // len(games)", min=0)
+    episodes: int = _f(8, "episodes (distinct games) to play", min=1)
+    max_steps: int = _f(10, "actions per episode at most", min=1)
+    max_new_tokens: int = _f(96, "new tokens per action (think + action)", min=1)
+    temperature: float = _f(0.0, "sampling temperature; 0 = greedy (repeatable)", min=0)
+    batch_size: int = _f(8, "episodes played in lock-step (one batched generation per step)", min=1)
+    history_length: int = _f(2, "observation/action pairs in the prompt (must equal SFT's)", min=0)
+    top_k_general: int = _f(6, "general skills shown (must equal SFT's)", min=0)
+    max_mistakes: int = _f(5, "common mistakes shown (must equal SFT's)", min=0)
+    torch_threads: int = _f(0, "CPU threads for torch (0 = torch default)", min=0)
+
+
+def eval_config(**overrides: Any) -> EvalConfig:
+    """An :class:`EvalConfig` from flat overrides (``games`` may be a comma-separated string);
+    raises :class:`pipeline.config.ConfigError` for an unknown key, bad type or range, or an
+    unknown TextWorld Express game."""
+    if isinstance(overrides.get("games"), str):
+        overrides["games"] = [g.strip() for g in overrides["games"].split(",") if g.strip()]
+    cfg = build_flat(EvalConfig, overrides, what="eval config")
+    if cfg.env == "textworld":
+        from pipeline.envs.textworld import GAME_CATEGORIES
+        bad = [g for g in cfg.games if g not in GAME_CATEGORIES] or ([] if cfg.games else ["(none)"])
+        if bad:
+            raise ConfigError(f"games: unknown TextWorld Express game(s) {', '.join(bad)}; "
+                              f"known: {', '.join(sorted(GAME_CATEGORIES))}")
+    return cfg
+
+
+def wilson_interval(wins: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion ``wins / n`` (module docstring).
+
+    Returns ``(low, high)`` in [0, 1]; ``(0.0, 1.0)`` when ``n == 0``. Raises ``ValueError``
+    when ``wins`` is outside ``0..n``.
+
+    >>> tuple(round(x, 4) for x in wilson_interval(0, 10))
+    (0.0, 0.2775)
+    """
+    if n == 0:
+        return 0.0, 1.0
+    if not 0 <= wins <= n:
+        raise ValueError(f"wins must be in 0..n, got {wins} of {n}")
+    from scipy.stats import binomtest
+    ci = binomtest(wins, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def make_tasks(cfg: EvalConfig) -> list[Any]:
+    """The evaluation games: TextWorld Express ``EnvTask`` s of ``cfg.fold``, or ALFWorld tasks of
+    ``valid_unseen`` (fold test) / ``valid_seen`` (fold dev); ``EnvUnavailable`` without ALFWorld data."""
+    if cfg.env == "alfworld":
+        from pipeline.envs.alfworld_env import list_tasks
+        return list_tasks("valid_unseen" if cfg.fold == "test" else "valid_seen", cfg.episodes)
+    from pipeline.envs.textworld import EnvTask
+    g = len(cfg.games)
+    return [EnvTask(cfg.games[i % g], cfg.seed0 + i // g, cfg.fold, cfg.game_params) for i in range(cfg.episodes)]
+
+
+def training_instances(root: str, run_id: str) -> set[str]:
+    """Instance ids that training data of run ``run_id`` came from: the exported pairs'
+    ``env_instance`` and the run's ``rollout`` artifact (empty when the run has neither)."""
+    from pipeline.artifacts import ArtifactStore
+    store = ArtifactStore(root, run_id)
+    seen: set[str] = set()
+    for stage in ("export", "rollout"):
+        art = store.load(stage)
+        if art is not None:
+            seen |= set(art.read_table().column("env_instance").to_pylist())
+    return seen
+
+
+def check_held_out(tasks: list[Any], trained_on: set[str]) -> None:
+    """Raise ``ValueError`` naming the games whose instance id is in ``trained_on``."""
+    leaked = sorted({t.instance for t in tasks if getattr(t, "instance", None) in trained_on})
+    if leaked:
+        raise ValueError(f"evaluation games overlap the training data: {', '.join(leaked[:5])}"
+                         f"{' ...' if len(leaked) > 5 else ''}; choose another --fold or --seed0")
+
+
+def episode_row(i: int, ep: Any, task: Any) -> dict[str, Any]:
+    """One :data:`EPISODE_SCHEMA` row of a :class:`pipeline.rollout.Episode`."""
+    s = ep.samples
+    t = ep.trajectory
+    return {"episode": i, "instance": t.env_instance, "game": getattr(task, "game", t.env),
+            "fold": getattr(task, "fold", ""), "seed": getattr(task, "seed", None), "category": t.category,
+            "task": t.task, "won": bool(ep.won), "reward": float(t.reward), "score": float(ep.score),
+            "steps": len(s), "valid_steps": sum(x.valid for x in s), "format_errors": sum(not x.format_ok for x in s),
+            "inadmissible": sum(x.format_ok and not x.admissible for x in s), "actions": [x.action for x in s],
+            "outputs": [x.completion.text for x in s], "policy": json.loads(t.metadata).get("model", ""),
+            "bank_version": json.loads(t.metadata).get("bank_version", "")}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metrics of episode rows (module docstring), overall and ``per_game``.
+
+    >>> summarize([{"game": "coin", "won": True, "reward": 10.0, "score": 1.0, "steps": 2,
+    ...             "valid_steps": 2, "format_errors": 0, "inadmissible": 0}])["success_rate"]
+    1.0
+    """
+    def block(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        n, wins, steps = len(rs), sum(r["won"] for r in rs), sum(r["steps"] for r in rs)
+        lo, hi = wilson_interval(wins, n)
+        return {"episodes": n, "wins": wins, "success_rate": wins / n if n else 0.0,
+                "success_ci95": [round(lo, 4), round(hi, 4)],
+                "mean_reward": sum(r["reward"] for r in rs) / n if n else 0.0,
+                "mean_score": sum(r["score"] for r in rs) / n if n else 0.0,
+                "valid_action_rate": sum(r["valid_steps"] for r in rs) / steps if steps else 0.0,
+                "format_error_rate": sum(r["format_errors"] for r in rs) / steps if steps else 0.0,
+                "inadmissible_rate": sum(r["inadmissible"] for r in rs) / steps if steps else 0.0,
+                "mean_steps": steps / n if n else 0.0}
+    games = sorted({r["game"] for r in rows})
+    return {**block(rows), "ci_method": "wilson", "per_game": {g: block([r for r in rows if r["game"] == g])
+                                                               for g in games}}
+
+
+def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], bank_version: str = "",
+         progress: bool = True) -> list[dict[str, Any]]:
+    """Play every task once with ``policy`` (batches of ``cfg.batch_size``); returns episode rows.
+
+    Raises ``RuntimeError`` when the env engine cannot start (no Java / package)."""
+    from tqdm import tqdm
+
+    from pipeline.config import PromptConfig
+    from pipeline.rollout import run_episodes
+
+    from .grpo import make_envs
+    from .grpo_config import GRPOConfig
+
+    pcfg = PromptConfig(history_length=cfg.history_length, top_k_general=cfg.top_k_general,
+                        max_mistakes=cfg.max_mistakes, skills=True)
+    width = min(cfg.batch_size, len(tasks))
+    gcfg = GRPOConfig(env=cfg.env, max_env_steps=cfg.max_steps)
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        envs = make_envs(gcfg, width)
+        for e in envs:
+            stack.callback(e.close)
+        bar = stack.enter_context(tqdm(total=len(tasks), desc=f"eval {policy.model_id}"[:60], unit="ep",
+                                       disable=not progress))
+        for i in range(0, len(tasks), width):
+            chunk = tasks[i:i + width]
+            eps = run_episodes(envs[:len(chunk)], chunk, [f"eval:{t.instance}" for t in chunk], policy, bank_rows,
+                               pcfg, cfg.max_steps, cfg.env, record_offset=i, bank_version=bank_version)
+            rows += [episode_row(i + j, ep, t) for j, (ep, t) in enumerate(zip(eps, chunk))]
+            bar.update(len(chunk))
+            bar.set_postfix(wins=sum(r["won"] for r in rows))
+    return rows
+
+
+def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, bank_path: str = "",
+             identity: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Evaluate ``policy`` and write the artifact ``runs/<run_id>/eval_<label>/`` under ``root``.
+
+    Args:
+        policy: a ``pipeline.rollout.Policy`` (``sft.policy.HFPolicy``, ``OpenAIPolicy``, ``GoldPolicy``).
+        bank_path: SkillRL bank JSON conditioning the prompts (the one the policy trained with);
+            '' = no skills.
+        identity: what names the policy (e.g. checkpoint hashes); goes into the fingerprint.
+
+    Returns the summary (:func:`summarize`) plus ``uri``, ``rows`` and ``fingerprint``. Raises
+    ``ValueError`` when an evaluation game is in the run's training data (:func:`check_held_out`).
+    """
+    from pipeline.artifacts import ArtifactStore
+    from pipeline.lineage import content_hash
+    from pipeline.records import to_table
+
+    from .skill_evolution import SkillBank
+
+    tasks = make_tasks(cfg)
+    check_held_out(tasks, training_instances(root, run_id))
+    bank = SkillBank.load(bank_path, cfg.env, _bank_env(bank_path)) if bank_path else SkillBank([], cfg.env)
+    t0 = time.monotonic()
+    rows = play(policy, tasks, cfg, bank.rows, bank.version, progress)
+    summary = {"label": label, "policy": policy.model_id, "bank_version": bank.version,
+               "config": dataclasses.asdict(cfg), **summarize(rows), "wall_s": round(time.monotonic() - t0, 1)}
+    fp = content_hash({"policy": identity or policy.model_id, "bank": bank.version,
+                       "config": dataclasses.asdict(cfg)}, n=32)
+    counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
+              "quarantined": 0, "quarantine_reasons": {}}
+    art = ArtifactStore(root, run_id).write(
+        f"eval_{label}", to_table(rows, EPISODE_SCHEMA), [],
+        {"stage": f"eval_{label}", "run_id": run_id, "fingerprint": fp, "counts": counts, "summary": summary,
+         "identity": identity or {}},
+        {"summary.json": json.dumps(summary, indent=2, sort_keys=True)})
+    return {**summary, "uri": art.path, "rows": len(rows), "fingerprint": fp}
+
+
+def _bank_env(bank_path: str) -> str:
+    with open(bank_path, encoding="utf-8") as f:
+        return (json.load(f).get("metadata") or {}).get("env", "")
+
+
+def resolve_checkpoint(path: str) -> tuple[str, str]:
+    """``(model folder for sft.policy.load_model, skill bank JSON or '')`` for a policy path:
+    an SFT output folder (``skillpipe_sft_manifest.json``; bank = the export's), a GRPO output
+    folder (``grpo_manifest.json``: its final checkpoint), a GRPO checkpoint (``checkpoint.json``;
+    bank = the checkpoint's), or any HF model / adapter folder (no bank). Raises
+    ``FileNotFoundError`` for a path that is none of these."""
+    if os.path.isfile(os.path.join(path, "grpo_manifest.json")):
+        with open(os.path.join(path, "grpo_manifest.json"), encoding="utf-8") as f:
+            path = json.load(f)["checkpoint"]
+    if os.path.isfile(os.path.join(path, "checkpoint.json")):
+        with open(os.path.join(path, "checkpoint.json"), encoding="utf-8") as f:
+            bank = os.path.join(path, json.load(f).get("bank_file", "skill_bank.json"))
+        return path, bank if os.path.isfile(bank) else ""
+    if os.path.isfile(os.path.join(path, "skillpipe_sft_manifest.json")):
+        with open(os.path.join(path, "skillpipe_sft_manifest.json"), encoding="utf-8") as f:
+            pairs = (json.load(f).get("config") or {}).get("pairs", "")
+        bank = os.path.join(pairs, "skill_bank.json") if pairs else ""
+        return path, bank if bank and os.path.isfile(bank) else ""
+    if os.path.isfile(os.path.join(path, "config.json")) or os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return path, ""
+    raise FileNotFoundError(f"{path} is not a model folder, SFT output, GRPO output or GRPO checkpoint")
+
+
+def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir: str, base_url: str = "",
+                model: str = "", api_key_env: str = "", base_model: str = "") -> tuple[Any, str, dict[str, Any]]:
+    """``(policy, skill bank path, identity)`` for a ``--policy`` value.
+
+    ``base``: ``base_model`` (a HF folder; '' = the embedded SmolLM2-135M-Instruct converted to a
+    Hugging Face model, the default SFT base) through ``HFPolicy`` (same
+    tokenizer and decoding as a checkpoint, so base vs SFT is a fair comparison); ``embedded``:
+    the llama.cpp server (started here, stopped with ``stack``); ``endpoint``: ``base_url`` +
+    ``model``; ``gold``: the engine's gold plan (an upper bound, and a check of the harness);
+    otherwise a checkpoint path (:func:`resolve_checkpoint`). Raises ``ValueError`` / ``FileNotFoundError``.
+    """
+    from pipeline.rollout import GoldPolicy, OpenAIPolicy
+
+    if spec == "gold":
+        return GoldPolicy(), "", {"policy": "gold"}
+    if spec == "embedded":
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
+        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
+        mid = embedded_model_id()
+        return (OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", cfg.temperature, cfg.max_new_tokens, model_id=mid),
+                "", {"policy": mid})
+    if spec == "endpoint":
+        if not base_url or not model:
+            raise ValueError("--policy endpoint needs --base-url and --model")
+        return (OpenAIPolicy(base_url, model, api_key_env, cfg.temperature, cfg.max_new_tokens),
+                "", {"policy": f"{base_url}#{model}"})
+    from .base_model import content_hashes, ensure_base_model
+    from .policy import HFPolicy, load_model
+    if spec == "base":
+        folder, bank = str(ensure_base_model(base_model)), ""
+        name = "base:" + (os.path.basename(os.path.normpath(base_model)) if base_model else "smollm2-135m-instruct")
+    else:
+        folder, bank = resolve_checkpoint(spec)
+        name = f"hf:{os.path.abspath(spec)}"
+    if cfg.torch_threads:
+        import torch
+        torch.set_num_threads(cfg.torch_threads)
+    m, tok = load_model(folder)
+    import torch
+    if torch.cuda.is_available():  # evaluation only: the GPU variant of bench/outcome.py
+        m = m.to("cuda")
+    weights = os.path.join(folder, "policy") if os.path.isfile(os.path.join(folder, "checkpoint.json")) else folder
+    return HFPolicy(m, tok, cfg.max_new_tokens, cfg.temperature, 1.0, model_id=name), bank, \
+        {"policy": name, **content_hashes(weights)}
+
+
+#: DAG/CLI checkpoint names of a run -> folder under ``runs/<run_id>/``.
+RUN_CHECKPOINTS = {"sft_fit": "sft_fit", "grpo": "grpo"}
+
+
+def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = None,
+                 log: Callable[[str], None] = print, progress: bool = True, base_model: str = "") -> dict[str, Any]:
+    """Evaluate a run's checkpoint ``which`` (``sft_fit`` | ``grpo`` | ``base``) into
+    ``runs/<run_id>/eval_<which>/``; the entry point of the DAG tasks ``eval_sft`` / ``eval_grpo``.
+
+    ``base`` (``base_model``, '' = embedded SmolLM2) uses the run's exported bank, like SFT did.
+    Returns :func:`evaluate`'s dict.
+    Raises ``FileNotFoundError`` when the checkpoint is missing, ``ValueError`` for an unknown name."""
+    from pipeline.artifacts import ArtifactStore
+    if which not in (*RUN_CHECKPOINTS, "base"):
+        raise ValueError(f"unknown checkpoint {which!r}; choose from {', '.join([*RUN_CHECKPOINTS, 'base'])}")
+    cfg = cfg or EvalConfig()
+    store = ArtifactStore(root, run_id)
+    spec = "base" if which == "base" else os.path.join(store.run_dir, RUN_CHECKPOINTS[which])
+    if spec != "base" and not os.path.isdir(spec):
+        raise FileNotFoundError(f"no {which} checkpoint in {spec}")
+    with contextlib.ExitStack() as stack:
+        policy, bank, ident = make_policy(spec, cfg, stack, store.run_dir, base_model=base_model)
+        if which == "base":
+            export = store.load("export")
+            path = os.path.join(export.path, "skill_bank.json") if export else ""
+            bank = path if path and os.path.isfile(path) else ""
+        res = evaluate(policy, cfg, root, run_id, which, bank, ident, progress)
+    log(f"[eval_{which}] " + format_summary(res))
+    return res
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """One line: success with its 95 % CI, mean reward/score, valid/format-error rates, mean steps."""
+    lo, hi = s["success_ci95"]
+    return (f"{s['policy']}: success {s['wins']}/{s['episodes']} = {s['success_rate']:.3f} "
+            f"[95% CI {lo:.3f}-{hi:.3f}], mean reward {s['mean_reward']:.2f}, mean score {s['mean_score']:.3f}, "
+            f"valid actions {s['valid_action_rate']:.3f}, format errors {s['format_error_rate']:.3f}, "
+            f"mean steps {s['mean_steps']:.2f}")
+
+
+def _run_of(policy: str) -> tuple[str, str] | None:
+    """``(root, run_id)`` when ``policy`` is a folder ``<root>/runs/<run_id>/<name>[/...]``."""
+    from pathlib import Path
+    parts = Path(policy).resolve().parts
+    hits = [i for i, p in enumerate(parts[:-2]) if p == "runs"]
+    return (str(Path(*parts[:hits[-1]])), parts[hits[-1] + 1]) if hits else None
+
+
+def eval_cmd(
+    policy: str = typer_option("--policy", "sft_fit", "sft_fit | grpo | base (of --run-id) | gold | embedded | "
+                               "endpoint | a checkpoint folder (SFT output, GRPO output or checkpoint, HF model)"),
+    run_id: str = typer_option("--run-id", "", "run whose checkpoint to evaluate / where eval_<label>/ goes "
+                               "(default: the run of a runs/<id>/... policy path, else 'eval')"),
+    root: str = typer_option("--root", "", "folder that holds runs/ (default: that of the policy path, else .)"),
+    label: str = typer_option("--label", "", "output name: runs/RUN_ID/eval_LABEL/ (default from --policy)"),
+    games: str = typer_option("--games", "twc", "comma-separated TextWorld Express games"),
+    game_params: str = typer_option("--game-params", "", "TextWorld Express gameParams ('' = small defaults)"),
+    fold: str = typer_option("--fold", "test", "held-out fold: test | dev"),
+    seed0: int = typer_option("--seed0", 0, "first seed"),
+    episodes: int = typer_option("--episodes", 8, "episodes (distinct games)"),
+    max_steps: int = typer_option("--max-steps", 10, "actions per episode at most"),
+    max_new_tokens: int = typer_option("--max-new-tokens", 96, "new tokens per action"),
+    temperature: float = typer_option("--temperature", 0.0, "0 = greedy"),
+    batch_size: int = typer_option("--batch-size", 8, "episodes in lock-step"),
+    env: str = typer_option("--env", "textworld", "textworld | alfworld"),
+    base_url: str = typer_option("--base-url", "", "endpoint URL for --policy endpoint"),
+    model: str = typer_option("--model", "", "model name for --policy endpoint"),
+    api_key_env: str = typer_option("--api-key-env", "", "env var holding the endpoint's API key"),
+):
+    """Play a policy on held-out games; print success (95 % Wilson CI), reward, valid-action and
+    format-error rates, mean steps; write runs/RUN_ID/eval_LABEL/ (Parquet per episode + summary.json)."""
+    from pipeline.envs.alfworld_env import EnvUnavailable
+    try:
+        cfg = eval_config(env=env, games=games, game_params=game_params, fold=fold, seed0=seed0, episodes=episodes,
+                          max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+                          batch_size=batch_size)
+    except ValueError as e:
+        raise typer.BadParameter(str(e))
+    found = _run_of(policy) if os.path.isdir(policy) else None
+    root = root or (found[0] if found else ".")
+    run_id = run_id or (found[1] if found else "eval")
+    try:
+        if policy in RUN_CHECKPOINTS or policy == "base":
+            res = eval_for_run(root, run_id, policy, cfg, log=lambda m: None)
+        else:
+            if policy not in ("gold", "embedded", "endpoint") and not os.path.isdir(policy):
+                raise typer.BadParameter(f"not a policy name or folder: {policy!r}", param_hint="--policy")
+            lab = label or (policy if not os.path.isdir(policy) else os.path.basename(os.path.normpath(policy)))
+            with contextlib.ExitStack() as stack:
+                pol, bank, ident = make_policy(policy, cfg, stack, os.path.join(root, "runs", run_id), base_url,
+                                               model, api_key_env)
+                res = evaluate(pol, cfg, root, run_id, lab.replace("/", "_"), bank, ident)
+    except (FileNotFoundError, ValueError, EnvUnavailable) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+    typer.echo(format_summary(res))
+    typer.echo(json.dumps({k: res[k] for k in ("uri", "rows", "fingerprint", "success_rate", "success_ci95",
+                                               "mean_reward", "valid_action_rate", "format_error_rate",
+                                               "mean_steps", "per_game")}, indent=2))
