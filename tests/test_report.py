@@ -219,3 +219,14 @@ def test_funnel_rows_per_stage_and_shard():
     assert (row["units_in"], row["out"], row["quarantined"], row["reasons"]) == (5, 4, 1, {"schema_invalid": 1})
     assert [(s["shard"], s["in"], s["out"], s["quarantined"]) for s in row["shards"]] == \
         [("00000", 3, 3, 0), ("00001", 2, 1, 1)]
+
+
+def test_quarantine_samples_per_reason(tmp_path):
+    from pipeline.artifacts import ArtifactStore
+    from pipeline.records import TRAJECTORY_SCHEMA, QuarantineRow, to_table
+    q = [QuarantineRow("parse", "not_utf8" if i % 3 else "truncated_record", f"d{i}", raw="x" * 500) for i in range(10)]
+    art = ArtifactStore(str(tmp_path), "r").write("parse", to_table([], TRAJECTORY_SCHEMA), q, {"stage": "parse"})
+    got = runinfo.quarantine_samples(art.path, per_reason=2, max_chars=10)
+    assert {r: [x["detail"] for x in rows] for r, rows in got.items()} == \
+        {"truncated_record": ["d0", "d3"], "not_utf8": ["d1", "d2"]}
+    assert got["not_utf8"][0]["raw"] == "x" * 10 + "… (+490 chars)"

@@ -21,8 +21,14 @@ _WORD = re.compile(r"[a-z][a-z']+")
 SKILL_TEXT_FIELDS = ("title", "principle", "when_to_apply", "description", "why_it_happens", "how_to_avoid")
 
 
-def read_rows(run_dir: str, stage: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of a stage artifact (optionally only ``columns``), or ``[]`` when it is absent."""
+def read_rows(run_dir: str, stage: str, columns: list[str] | None = None, limit: int | None = None,
+              where: tuple[str, set[str]] | None = None) -> list[dict[str, Any]]:
+    """Rows of a stage artifact, or ``[]`` when it is absent or unreadable.
+
+    ``columns``: only these; ``where=(column, values)``: only rows whose ``column`` is in
+    ``values``; ``limit``: the first rows only (applied before converting to Python objects, so
+    a large artifact costs Arrow memory, not millions of dicts).
+    """
     folder = os.path.join(run_dir, stage)
     if not os.path.isdir(folder):
         return []
@@ -30,8 +36,14 @@ def read_rows(run_dir: str, stage: str, columns: list[str] | None = None) -> lis
         t = read_parquet_dir(folder)
     except (ArtifactError, OSError, ValueError):
         return []
+    if where is not None and where[0] in t.column_names:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        t = t.filter(pc.is_in(t.column(where[0]), value_set=pa.array(sorted(where[1]), pa.string())))
     if columns:
         t = t.select([c for c in columns if c in t.column_names])
+    if limit is not None:
+        t = t.slice(0, limit)
     return t.to_pylist()
 
 

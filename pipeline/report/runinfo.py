@@ -108,15 +108,23 @@ def quarantine_samples(stage_dir: str, per_reason: int = 3, max_chars: int = 300
     cols = ["reason", "detail", "item_id", "source_uri", "line", "raw"]
     out: dict[str, list[dict]] = {}
     for p in parts:
-        try:
-            t = pq.read_table(os.path.join(folder, p))
-        except (pa.ArrowInvalid, OSError):
+        path = os.path.join(folder, p)
+        try:  # the reason column first: only the chosen rows' text is converted
+            reasons = pq.read_table(path, columns=["reason"]).column("reason").to_pylist()
+            have = {r: len(rows) for r, rows in out.items()}
+            take = []
+            for i, r in enumerate(reasons):
+                if have.get(r or "?", 0) < per_reason:
+                    have[r or "?"] = have.get(r or "?", 0) + 1
+                    take.append(i)
+            if not take:
+                continue
+            t = pq.read_table(path)
+        except (pa.ArrowInvalid, OSError, KeyError):
             continue
-        t = t.select([c for c in cols if c in t.column_names])
+        t = t.select([c for c in cols if c in t.column_names]).take(take)
         for row in t.to_pylist():
-            bucket = out.setdefault(row.get("reason") or "?", [])
-            if len(bucket) < per_reason:
-                bucket.append({k: _cut(v, max_chars) for k, v in row.items()})
+            out.setdefault(row.get("reason") or "?", []).append({k: _cut(v, max_chars) for k, v in row.items()})
     return out
 
 
