@@ -6,8 +6,14 @@ Each POST to ``/v1/chat/completions`` consumes the next step of the script:
 * ``{"status": 429, "headers": {"Retry-After": "1"}, "body": {...}}`` - an HTTP error;
 * ``{"reset": True}`` - close the socket with an RST and no response;
 * ``{"sleep": 1.0, ...}`` - wait before doing the rest of the step (timeouts);
-* ``{"status": 401, "echo_auth": True}`` - an error whose body repeats the request's credentials
-  (a careless proxy; the client must redact them).
+* ``{"status": 401, "echo_auth": True, "pad": 250}`` - an error whose body repeats the request's
+  credentials after ``pad`` filler characters (a careless proxy; the client must redact them);
+
+* ``{"die": "SIGILL"}`` / ``{"exit": 3, "stderr": "..."}`` - the process kills itself with that
+  signal, or writes ``stderr`` and exits with that code: for the stub run as a stand-in for the
+  embedded server in its own process (``python tests/llm_stub.py --port P --script JSON``);
+* ``{"body_text": "<html>...", "content_type": "text/html"}`` - a 200 (or ``status``) whose body
+  is the given text, not JSON (a misconfigured proxy or captive portal).
 
 An exhausted script answers 599 so an unexpected extra call fails the test loudly, unless a
 ``default`` step is given (benchmarks: every call gets it). Request bodies are kept in
@@ -16,8 +22,12 @@ headers in ``stub.headers``, for assertions; ``GET /v1/_stats`` answers ``{"requ
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
 import socket
+import sys
 import struct
 import threading
 import time
@@ -62,9 +72,25 @@ class _Handler(BaseHTTPRequestHandler):
             step = stub.script.pop(0) if stub.script else (stub.default or {"status": 599, "body": {"error": "script exhausted"}})
         if step.get("echo_auth"):
             creds = f"{self.headers.get('Authorization', '')} {self.headers.get('api-key', '')}"
-            step = dict(step, body={"error": {"message": f"invalid credentials: {creds}"}})
+            pad = "x" * step.get("pad", 0)
+            step = dict(step, body={"error": {"message": f"{pad}invalid credentials: {creds}"}})
         if step.get("sleep"):
             time.sleep(step["sleep"])
+        if step.get("die"):
+            os.kill(os.getpid(), getattr(signal, step["die"]))
+            time.sleep(5)  # a handled signal (faulthandler) re-raises it; never answer meanwhile
+        if "exit" in step:
+            sys.stderr.write(step.get("stderr", "") + "\n")
+            sys.stderr.flush()
+            os._exit(step["exit"])
+        if "body_text" in step:
+            data = step["body_text"].encode("utf-8")
+            self.send_response(step.get("status", 200))
+            self.send_header("Content-Type", step.get("content_type", "application/json"))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if step.get("reset"):
             # SO_LINGER 0 makes close() send RST: the client sees a connection reset.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -117,3 +143,26 @@ class ChatStub:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a script on a fixed port until killed: a stand-in for the embedded server process.
+
+    ``--as`` is ignored; it puts a name in the command line (``server._pid_is_our_server``
+    recognises the embedded server by ``llama_cpp.server`` in it)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--script", default="[]", help="JSON list of steps")
+    ap.add_argument("--default", default="", help="JSON step for every call after the script")
+    ap.add_argument("--as", dest="alias", default="")
+    a = ap.parse_args(argv)
+    stub = ChatStub(json.loads(a.script), json.loads(a.default) if a.default else None)
+    stub._server.server_close()  # rebind on the requested port
+    stub._server = _Server(("127.0.0.1", a.port), _Handler)
+    stub._server.stub = stub
+    print(f"stub listening on 127.0.0.1:{a.port}", flush=True)
+    stub._server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

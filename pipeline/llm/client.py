@@ -4,20 +4,25 @@ Per request (DESIGN §4; spec D-M1, D-M2 fixes):
 
 1. cache lookup (:mod:`.cache`) - a hit re-validates and costs no call;
 2. one chat call, with transport retries by tenacity (exponential backoff + jitter, ``Retry-After``
-   honoured) on 429, 408/409, 5xx, timeouts and connection errors, at most ``cfg.max_retries``;
+   honoured) on 429, 408/409, 5xx, timeouts, connection errors and an HTTP 200 whose body is not
+   a chat completion (not JSON: a proxy's error page), at most ``cfg.max_retries``; when the
+   embedded server's process dies, the batch stops at once with :class:`server.ServerDied`
+   (signal or exit code, log tail) instead of retrying a dead endpoint;
 3. ``finish_reason == "length"`` ends the request as ``length`` (a truncated answer is never data);
 4. extraction (:mod:`.jsonparse`), jsonschema validation against the request's schema (the file
    form, on every dialect), then the request's ``check``; an error is
    fed back to the model in up to ``cfg.max_repairs`` repair calls;
 5. success is cached; anything else returns ``JSONResult(ok=False, error=<reason>, raw, detail)``.
 
-Error reasons: ``length``, ``not_json``, ``schema_invalid``, ``check_failed``, ``http_error``,
-``timeout``, ``connection_error``.
+Error reasons: ``length``, ``not_json``, ``schema_invalid``, ``check_failed``, ``http_error``
+(including a 200 that is not a chat completion; the detail names the endpoint), ``timeout``,
+``connection_error``.
 
 Endpoints (docs/llm_endpoints.md): any OpenAI-compatible URL through ``openai.AsyncOpenAI``; a
 classic Azure OpenAI URL through ``openai.AsyncAzureOpenAI`` (:func:`azure_settings`). The API key
 is read from the environment variable named by ``llm.api_key_env`` at each batch, never stored,
-and redacted (``***``) from every quarantined detail and raw text.
+and redacted (``***``) from every answer as it arrives (raw text and parsed value, so neither the
+cache nor any row holds it) and from every error detail before it is cut to length.
 
 Structured-output dialects (``cfg.structured_output``): ``json_schema`` (OpenAI, vLLM),
 ``json_object`` = ``{"type": "json_object", "schema": grammar_schema(S)}`` (llama.cpp's Python
@@ -36,7 +41,7 @@ import json
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import openai
 from jsonschema import exceptions as js_exceptions
@@ -49,12 +54,20 @@ from .cache import ResponseCache, cache_key
 from .jsonparse import JSONExtractError, extract_json
 from .endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
 from .schemas import grammar_schema
-from .server import EMBEDDED_MODEL_ALIAS
+from .server import EMBEDDED_MODEL_ALIAS, ServerDied
 from .types import JSONRequest, JSONResult
 
 COUNTERS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "repairs", "failures")
 DIALECTS = ("auto", "json_schema", "json_object", "none")
 MAX_RETRY_AFTER_S = 120.0  # never sleep longer than this on a server's Retry-After
+WATCH_INTERVAL_S = 0.2  # how often a batch checks that the embedded server process still runs
+DEATH_GRACE_S = 1.0  # a reset can reach us a moment before the dying process's exit is visible
+TRANSPORT_ERRORS = ("connection_error", "timeout", "http_error")
+
+
+class _BadBody(Exception):
+    """An HTTP 2xx whose body is not a chat completion (not JSON, or JSON without ``choices``):
+    a transport fault (a proxy's error page, a cut body), retried like a 5xx."""
 
 
 class _Rejected(Exception):
@@ -116,13 +129,19 @@ class LLMClient:
         backoff_initial_s, backoff_max_s: exponential backoff range for transport retries.
         azure: ``{"api_version", "deployment"}`` to speak Azure OpenAI (``AsyncAzureOpenAI``);
             ``None`` = detect from the URL with :func:`azure_settings`; ``{}`` = never Azure.
+        server_watch: for an embedded server, a zero-argument callable returning ``None`` while
+            the server process runs and the cause of death once it has exited
+            (:meth:`server.EmbeddedServer.death`, :func:`server.detached_watch`). Polled every
+            :data:`WATCH_INTERVAL_S` during a batch: a dead server ends the batch at once with
+            :class:`server.ServerDied` instead of minutes of connection retries.
 
     Raises ``ValueError`` for an unknown dialect, a missing endpoint or an unset key variable.
     """
 
     def __init__(self, cfg: LLMConfig, cache_path: str | None = None, model_id: str | None = None,
                  *, base_url: str | None = None, backoff_initial_s: float = 1.0,
-                 backoff_max_s: float = 30.0, azure: dict[str, str] | None = None):
+                 backoff_max_s: float = 30.0, azure: dict[str, str] | None = None,
+                 server_watch: Callable[[], str | None] | None = None):
         if cfg.structured_output not in DIALECTS:
             raise ValueError(f"llm.structured_output must be one of {DIALECTS}, got {cfg.structured_output!r}")
         self.cfg = cfg
@@ -145,6 +164,7 @@ class LLMClient:
         self._backoff = wait_exponential_jitter(multiplier=backoff_initial_s, max=backoff_max_s,
                                                 jitter=backoff_initial_s)
         self._validators: dict[str, Any] = {}
+        self.server_watch = server_watch
 
     # ---- counters -------------------------------------------------------------------------
     def _bump(self, **delta: int) -> None:
@@ -166,8 +186,10 @@ class LLMClient:
     def complete_json_many(self, requests: list[JSONRequest], desc: str = "llm") -> list[JSONResult]:
         """Run ``requests`` concurrently (``cfg.concurrency``); results in the same order.
 
-        Never raises for a bad answer or a dead endpoint: those become ``ok=False`` results.
-        Raises ``jsonschema.SchemaError`` for an invalid request schema (a code bug).
+        Never raises for a bad answer or an unreachable endpoint: those become ``ok=False``
+        results. Raises :class:`server.ServerDied` when the watched embedded server process
+        exits (``server_watch``), within :data:`WATCH_INTERVAL_S`; raises
+        ``jsonschema.SchemaError`` for an invalid request schema (a code bug).
         """
         if not requests:
             return []
@@ -184,6 +206,7 @@ class LLMClient:
         """Async form of :meth:`complete_json_many`."""
         for r in requests:
             self._get_validator(r.schema)
+        self._raise_if_dead(desc)
         # One client per batch: its connection pool belongs to the running event loop.
         oai = self._open()
         sem = asyncio.Semaphore(max(1, self.cfg.concurrency))
@@ -196,10 +219,50 @@ class LLMClient:
             return res
 
         try:
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            results = await self._watched(asyncio.gather(*(one(r) for r in requests)), desc)
         finally:
             bar.close()
             await oai.close()
+        if self.server_watch is not None and any(not r.ok and r.error in TRANSPORT_ERRORS for r in results):
+            await self._await_death(desc)  # failed because the server was dying: say so
+        return results
+
+    # ---- embedded server liveness ---------------------------------------------------------
+    def _raise_if_dead(self, desc: str) -> None:
+        death = self.server_watch() if self.server_watch is not None else None
+        if death:
+            raise ServerDied(f"[{desc}] {death}")
+
+    async def _await_death(self, desc: str) -> None:
+        """Raise :class:`ServerDied` if the server turns out dead within :data:`DEATH_GRACE_S`."""
+        deadline = time.monotonic() + DEATH_GRACE_S
+        while True:
+            self._raise_if_dead(desc)
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(WATCH_INTERVAL_S / 4)
+
+    async def _watched(self, work, desc: str) -> list[JSONResult]:
+        """Await ``work``; with a ``server_watch``, cancel it and raise once the server dies."""
+        if self.server_watch is None:
+            return list(await work)
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(WATCH_INTERVAL_S)
+                self._raise_if_dead(desc)
+
+        watcher = asyncio.ensure_future(watch())
+        work = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, watcher):
+                task.cancel()
+            await asyncio.gather(work, watcher, return_exceptions=True)
+        if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
+            raise watcher.exception()
+        return list(work.result())
 
     # ---- one request ----------------------------------------------------------------------
     def _open(self) -> openai.AsyncOpenAI:
@@ -217,6 +280,29 @@ class LLMClient:
         """``text`` with the API key replaced by ``***`` (a server may echo it in an error body)."""
         key = os.environ.get(self.cfg.api_key_env, "") if self.cfg.api_key_env else ""
         return text.replace(key, "***") if key and text else text
+
+    def _accept_redacted(self, req: JSONRequest, raw: str) -> tuple[Any, str]:
+        """:meth:`_accept` on the redacted ``raw``; returns ``(value, raw)`` free of the key.
+
+        When the key hid in ``\\u`` escapes of the text (so only the parsed value shows it), the
+        raw text is replaced by the redacted value's JSON: no form of the key is kept."""
+        raw = self._redact(raw)
+        value = self._accept(req, raw)
+        clean = self._redact_value(value)
+        if clean != value:
+            return clean, json.dumps(clean, ensure_ascii=False)
+        return value, raw
+
+    def _redact_value(self, value: Any) -> Any:
+        """``value`` (parsed JSON) with the key redacted from every string: a ``\\u``-escaped key
+        in the raw text survives :meth:`_redact` of the text but not this."""
+        if isinstance(value, str):
+            return self._redact(value)
+        if isinstance(value, list):
+            return [self._redact_value(v) for v in value]
+        if isinstance(value, dict):
+            return {self._redact(k): self._redact_value(v) for k, v in value.items()}
+        return value
 
     def _api_key(self) -> str:
         if not self.cfg.api_key_env:
@@ -257,9 +343,9 @@ class LLMClient:
             hit = self._cache.get(key)
             if hit is not None:
                 try:
-                    value = self._accept(req, hit["raw"])
+                    value, raw = self._accept_redacted(req, hit["raw"])  # an entry from before redaction
                     self._bump(cache_hits=1)
-                    return JSONResult(req.key, True, value=value, raw=hit["raw"], cached=True, usage=hit["usage"])
+                    return JSONResult(req.key, True, value=value, raw=raw, cached=True, usage=hit["usage"])
                 except _Rejected:  # the request's check changed since: ask again
                     self._cache.delete(key)
         messages = list(req.messages)
@@ -273,19 +359,22 @@ class LLMClient:
                 return self._fail(req, "timeout", raw, f"{type(e).__name__}: {e}", counter, usage)
             except openai.APIConnectionError as e:
                 return self._fail(req, "connection_error", raw, f"{type(e).__name__}: {e}", counter, usage)
-            except openai.APIStatusError as e:
-                return self._fail(req, "http_error", raw, f"HTTP {e.status_code}: {str(e)[:300]}", counter, usage)
+            except openai.APIStatusError as e:  # redact, then cut: a cut key would escape redaction
+                return self._fail(req, "http_error", raw, f"HTTP {e.status_code}: {self._redact(str(e))[:300]}",
+                                  counter, usage)
+            except _BadBody as e:
+                return self._fail(req, "http_error", raw, str(e), counter, usage)
             if resp.usage is not None:
                 pt, ct = resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0
                 usage["prompt_tokens"] += pt
                 usage["completion_tokens"] += ct
                 self._bump(prompt_tokens=pt, completion_tokens=ct)
             choice = resp.choices[0]
-            raw = choice.message.content or ""
+            raw = self._redact(choice.message.content or "")  # an endpoint may echo the key: never keep it
             if choice.finish_reason == "length":
                 return self._fail(req, "length", raw, f"answer cut at max_tokens={self.cfg.max_tokens}", counter, usage)
             try:
-                value = self._accept(req, raw)
+                value, raw = self._accept_redacted(req, raw)
             except _Rejected as rej:
                 if attempt == self.cfg.max_repairs:
                     return self._fail(req, rej.reason, raw, rej.detail, counter, usage)
@@ -318,7 +407,7 @@ class LLMClient:
                 and exc.status_code >= 400 and _mentions_response_format(exc))
 
     def _retryable(self, exc: BaseException) -> bool:
-        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        if isinstance(exc, (openai.APIConnectionError, _BadBody)):  # includes APITimeoutError
             return True
         if isinstance(exc, openai.APIStatusError) and not _mentions_response_format(exc):
             # a response_format complaint is deterministic: retrying cannot help
@@ -355,4 +444,20 @@ class LLMClient:
                     kwargs["response_format"] = fmt
                 self._bump(calls=1)
                 counter["calls"] += 1
-                return await oai.chat.completions.create(**kwargs)
+                try:
+                    resp = await oai.chat.completions.create(**kwargs)
+                except json.JSONDecodeError as e:  # the SDK parses a JSON-typed 200 body itself
+                    raise self._bad_body("not JSON", e.doc) from None
+                if isinstance(resp, str):  # a 200 that is not JSON-typed: the SDK returns its text
+                    raise self._bad_body("not JSON", resp)
+                if not getattr(resp, "choices", None) or getattr(resp.choices[0], "message", None) is None:
+                    raise self._bad_body("no choices", resp.model_dump_json() if hasattr(resp, "model_dump_json")
+                                         else str(resp))
+                return resp
+
+    def _bad_body(self, why: str, body: str) -> _BadBody:
+        """The error for a 2xx body that is not a chat completion, naming the endpoint; the
+        body is redacted, then cut (a cut key would escape redaction)."""
+        body = self._redact(body or "")
+        return _BadBody(f"HTTP 200 from {self.base_url.rstrip('/')}/chat/completions is not a chat completion "
+                        f"({why}): {body[:200]!r}")

@@ -25,15 +25,24 @@ def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Ca
     """A zero-argument callable that builds the run's :class:`LLMClient` on first use.
 
     With no ``cfg.base_url`` it starts the embedded llama.cpp server and registers its shutdown
-    on ``stack``, so a run whose LLM stages are all unchanged never starts a server.
+    on ``stack``, so a run whose LLM stages are all unchanged never starts a server. Either way
+    the client watches the embedded server's process when there is one: the one started here,
+    or the detached one that the Airflow setup task recorded in
+    ``<run_dir>/_llm_server/llm_server.json`` for this ``base_url``; a dead server fails the
+    stage at once with its exit status (:class:`server.ServerDied`).
     """
     def make():
         from .client import LLMClient
+        from .server import DETACHED_STATE_DIR, EMBEDDED_MODEL_ALIAS, EmbeddedServer, detached_watch
         c = cfg
         if not c.base_url:
-            from .server import EMBEDDED_MODEL_ALIAS, EmbeddedServer
-            base_url = stack.enter_context(EmbeddedServer(ctx_size=c.ctx_size, log_dir=run_dir))
+            srv = EmbeddedServer(ctx_size=c.ctx_size, log_dir=run_dir)
+            base_url = stack.enter_context(srv)
             c = dataclasses.replace(c, base_url=base_url, model=c.model or EMBEDDED_MODEL_ALIAS)
+            watch = srv.death
+        else:
+            watch = detached_watch(os.path.join(run_dir, DETACHED_STATE_DIR), c.base_url)
         os.makedirs(run_dir, exist_ok=True)
-        return LLMClient(c, cache_path=os.path.join(run_dir, "llm_cache.sqlite"), model_id=model_id_for(cfg))
+        return LLMClient(c, cache_path=os.path.join(run_dir, "llm_cache.sqlite"), model_id=model_id_for(cfg),
+                         server_watch=watch)
     return make

