@@ -230,3 +230,19 @@ def test_quarantine_samples_per_reason(tmp_path):
     assert {r: [x["detail"] for x in rows] for r, rows in got.items()} == \
         {"truncated_record": ["d0", "d3"], "not_utf8": ["d1", "d2"]}
     assert got["not_utf8"][0]["raw"] == "x" * 10 + "… (+490 chars)"
+
+
+def test_report_stays_small_for_a_large_run(tmp_path):
+    """1,000 pairs with 30,000-character prompts: the explorer keeps 200, each prompt cut to
+    6,000 characters, so the page stays far under the 5 MB bound."""
+    from pipeline.artifacts import ArtifactStore
+    from pipeline.records import SFT_PAIR_SCHEMA, to_table
+    from pipeline.report.render import build_report
+    from report_run import row
+    pairs = [row(SFT_PAIR_SCHEMA, pair_id=f"pair-{i:04d}", trajectory_id=f"traj-{i}", instruction="p" * 30_000,
+                 output="<think>t</think><action>look</action>", split="train") for i in range(1000)]
+    ArtifactStore(str(tmp_path), "big").write("export", to_table(pairs, SFT_PAIR_SCHEMA), [], {"stage": "export"})
+    res = build_report(str(tmp_path), "big")
+    html = open(res["path"], encoding="utf-8").read()
+    assert res["bytes"] < 2_000_000, res["bytes"]
+    assert "(the first 200 pairs)" in html and "pair-0199" in html and "pair-0200" not in html

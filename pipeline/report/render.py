@@ -7,6 +7,7 @@ nothing fetched over the network) and the same PNGs in a folder beside it
 from __future__ import annotations
 
 import base64
+import collections
 import datetime as _dt
 import os
 from typing import Any, Callable
@@ -139,7 +140,9 @@ def build_report(root: str, run_id: str, out: str | None = None, *,
         with open(paths[-1], "wb") as f:
             f.write(data)
     say("rendering HTML")
-    images = {k: "data:image/png;base64," + base64.b64encode(v).decode("ascii") for k, v in pngs.items()}
+    # a chart with no data is absent: the template's `{% if img.name %}` then shows the note
+    images = collections.defaultdict(str, {k: "data:image/png;base64," + base64.b64encode(v).decode("ascii")
+                                           for k, v in pngs.items()})
     html = environment().get_template("report.html.j2").render(
         f=facts, img=images, sections=SECTIONS, problems=problems(facts),
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
