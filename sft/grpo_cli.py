@@ -50,6 +50,10 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
     return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.abspath(policy)}")
 
 
+#: Environment engines (one JVM each, ~100 MB) a rollout keeps at once; more tasks are played in chunks.
+MAX_ENGINES = 8
+
+
 def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", games: str = "twc", tasks: int = 4,
                      episodes_per_task: int = 2, fold: str = "train", seed0: int = 0, max_steps: int = 10,
                      policy: str = "embedded", base_url: str = "", model: str = "", api_key_env: str = "",
@@ -83,12 +87,16 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     with contextlib.ExitStack() as stack:
         pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out,
                                     noise, noise_seed)
-        envs = make_envs(gcfg, len(chosen))
+        envs = make_envs(gcfg, min(len(chosen), MAX_ENGINES))
         for e in envs:
             stack.callback(e.close)
+        w = len(envs)
         for k in range(episodes_per_task):
-            episodes += run_episodes(envs, chosen, [f"rollout:{t.instance}" for t in chosen], pol, bank.rows, pcfg,
-                                     max_steps, env, record_offset=k * len(chosen), bank_version=bank.version)
+            for i in range(0, len(chosen), w):  # at most MAX_ENGINES JVMs, reused across chunks
+                part = chosen[i:i + w]
+                episodes += run_episodes(envs[:len(part)], part, [f"rollout:{t.instance}" for t in part], pol,
+                                         bank.rows, pcfg, max_steps, env, record_offset=k * len(chosen) + i,
+                                         bank_version=bank.version)
     files = write_txt_tree(out, episodes, pcfg)
     summary = episode_summary(episodes)
     path = write_parquet(root, run_id, episodes, {"policy": getattr(pol, "model_id", ""), "env": env,
