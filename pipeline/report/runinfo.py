@@ -81,9 +81,17 @@ def _shard_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _failed(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``{"total", "by_reason"}`` of the manifest's ``failed_requests`` (LLM requests that failed
+    after retries; the stage is then recorded incomplete and a plain rerun retries them)."""
+    f = manifest.get("failed_requests") if isinstance(manifest.get("failed_requests"), dict) else {}
+    return {"total": int(f.get("total") or 0), "by_reason": dict(f.get("by_reason") or {})}
+
+
 def funnel(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per stage: ``{stage, in, units_in, out, units_out, quarantined, reasons, shards, wall_s}``
-    from each manifest's ``counts`` (``units_in``: what the stage expands its input into)."""
+    """One row per stage: ``{stage, in, units_in, out, units_out, quarantined, reasons, shards, wall_s,
+    failed_requests}`` from each manifest's ``counts`` (``units_in``: what the stage expands its
+    input into)."""
     rows = []
     for s in stages:
         m = s["manifest"]
@@ -92,7 +100,7 @@ def funnel(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "out": c.get("out"), "units_out": c.get("units_out", c.get("out")),
                      "quarantined": c.get("quarantined", 0) or 0,
                      "reasons": dict(c.get("quarantine_reasons") or {}), "shards": _shard_rows(m),
-                     "wall_s": m.get("wall_s")})
+                     "wall_s": m.get("wall_s"), "failed_requests": _failed(m)})
     return rows
 
 
