@@ -5,7 +5,8 @@ Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL
 Every task calls `pipeline.runner.run_task`, the same entry point as `skillpipe run --stages X`,
 and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
-stops it, whatever happens in between.
+stops it, whatever happens in between. `eval_sft` and `eval_grpo` play each checkpoint on
+held-out TextWorld Express games (test fold) and return its success rate with a 95 % interval.
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def _args(params: dict, llm: dict) -> dict:
         "llm_model": Param("", type="string", description="model name at that endpoint"),
         "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),
         "grpo_max_steps": Param(2, type="integer", minimum=1, description="GRPO steps (CPU demo budget)"),
+        "eval_episodes": Param(4, type="integer", minimum=1,
+                               description="held-out TextWorld Express games (test fold) per checkpoint evaluation"),
+        "eval_games": Param("twc", type="string", description="comma-separated TextWorld Express games to evaluate on"),
     },
 )
 def skillpipe():
@@ -92,6 +96,19 @@ def skillpipe():
         m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
         return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}
 
+    def eval_task(which: str, task_id: str):
+        @task(task_id=task_id, doc_md=f"Evaluate the `{which}` checkpoint on held-out TextWorld Express games "
+                                      "(sft/eval.py): success with a 95 % Wilson interval, valid-action rate.")
+        def _eval(ckpt: dict, params=None) -> dict:
+            from sft.eval import eval_config, eval_for_run
+            a = _args(params, {"base_url": "", "model": ""})
+            cfg = eval_config(games=params["eval_games"], episodes=int(params["eval_episodes"]), max_steps=5,
+                              max_new_tokens=48, torch_threads=1)
+            r = eval_for_run(a["root"], a["run_id"], which, cfg, progress=False)
+            return {"uri": r["uri"], "rows": r["rows"], "fingerprint": r["fingerprint"],
+                    "success_rate": r["success_rate"], "success_ci95": r["success_ci95"]}
+        return _eval
+
     # A teardown: it runs when everything before it is done, failed or not (a failed run gets a
     # report too), and unlike an all_done leaf it never decides the DAG run's state.
     @teardown
@@ -111,7 +128,9 @@ def skillpipe():
     for name in STAGES:
         ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
-    grpo(sft_fit(ref)) >> report()
+    sft = sft_fit(ref)
+    done = [eval_task("sft_fit", "eval_sft")(sft), eval_task("grpo", "eval_grpo")(grpo(sft))]
+    done >> report()  # last: the report shows the eval numbers too
 
 
 skillpipe()

@@ -32,6 +32,15 @@ def tiny_sample(tmp_path_factory):
     return str(d), keep
 
 
+def _xcoms(db, task_ids) -> dict:
+    """The return values (XCom ``return_value``) of ``task_ids`` in the Airflow metadata DB."""
+    import sqlite3
+    with sqlite3.connect(str(db)) as con:
+        rows = con.execute(f"SELECT task_id, value FROM xcom WHERE dag_id = 'skillpipe' AND key = 'return_value' "
+                           f"AND task_id IN ({','.join('?' * len(task_ids))})", task_ids).fetchall()
+    return {t: json.loads(v) if isinstance(v, (str, bytes)) else v for t, v in rows}
+
+
 @pytest.mark.slow
 def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     input_dir, records = tiny_sample
@@ -47,9 +56,10 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     airflow = os.path.join(BIN, "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     # small training budgets: SFT/GRPO are tested in depth in test_sft_* / test_grpo_*
-    conf = {"input_path": input_dir, "root": str(tmp_path), "run_id": "dagtest", "sft_max_steps": 2, "grpo_max_steps": 1}
+    conf = {"input_path": input_dir, "root": str(tmp_path), "run_id": "dagtest", "sft_max_steps": 2, "grpo_max_steps": 1,
+            "eval_episodes": 2}
     proc = subprocess.run([airflow, "dags", "test", "skillpipe", "-c", json.dumps(conf)], env=env,
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
 
@@ -78,6 +88,18 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     with open(os.path.join(str(tmp_path), "runs", "dagtest", "report.html"), encoding="utf-8") as f:
         html = f.read()
     assert '<h2 id="training">Training</h2>' in html and grpo["bank_version"] in html
+    # every run ends with held-out eval numbers of both checkpoints; XCom carries only a small dict
+    xcoms = _xcoms(home / "airflow.db", ("eval_sft", "eval_grpo"))
+    for task_id, which in (("eval_sft", "sft_fit"), ("eval_grpo", "grpo")):
+        x = xcoms[task_id]
+        print(f"XCom {task_id}: {x}")
+        assert set(x) == {"uri", "rows", "fingerprint", "success_rate", "success_ci95"}
+        art = store.load(f"eval_{which}")
+        assert x["uri"] == art.path and x["fingerprint"] == art.fingerprint and x["rows"] == 2
+        summary = art.manifest["summary"]
+        assert summary["success_ci95"] == x["success_ci95"] and summary["config"]["fold"] == "test"
+        assert {r["instance"] for r in art.read_rows()} == {"twc-test-0", "twc-test-1"}
+    assert "hf:" in store.load("eval_grpo").manifest["summary"]["policy"]
 
     # lineage: one exported SFT pair back to its source file and line, memory and skills
     pair = store.load("export").read_rows()[0]
