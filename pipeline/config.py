@@ -231,8 +231,10 @@ class ValidateConfig:
     not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag",
                              choices=_POLICIES)
     empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=_POLICIES)
-    short_think: str = _f("flag", "policy for a reasoning with fewer than min_think_words words, e.g. '1.5-2.3' "
-                                  "(quarantine | flag; flag keeps the pair and counts it in the dataset card)",
+    short_think: str = _f("quarantine", "policy for a reasoning with fewer than min_think_words words, e.g. "
+                                        "'1.5-2.3' (quarantine | flag; flag keeps the pair and counts it in the "
+                                        "dataset card). Default quarantine (issue 13): numbers are not reasoning "
+                                        "and must not become SFT targets",
                           choices=_POLICIES)
     min_think_words: int = _f(3, "words of >= 2 letters a non-blank reasoning needs (rule short_think; "
                                  "0 turns the rule off)", min=0)
@@ -247,6 +249,43 @@ class ValidateConfig:
 class ExportConfig:
     val_fraction: float = _f(0.1, "fraction of environment instances held out for validation",
                              min=0, max=1)
+#: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
+QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
+                 "ungrounded_observation", "future_leak", "unknown_source_memory", "category_mismatch", "off_topic")
+
+
+@dataclass
+class QualityConfig:
+    """Content rules of LLM output (``pipeline.quality``), run by memory, aggregate and distill
+    inside the answer check (a violation gets the repair round, then quarantine), and the
+    data-quality metrics of export."""
+    flag_rules: list = _f([], "content rules that only count instead of quarantining (default none: every "
+                              "rule quarantines); names: " + ", ".join(QUALITY_RULES))
+    min_letter_share: float = _f(0.5, "rule no_words: share of a field's visible characters that must be "
+                                      "letters. Rationale: English prose is ~95% letters, an ALFWorld/WebShop "
+                                      "sentence with ids and prices > 70%; '**1**: 2 _Apply when: 3 },_' is 41%",
+                                 min=0, max=1)
+    max_title_words: int = _f(12, "rule not_a_phrase: max words of a skill title (the schema caps titles at "
+                                  "60 characters, about 10 words)", min=1)
+    loop_ngram: int = _f(3, "rule ngram_loop: n of the word n-grams counted", min=1)
+    loop_min_repeats: int = _f(3, "rule ngram_loop: an n-gram this many times in one field is a loop (fields "
+                                  "are <= 240 characters: one plan may say 'go to [location]' twice, not 3 "
+                                  "times); < 2 turns the rule off", min=0)
+    min_observation_overlap: float = _f(0.6, "rule ungrounded_observation: share of a critical observation's "
+                                             "words that must occur, in order, in the observation before or "
+                                             "after its step (1 = an exact quote; 0.6 lets a quote drop "
+                                             "articles and numbers)", min=0, max=1)
+    off_topic_threshold: float = _f(0.15, "rule off_topic: min cosine similarity (MiniLM all-MiniLM-L6-v2) of "
+                                          "an LLM text to its source (trajectory, memories or step). Measured "
+                                          "(tests/test_quality_rules.py): a childhood-diet mistake or a football "
+                                          "remark scores 0.02-0.05 against an ALFWorld episode, placeholders "
+                                          "such as 'because of 0' 0.07-0.08; on-topic memories, skills and "
+                                          "thinks 0.27-0.74. -1 turns the rule off", min=-1, max=1)
+    skill_use_min_shared: int = _f(2, "metric skill_use_rate (export): content words of a skill in the think's "
+                                      "prompt that the think must share, beyond those of the step's observation "
+                                      "and action", min=1)
+
+
     seed: int = _f(0, "seed of the instance-level split")
 
 
@@ -265,6 +304,7 @@ class PipelineConfig:
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+    quality: QualityConfig = field(default_factory=QualityConfig)
 
 
 #: Caps of :class:`ParseConfig` that ``parse.per_env`` may override per env: the keys
@@ -311,6 +351,9 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def from_dict(data: dict[str, Any]) -> PipelineConfig:
+    unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
+    if unknown:
+        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
     """Build a config from a (partial) nested dict and check it (:func:`check_config`).
 
     Raises :class:`ConfigError` (a ``ValueError``) for a top level or section that is not a

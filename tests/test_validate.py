@@ -174,12 +174,12 @@ def test_invalid_action_in_source_is_never_a_target(tmp_path):
 
 
 # Rule short_think: 46 of 64 <think> blocks of the small embedded distill model were numbers or
-# punctuation ("1.5-2.3", "123456789"); they must at least show up as a flag.
+# punctuation ("1.5-2.3", "123456789"); they are quarantined by default (issue 13), flagged on request.
 DEFAULT_MIN = ValidateConfig().min_think_words
 
 
-def test_short_think_defaults_are_flag_and_three_words():
-    assert (ValidateConfig().short_think, DEFAULT_MIN) == ("flag", 3)
+def test_short_think_defaults_are_quarantine_and_three_words():
+    assert (ValidateConfig().short_think, DEFAULT_MIN) == ("quarantine", 3)
 
 
 @pytest.mark.parametrize("think,words", [("1.5-2.3", 0), ("4.6", 0), ("123456789", 0), (",.15,", 0), ("T1", 0),
@@ -190,17 +190,17 @@ def test_think_words_counts_runs_of_letters(think, words):
 
 @pytest.mark.parametrize("think,flags", [("1.5-2.3", ["short_think"]), ("go to", ["short_think"]),
                                          ("go to the desk first", [])])
-def test_short_think_is_flagged_by_default(tmp_path, think, flags):
+def test_short_think_flag_policy(tmp_path, think, flags):
     traj = one_step()
-    rows, q, m = run_validate(tmp_path, [traj], [distilled(traj, {0: think})], min_think_words=DEFAULT_MIN)
+    rows, q, m = run_validate(tmp_path, [traj], [distilled(traj, {0: think})], min_think_words=DEFAULT_MIN,
+                              short_think="flag")
     assert q == [] and rows[0]["flags"] == flags and rows[0]["think"] == think
     assert m["counters"]["flags"] == ({"short_think": 1} if flags else {})
 
 
-def test_short_think_quarantine_policy(tmp_path):
+def test_short_think_is_quarantined_by_default(tmp_path):
     traj = one_step()
-    rows, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "1.5-2.3"})], short_think="quarantine",
-                              min_think_words=DEFAULT_MIN)
+    rows, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "1.5-2.3"})], min_think_words=DEFAULT_MIN)
     assert rows == [] and reasons(q) == ["short_think"]
     assert q[0]["detail"] == "reasoning has 0 words of letters (< validate.min_think_words=3): '1.5-2.3'"
     assert q[0]["raw"] == "<think>1.5-2.3</think>\n<action>go to countertop 1</action>"
@@ -215,7 +215,8 @@ def test_blank_think_is_empty_not_short(tmp_path):
 
 def test_short_think_flag_is_counted_in_the_dataset_card(tmp_path):
     traj = one_step()
-    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "4.6"})], min_think_words=DEFAULT_MIN)
+    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "4.6"})], min_think_words=DEFAULT_MIN,
+                              short_think="flag")
     card = dataset_card([dict(r, split="train") for r in rows], [SKILL], "r1", 0.1, 0)
     assert "| short_think | 1 |" in card.splitlines()
 

@@ -34,12 +34,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .. import skillbank
+from .. import quality, skillbank
 from ..bank.store import BankStore
-from ..config import AggregateConfig
+from ..config import AggregateConfig, QualityConfig
 from ..llm.schemas import load_schema, wrap
 from ..llm.types import JSONRequest
 from ..prompts import category_label
+from ..quality import grounding, text, topic
 from ..records import SKILL_SCHEMA, QuarantineRow
 from ..runner import StageContext, StageOutput
 from ..split import split_instances, split_record
@@ -51,7 +52,7 @@ SCHEMA = SKILL_SCHEMA
 USES_LLM = True
 # config sections it reads (fingerprinted; + llm when USES_LLM); export: val_fraction and seed of
 # the instance split, decided here (pipeline.split), so changing them rebuilds the bank
-CONFIG = ("aggregate", "export")
+CONFIG = ("aggregate", "export", "quality")
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
 MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json
@@ -110,8 +111,11 @@ def answer_schema(kind: str, n: int) -> dict[str, Any]:
     return wrap("mistakes" if kind == "mistake" else "skills", arr)
 
 
-def check_answer(kind: str):
-    """``JSONRequest.check``: every field of every item must have non-blank text (D-K4)."""
+def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfig | None = None,
+                 tally: quality.Tally | None = None):
+    """``JSONRequest.check``: every field of every item must have non-blank text (D-K4); with
+    ``qcfg``, then the content rules of :func:`skill_violations` against ``sources`` (the pattern
+    and mistake texts fed to the call), gated by ``tally`` (policy and counts)."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
 
     def check(value: dict[str, Any]) -> str | None:
@@ -119,40 +123,78 @@ def check_answer(kind: str):
             blank = [f for f in fields if not str(item.get(f, "")).strip()]
             if blank:
                 return f"{key}[{i}] has blank {', '.join(blank)}"
-        return None
+        if qcfg is None:
+            return None
+        gate = tally or quality.Tally(qcfg.flag_rules)
+        return gate.gate(skill_violations(kind, value.get(key) or [], sources or [], qcfg))
     return check
 
 
-def plan_calls(memories: list[dict[str, Any]], env: str, cfg: AggregateConfig) -> list[Call]:
-    """The calls for the memories of one env, in a fixed order: general, categories, mistakes."""
+def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str], qcfg: QualityConfig,
+                     encoder: topic.Encoder | None = None) -> list[quality.Violation]:
+    """Content rules of one answer's skills (or mistakes): ``no_words``/``ngram_loop`` of every
+    field, ``not_a_phrase`` of a title, then ``off_topic``: each item's text (title, principle,
+    when to apply; mistakes: description, why, how) against the texts fed to the call."""
+    key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
+    out = []
+    for i, item in enumerate(items):
+        for f in fields:
+            out += text.field_violations(f"{key}[{i}].{f}", str(item.get(f) or ""), qcfg)
+        if "title" in fields:
+            out += text.title_violations(f"{key}[{i}].title", str(item.get("title") or ""), qcfg)
+    named = [(f"{key}[{i}]", _skillmerge.skill_text({**item, "kind": kind})) for i, item in enumerate(items)]
+    return out + topic.off_topic(named, [sources] * len(named), qcfg.off_topic_threshold, encoder)
+
+
+def source_check(rows: list[dict[str, Any]], memories: list[dict[str, Any]], tally: quality.Tally
+                 ) -> tuple[list[dict[str, Any]], list[QuarantineRow]]:
+    """Skill rows whose sources hold (``grounding.skill_source_violations`` against every memory of
+    the run), and a quarantine row (item = skill id, raw = the skill as JSON) for each other one."""
+    by_id = {m["memory_id"]: m for m in memories}
+    kept, dropped = [], []
+    for r in rows:
+        err = tally.gate(grounding.skill_source_violations(r, by_id))
+        if err is None:
+            kept.append(r)
+        else:
+            dropped.append(QuarantineRow(NAME, quality.reason_of("check_failed", err), err, r["skill_id"],
+                                         raw=json.dumps({k: r[k] for k in SKILL_FIELDS + MISTAKE_FIELDS if r.get(k)})))
+    return kept, dropped
+
+
+def plan_calls(memories: list[dict[str, Any]], env: str, cfg: AggregateConfig, qcfg: QualityConfig | None = None,
+               tally: quality.Tally | None = None) -> list[Call]:
+    """The calls for the memories of one env, in a fixed order: general, categories, mistakes;
+    with ``qcfg``, each call's check runs the content rules (:func:`check_answer`)."""
     tpl = _templates.load(NAME, env)
     system = tpl.render("system")
     succ = [m for m in memories if m["outcome"] == "success" and m["planning_pattern"].strip()]
     fail = [m for m in memories if m["outcome"] == "failure" and m["mistakes_to_avoid"]]
     calls: list[Call] = []
 
-    def add(kind: str, category: str, fed: set[str], section: str, n: int, **values: Any) -> None:
+    def add(kind: str, category: str, fed: set[str], section: str, n: int, sources: list, **values: Any) -> None:
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},
                                         {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
-                              schema=answer_schema(kind, n), schema_name=f"skills_{kind}", check=check_answer(kind))
+                              schema=answer_schema(kind, n), schema_name=f"skills_{kind}",
+                              check=check_answer(kind, [t for t, _ in sources], qcfg, tally))
         calls.append(Call(env, kind, category, [m for m in memories if m["memory_id"] in fed], request, tpl.sha))
 
     patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)
     if patterns:
-        add("general", "", fed, "general", cfg.n_general, patterns=_lines(patterns))
+        add("general", "", fed, "general", cfg.n_general, patterns, patterns=_lines(patterns))
     for cat in dict.fromkeys(m["category"] for m in memories):  # first-seen order
         pats, fed_p = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ if m["category"] == cat],
                                    cfg.max_patterns)
         errs, fed_e = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail if m["category"] == cat
                                     for x in m["mistakes_to_avoid"]], cfg.max_patterns)
         if pats or errs:
-            add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific,
+            add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific, pats + errs,
                 category_label=category_label(cat), patterns=_lines(pats), mistakes=_lines(errs))
     errs, fed = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail for x in m["mistakes_to_avoid"]],
                              cfg.max_patterns)
     if errs:
-        add("mistake", "", fed, "mistakes", cfg.n_mistakes, mistakes=_lines(errs))
+        add("mistake", "", fed, "mistakes", cfg.n_mistakes, errs, mistakes=_lines(errs))
     return calls
 
 
@@ -180,7 +222,7 @@ def unused_quarantine(memories: list[dict[str, Any]], calls: list[Call]) -> tupl
             continue
         c = failed.get(m["memory_id"])
         if c is not None:
-            quarantine.append(QuarantineRow(NAME, c.result.error or "llm_failed",
+            quarantine.append(QuarantineRow(NAME, quality.reason_of(c.result.error, c.result.detail),
                                             f"{c.kind} call {c.request.key} failed: {c.result.detail}",
                                             m["memory_id"], raw=c.result.raw))
         else:
@@ -261,17 +303,20 @@ def run(ctx: StageContext) -> StageOutput:
     by_env: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
         by_env.setdefault(m["env"], []).append(m)
-    calls = [c for env, mems in by_env.items() for c in plan_calls(mems, env, cfg)]
+    tally = quality.Tally(ctx.config.quality.flag_rules)
+    calls = [c for env, mems in by_env.items() for c in plan_calls(mems, env, cfg, ctx.config.quality, tally)]
     model = ""
     if calls:  # no memories or nothing to aggregate: never start the LLM server
         llm = ctx.llm
         model = llm.model_id
         for c, res in zip(calls, llm.complete_json_many([c.request for c in calls], desc=NAME), strict=True):
             c.result = res
-    rows, merges, banks = [], [], {}
+    rows, merges, banks, bad_sources = [], [], {}, []
     for env, mems in by_env.items():
         env_rows = [r for c in calls if c.env == env and c.result.ok for r in call_rows(c, model)]
         env_rows, env_merges = _skillmerge.merge_similar(env_rows, cfg.merge_threshold)
+        env_rows, dropped = source_check(env_rows, all_memories, tally)
+        bad_sources += dropped
         rows += env_rows
         merges += env_merges
         banks[env] = (env_rows, mems)
@@ -294,9 +339,9 @@ def run(ctx: StageContext) -> StageOutput:
     # one row per failed call: its memories may all have fed a successful call too (a failed
     # mistakes call whose failures also fed their category's call), and then no memory row keeps it
     failed = [c for c in calls if not c.result.ok]
-    request_rows = [QuarantineRow(NAME, c.result.error or "llm_failed",
+    request_rows = [QuarantineRow(NAME, quality.reason_of(c.result.error, c.result.detail),
                                   f"{c.kind} call {c.request.key} failed: {c.result.detail}", c.request.key,
-                                  raw=c.result.raw) for c in failed]
+                                  raw=c.result.raw) for c in failed] + bad_sources
     extra = {}
     if not banks:  # an empty run still gets a (loadable, empty) bank
         banks[ctx.env] = ([], [])
@@ -311,7 +356,9 @@ def run(ctx: StageContext) -> StageOutput:
                 "skills": dict(Counter(r["kind"] for r in rows)), "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": version, "bank_parent": parent,
-                "split": dict(split_record(assignment, ecfg.val_fraction, ecfg.seed), held_out_memories=len(held_out))}
+                "split": dict(split_record(assignment, ecfg.val_fraction, ecfg.seed), held_out_memories=len(held_out)),
+                # items = calls; a skill dropped for its sources counts once more (it is not a call)
+                "quality": tally.record(len(calls), Counter(q.reason for q in request_rows))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(all_memories), units_in=len(all_memories),
                        units_out=len(used), counters=counters, extra_files=extra,
                        failed_requests=[c.result for c in failed], request_quarantine=request_rows)

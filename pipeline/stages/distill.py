@@ -20,12 +20,16 @@ quarantined. Units: trajectories.
 from __future__ import annotations
 
 import copy
+import json
 import re
-from typing import Any
+from collections import Counter
+from typing import Any, Callable
 
-from .. import prompts
+from .. import prompts, quality
+from ..config import QualityConfig
 from ..llm.schemas import load_schema, wrap
 from ..llm.types import JSONRequest, JSONResult
+from ..quality import grounding, text, topic
 from ..records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
 from . import _templates
@@ -34,7 +38,7 @@ NAME = "distill"
 INPUTS = ("dedupe", "memory", "aggregate")
 SCHEMA = DISTILLED_SCHEMA
 USES_LLM = True
-CONFIG = ("distill", "prompt")  # config sections it reads (fingerprinted; + llm when USES_LLM)
+CONFIG = ("distill", "prompt", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 OBS_CHARS = 500          # observation shown per step (the reasoning needs the gist, not all of it)
 ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
@@ -62,10 +66,15 @@ def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
     return wrap("thinks", arr)
 
 
-def check_thinks(indices: list[int], max_chars: int):
+def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dict]], str | None] | None = None):
     """``JSONRequest.check``: the answer's step indices equal ``indices`` 1:1 and every think is
-    usable (D-T3). Returns the first error as a message (fed back to the model), else ``None``."""
+    usable (D-T3), then ``content`` (the content rules, :func:`content_check`) when given. Returns
+    the first error as a message (fed back to the model), else ``None``."""
     def check(value: dict[str, Any]) -> str | None:
+        err = form(value)
+        return err if err or content is None else content(value["thinks"])
+
+    def form(value: dict[str, Any]) -> str | None:
         got = [t.get("step_index") for t in value.get("thinks") or []]
         dup = sorted({i for i in got if got.count(i) > 1})
         missing = [i for i in indices if i not in got]
@@ -86,6 +95,28 @@ def check_thinks(indices: list[int], max_chars: int):
                 return f"think for step {t['step_index']} contains CJK characters; write English"
         return None
     return check
+
+
+def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, Any]], traj: Trajectory,
+                     qcfg: QualityConfig, encoder: topic.Encoder | None = None) -> list[quality.Violation]:
+    """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
+    entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
+    ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
+    step), then ``off_topic`` against the step (observation as shown + action) and the task."""
+    named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
+    out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
+    out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks])
+    out += [v for t in thinks for v in grounding.future_leak(str(t.get("think") or ""), traj, t["step_index"])]
+    sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "
+                f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
+    return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)
+
+
+def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally):
+    """The ``content`` callable of :func:`check_thinks` for one chunk: :func:`think_violations`
+    gated by ``tally`` (policy and counts)."""
+    by_index = {e["step_index"]: e for e in entries}
+    return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg))
 
 
 def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> list[dict[str, Any]]:
@@ -116,8 +147,10 @@ def render_entry(e: dict[str, Any]) -> str:
 
 
 def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block: str,
-                   max_steps: int, max_chars: int) -> list[JSONRequest]:
-    """One request per chunk of ``max_steps`` entries (key ``<trajectory_id>#<chunk>``)."""
+                   max_steps: int, max_chars: int, qcfg: QualityConfig | None = None,
+                   tally: quality.Tally | None = None) -> list[JSONRequest]:
+    """One request per chunk of ``max_steps`` entries (key ``<trajectory_id>#<chunk>``); with
+    ``qcfg``, each check also runs the content rules (:func:`content_check`, counted in ``tally``)."""
     tpl = _templates.load(NAME, traj.env)
     system = tpl.render("system")
     size = max(1, max_steps)
@@ -133,7 +166,9 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
                                     messages=[{"role": "system", "content": system},
                                               {"role": "user", "content": user}],
                                     schema=thinks_schema(indices, max_chars), schema_name="reasoning",
-                                    check=check_thinks(indices, max_chars)))
+                                    check=check_thinks(indices, max_chars, content_check(
+                                        chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules))
+                                        if qcfg else None)))
     return requests
 
 
@@ -155,6 +190,7 @@ def run(ctx: StageContext) -> StageOutput:
     cfg = ctx.config.distill
     quarantine: list[QuarantineRow] = []
     jobs: list[tuple[Trajectory, list[str], bool, list[JSONRequest]]] = []
+    tally = quality.Tally(ctx.config.quality.flag_rules)
     for t in trajs:
         if not t.success:
             quarantine.append(_quarantine(t, "not_success", f"outcome {t.outcome}: used for memories, not SFT"))
@@ -166,7 +202,7 @@ def run(ctx: StageContext) -> StageOutput:
         skills = prompts.select_skills(bank, t.env, t.category, ctx.config.prompt)
         entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
         reqs = build_requests(t, entries, prompts.render_skills_block(skills), cfg.max_steps_per_call,
-                              cfg.max_think_chars)
+                              cfg.max_think_chars, ctx.config.quality, tally)
         jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs))
     rows, failed, request_rows = [], [], []
     if jobs:  # no successes: never start the LLM server
@@ -177,20 +213,24 @@ def run(ctx: StageContext) -> StageOutput:
             bad = [r for r in res if not r.ok]
             failed += bad
             if bad:  # the trajectory's row keeps the first failed chunk; each other one gets a request row
-                quarantine.append(_quarantine(t, bad[0].error or "llm_failed", f"call {bad[0].key}: {bad[0].detail}",
+                quarantine.append(_quarantine(t, quality.reason_of(bad[0].error, bad[0].detail), f"call {bad[0].key}: {bad[0].detail}",
                                               bad[0].raw))
-                request_rows += [QuarantineRow(NAME, r.error or "llm_failed", f"call {r.key} failed: {r.detail}",
+                request_rows += [QuarantineRow(NAME, quality.reason_of(r.error, r.detail), f"call {r.key} failed: {r.detail}",
                                                r.key, t.source_uri, t.source_line, r.raw) for r in bad[1:]]
                 continue
             # one line per think: a real model may write newlines (the JSON decoder accepts them)
             thinks = [{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
                       for r in res for x in r.value["thinks"]]
+            if len(reqs) > 1 and (err := tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks]))):
+                quarantine.append(_quarantine(t, "reused_think", f"across calls: {err}", json.dumps(thinks)))
+                continue  # the chunks were checked one by one: a think reused across two is caught here
             rows.append({"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                          "thinks": thinks, "synthetic_done": synthetic, "skill_ids_used": skill_ids,
                          "memory_ids": memory_ids.get(t.trajectory_id, []), "bank_version": bank_version,
                          "model": llm.model_id, "prompt_sha": _templates.load(NAME, t.env).sha})
     counters = {"calls": sum(len(j[3]) for j in jobs), "chunked": sum(len(j[3]) > 1 for j in jobs),
                 "synthetic_done": sum(r["synthetic_done"] for r in rows),
-                "thinks": sum(len(r["thinks"]) for r in rows)}
+                "thinks": sum(len(r["thinks"]) for r in rows),
+                "quality": tally.record(len(trajs), Counter(q.reason for q in quarantine))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
                        failed_requests=failed, request_quarantine=request_rows)

@@ -15,12 +15,14 @@ mistake). A call that still fails is quarantined with the model's raw output. Un
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from .. import lineage
-from ..config import MemoryConfig
+from .. import lineage, quality
+from ..config import MemoryConfig, QualityConfig
 from ..llm.schemas import load_schema
 from ..llm.types import JSONRequest, JSONResult
+from ..quality import grounding, text, topic
 from ..records import MEMORY_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
 from . import _templates
@@ -29,7 +31,7 @@ NAME = "memory"
 INPUTS = ("dedupe",)
 SCHEMA = MEMORY_SCHEMA
 USES_LLM = True
-CONFIG = ("memory",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
+CONFIG = ("memory", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
 REFINED_FIELDS = ("action", "critical_observation", "reasoning")
@@ -64,13 +66,23 @@ def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
     return base
 
 
-def check_memory(outcome: str):
+def check_memory(outcome: str, traj: Trajectory | None = None, qcfg: QualityConfig | None = None,
+                 tally: quality.Tally | None = None):
     """A ``JSONRequest.check`` for ``outcome``: returns an error message or ``None``.
 
     Catches what a schema allows but a memory must not have: blank (whitespace-only) texts,
-    a success without a planning pattern, a failure without a usable mistake.
+    a success without a planning pattern, a failure without a usable mistake. With ``traj``, the
+    content rules of :func:`content_violations` too (gated by ``tally``'s policy; message
+    ``"<reason>: <detail>"``, so the quarantine row gets the rule's reason).
     """
     def check(value: dict[str, Any]) -> str | None:
+        err = form(value)
+        if err or traj is None:
+            return err
+        gate = tally or quality.Tally(qcfg.flag_rules if qcfg else ())
+        return gate.gate(content_violations(value, traj, qcfg or QualityConfig()))
+
+    def form(value: dict[str, Any]) -> str | None:
         if not str(value.get("contextual_description", "")).strip():
             return "contextual_description is blank"
         if outcome == "success":
@@ -86,6 +98,30 @@ def check_memory(outcome: str):
                 return "a failed episode needs at least one mistake with trigger_condition and bad_action"
         return None
     return check
+
+
+def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityConfig,
+                       encoder: topic.Encoder | None = None) -> list[quality.Violation]:
+    """Content rules of one memory answer for ``traj`` (``pipeline.quality``), in this order:
+    degenerate text (``no_words``, ``ngram_loop``) of every text field, grounding of the refined
+    steps (``ungrounded_step``, ``ungrounded_observation``), then ``off_topic``: the description,
+    the planning pattern and each mistake against the trajectory (its task, and its actions)."""
+    named = [("contextual_description", str(value.get("contextual_description") or "")),
+             ("planning_pattern", str(value.get("planning_pattern") or ""))]
+    for j, s in enumerate(value.get("refined_trajectory") or []):
+        named.append((f"refined_trajectory[{j}].reasoning", str(s.get("reasoning") or "")))
+    for j, m in enumerate(value.get("mistakes_to_avoid") or []):
+        named.append((f"mistakes_to_avoid[{j}]", mistake_text(m)))
+    out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
+    out += grounding.memory_step_violations(value.get("refined_trajectory") or [], traj, qcfg.min_observation_overlap)
+    sources = [traj.task, "; ".join(s.action or "" for s in traj.steps[1:])]
+    topical = [(n, t) for n, t in named if not n.startswith("refined_trajectory")]
+    return out + topic.off_topic(topical, [sources] * len(topical), qcfg.off_topic_threshold, encoder)
+
+
+def mistake_text(m: dict[str, Any]) -> str:
+    """``"<trigger_condition>: <bad_action>"`` of one mistake (what the content rules read)."""
+    return f"{str(m.get('trigger_condition') or '').strip()}: {str(m.get('bad_action') or '').strip()}"
 
 
 def render_trajectory(traj: Trajectory, max_chars: int) -> str:
@@ -117,8 +153,10 @@ def render_trajectory(traj: Trajectory, max_chars: int) -> str:
     return _templates.clip("\n\n".join([head, marker, *tail]), max_chars)
 
 
-def build_request(traj: Trajectory, cfg: MemoryConfig) -> JSONRequest:
-    """The one structured call for ``traj`` (key = trajectory id)."""
+def build_request(traj: Trajectory, cfg: MemoryConfig, qcfg: QualityConfig | None = None,
+                  tally: quality.Tally | None = None) -> JSONRequest:
+    """The one structured call for ``traj`` (key = trajectory id); with ``qcfg`` its check also
+    runs the content rules (:func:`content_violations`), counted in ``tally``."""
     tpl = _templates.load(NAME, traj.env)
     outcome = "success" if traj.success else "failure"
     system = tpl.render("system") + "\n\n" + tpl.render(outcome)
@@ -128,7 +166,8 @@ def build_request(traj: Trajectory, cfg: MemoryConfig) -> JSONRequest:
     return JSONRequest(key=traj.trajectory_id,
                        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                        schema=memory_schema(outcome, len(traj.steps) - 1),
-                       schema_name=f"memory_{outcome}", check=check_memory(outcome))
+                       schema_name=f"memory_{outcome}",
+                       check=check_memory(outcome, traj if qcfg else None, qcfg, tally))
 
 
 def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str, Any]:
@@ -148,7 +187,7 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 
 
 def quarantine_row(traj: Trajectory, result: JSONResult) -> QuarantineRow:
-    return QuarantineRow(stage=NAME, reason=result.error or "llm_failed", detail=result.detail,
+    return QuarantineRow(stage=NAME, reason=quality.reason_of(result.error, result.detail), detail=result.detail,
                          item_id=traj.trajectory_id, source_uri=traj.source_uri, line=traj.source_line,
                          raw=result.raw)
 
@@ -162,7 +201,9 @@ def run(ctx: StageContext) -> StageOutput:
     if not trajs:  # nothing to summarise: do not start the LLM server
         return StageOutput(rows=[], quarantine=[], rows_in=0)
     llm = ctx.llm
-    results = llm.complete_json_many([build_request(t, ctx.config.memory) for t in trajs], desc=NAME)
+    tally = quality.Tally(ctx.config.quality.flag_rules)
+    results = llm.complete_json_many([build_request(t, ctx.config.memory, ctx.config.quality, tally)
+                                      for t in trajs], desc=NAME)
     rows, quarantine = [], []
     for traj, res in zip(trajs, results, strict=True):
         if res.ok:
@@ -170,6 +211,7 @@ def run(ctx: StageContext) -> StageOutput:
         else:
             quarantine.append(quarantine_row(traj, res))
     counters = {"success": sum(r["outcome"] == "success" for r in rows),
-                "failure": sum(r["outcome"] == "failure" for r in rows)}
+                "failure": sum(r["outcome"] == "failure" for r in rows),
+                "quality": tally.record(len(trajs), Counter(q.reason for q in quarantine))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
                        failed_requests=[r for r in results if not r.ok])  # each one's raw is in its row

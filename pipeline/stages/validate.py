@@ -14,8 +14,8 @@ quarantine ``reason`` (or the flag, when config.ValidateConfig sets the rule's p
 * ``empty_think``         blank reasoning                                      [policy: empty_think]
 * ``short_think``         non-blank reasoning with fewer than ``min_think_words`` words of >= 2
                           letters, e.g. ``1.5-2.3`` or ``,.15,`` from a small distill model: numbers
-                          and punctuation are not reasoning (ours; policy default "flag", so counts
-                          stay as before but the dataset card shows them)    [policy: short_think]
+                          and punctuation are not reasoning (ours; policy default "quarantine"
+                          since issue 13: such thinks were exported as targets)  [policy: short_think]
 * ``bad_action_format``   WebShop action not ``search[...]``/``click[...]``; Search action not one
                           ``<search>..</search>`` or ``<answer>..</answer>``; empty action
 * ``not_admissible``      action not in the shown admissible list, even after whitespace/case

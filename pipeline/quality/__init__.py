@@ -1,0 +1,105 @@
+"""Content rules for LLM output (issue 13): checks of *meaning*, not of form.
+
+A schema only says that an answer has the right shape; the embedded 135M model writes
+schema-valid thinks such as ``1.25``, skill titles such as ``**1**`` and memories that cite steps
+that never happened. The rules here reject that. Each rule returns :class:`Violation` records
+(``reason`` + ``detail``); the LLM stages run them inside their ``JSONRequest.check``, so a
+violation is fed back to the model in the client's repair round exactly like a schema error, and
+an answer that still violates a rule is quarantined with the rule's reason and the raw output.
+
+Modules (one concept each):
+
+* :mod:`.text` - degenerate text in any field: ``no_words``, ``not_a_phrase``, ``ngram_loop``,
+  ``reused_think``;
+* :mod:`.grounding` - facts checked against the recorded trajectory or the memory artifact:
+  ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``unknown_source_memory``,
+  ``category_mismatch``;
+* :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
+* :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
+
+Policy: every rule quarantines unless it is listed in ``quality.flag_rules`` (config), in which
+case the violation is only counted. :class:`Tally` counts what each rule rejected and builds the
+manifest record of a stage (counts and rates per reason).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+#: Every content rule's reason, with its one-line definition (the manifest and README use these).
+REASONS: dict[str, str] = {
+    "no_words": "a field has no word of >= 2 letters, or letters are under quality.min_letter_share of its "
+                "visible characters (numbers or bracket soup)",
+    "not_a_phrase": "a skill title is not a short phrase (starts with a letter, <= quality.max_title_words "
+                    "words, no brackets)",
+    "ngram_loop": "a field repeats one word n-gram (quality.loop_ngram) at least quality.loop_min_repeats times",
+    "reused_think": "the same think is given for two different steps of one trajectory",
+    "ungrounded_step": "a refined step cites a step index without that recorded action",
+    "ungrounded_observation": "a critical observation is not a (near-)span of that step's observation",
+    "future_leak": "a think names an entity that first appears in an observation after its step",
+    "unknown_source_memory": "a skill cites a source memory that is not in the memory artifact",
+    "category_mismatch": "a task-specific skill's category differs from its source memories' category",
+    "off_topic": "embedding similarity to the source is below quality.off_topic_threshold",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: ``reason`` (a key of :data:`REASONS`) and a human-readable ``detail``."""
+    reason: str
+    detail: str
+
+    def message(self) -> str:
+        """The check message fed back to the model: ``"<reason>: <detail>"`` (parsed by :func:`reason_of`)."""
+        return f"{self.reason}: {self.detail}"
+
+
+def reason_of(error: str, detail: str) -> str:
+    """Quarantine reason of a failed LLM result: the content rule's reason when the client's
+    ``check_failed`` detail starts with one (``"ungrounded_step: ..."``), else ``error``
+    (``schema_invalid``, ``length``, ... or ``llm_failed`` when empty)."""
+    if error == "check_failed":
+        head = (detail or "").split(":", 1)[0].strip()
+        if head in REASONS:
+            return head
+    return error or "llm_failed"
+
+
+class Tally:
+    """Counts of rule violations seen by one stage, and the policy gate.
+
+    Args:
+        flag_rules: reasons counted but not rejected (``quality.flag_rules``); every other
+            reason rejects the answer (policy quarantine).
+
+    ``rejected`` counts answers rejected per reason (first answers and repairs, so a violation
+    that the repair round fixed still shows); ``flagged`` counts violations let through.
+    """
+
+    def __init__(self, flag_rules: Iterable[str] = ()):
+        self.flag_rules = set(flag_rules)
+        self.rejected: Counter = Counter()
+        self.flagged: Counter = Counter()
+
+    def gate(self, violations: Iterable[Violation]) -> str | None:
+        """Count ``violations``; return the message of the first one whose rule quarantines, else None."""
+        first = None
+        for v in violations:
+            if v.reason in self.flag_rules:
+                self.flagged[v.reason] += 1
+            elif first is None:
+                first = v
+        if first is not None:
+            self.rejected[first.reason] += 1
+            return first.message()
+        return None
+
+    def record(self, items: int, quarantined: Counter) -> dict[str, Any]:
+        """Manifest record: ``{items, quarantined: {reason: n}, rate: {reason: n / items},
+        rejected_answers: {...}, flagged: {...}}`` over the stage's ``items`` (rates rounded to 4
+        places; only content-rule reasons of ``quarantined`` are listed)."""
+        q = {r: n for r, n in sorted(quarantined.items()) if r in REASONS}
+        return {"items": items, "quarantined": q,
+                "rate": {r: round(n / items, 4) if items else 0.0 for r, n in q.items()},
+                "rejected_answers": dict(sorted(self.rejected.items())), "flagged": dict(sorted(self.flagged.items()))}

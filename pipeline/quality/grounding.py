@@ -1,0 +1,136 @@
+"""Grounding rules: an LLM claim about a trajectory must match what was recorded (issue 13).
+
+* ``ungrounded_step`` - a memory's refined step must cite an action step (1..n, the numbering
+  of ``memory.render_trajectory``) whose recorded action equals the claimed one after
+  :func:`norm_action`; the model may drop instance numbers (the ALFWorld prompt asks it to
+  abstract), but any number it writes must be the recorded one.
+* ``ungrounded_observation`` - its ``critical_observation`` must be a span or near-span of the
+  observation the agent saw before the action (step k-1) or the one the action produced (step
+  k): at least ``min_overlap`` of its tokens found, in order, in that observation
+  (:func:`span_coverage`).
+* ``future_leak`` - a think for action ``i + 1`` (distill entry ``i``, which shows observation
+  ``i``) must not name an entity that first appears in an observation after step ``i``
+  (:func:`future_entities`).
+* ``unknown_source_memory`` / ``category_mismatch`` - a skill's source memories exist, and a
+  task-specific skill's category equals theirs (:func:`skill_source_violations`).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Iterable
+
+from ..records import Trajectory
+from . import Violation
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+#: Entity mentions: a name followed by an instance number (ALFWorld/TextWorld ``drawer 3``,
+#: ``apple 1``) or a WebShop product id (ASIN, ``B0`` + 8 characters).
+_ENTITY = re.compile(r"\b([a-z][a-z-]*\s\d+)\b|\b(b0[0-9a-z]{8})\b")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased runs of letters/digits (``"Take apple 1 from the countertop 1."`` -> 7 tokens)."""
+    return _TOKEN.findall((text or "").lower())
+
+
+def norm_action(action: str) -> str:
+    """Case, spacing and surrounding punctuation removed (``" Take apple 1 ."`` -> ``"take apple 1"``)."""
+    return " ".join((action or "").lower().split()).strip(" .,;:'\"`")
+
+
+def action_matches(claimed: str, recorded: str) -> bool:
+    """``claimed`` is the ``recorded`` action: equal after :func:`norm_action`, or equal once
+    instance numbers are dropped from both provided ``claimed`` writes no number at all
+    (``"take apple from countertop"`` matches ``"take apple 1 from countertop 1"``;
+    ``"go to cabinet 2"`` does not match ``"go to cabinet 1"``)."""
+    a, b = norm_action(claimed), norm_action(recorded)
+    if a and a == b:
+        return True
+    ta, tb = tokens(a), tokens(b)
+    if not ta or any(t.isdigit() for t in ta):
+        return False
+    return ta == [t for t in tb if not t.isdigit()]
+
+
+def span_coverage(claim: str, observation: str) -> float:
+    """Share of ``claim``'s tokens that occur in ``observation`` in the same order (longest
+    common token subsequence by ``difflib.SequenceMatcher`` matching blocks / claim tokens).
+    1.0 for an exact span; 0.0 for an empty claim."""
+    a, b = tokens(claim), tokens(observation)
+    if not a:
+        return 0.0
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return sum(m.size for m in matcher.get_matching_blocks()) / len(a)
+
+
+def memory_step_violations(refined: Iterable[dict[str, Any]], traj: Trajectory, min_overlap: float
+                           ) -> list[Violation]:
+    """``ungrounded_step`` / ``ungrounded_observation`` of a memory's ``refined_trajectory`` items
+    against ``traj`` (step ``k`` = ``traj.steps[k]``; step 0 is the start and has no action)."""
+    out = []
+    n = len(traj.steps) - 1
+    for j, s in enumerate(refined):
+        k, action = s.get("step_index"), str(s.get("action") or "")
+        where = f"refined_trajectory[{j}]"
+        if not isinstance(k, int) or not 1 <= k <= n:
+            out.append(Violation("ungrounded_step", f"{where} cites step {k}, which is not an action step (1..{n})"))
+            continue
+        recorded = traj.steps[k].action or ""
+        if not action_matches(action, recorded):
+            out.append(Violation("ungrounded_step", f"{where}: step {k}'s recorded action is {recorded!r}, "
+                                                    f"not {action[:80]!r}; copy the action of the step you cite"))
+            continue
+        crit = str(s.get("critical_observation") or "")
+        best = max(span_coverage(crit, traj.steps[k - 1].observation), span_coverage(crit, traj.steps[k].observation))
+        if best < min_overlap:
+            out.append(Violation("ungrounded_observation",
+                                 f"{where}.critical_observation {crit[:60]!r} is not in the observation of step "
+                                 f"{k - 1} or {k} ({best:.2f} of its words found in order, need {min_overlap}); "
+                                 "quote the observation"))
+    return out
+
+
+def entities(text: str) -> set[str]:
+    """Entity mentions in ``text`` (lower-cased, spacing normalised): see ``_ENTITY``."""
+    low = " ".join((text or "").lower().split())
+    return {m.group(1) or m.group(2) for m in _ENTITY.finditer(low)}
+
+
+def future_entities(traj: Trajectory, i: int) -> set[str]:
+    """Entities that first appear after step ``i``: in observations ``i+1..``, but not in the task,
+    observations ``0..i``, admissible lists ``0..i`` or actions ``1..i+1`` (the action being
+    explained names its own arguments)."""
+    seen = entities(traj.task)
+    for s in traj.steps[:i + 1]:
+        seen |= entities(s.observation) | entities(" ; ".join(s.admissible_actions or []))
+    for s in traj.steps[1:i + 2]:
+        seen |= entities(s.action or "")
+    later: set[str] = set()
+    for s in traj.steps[i + 1:]:
+        later |= entities(s.observation)
+    return later - seen
+
+
+def future_leak(think: str, traj: Trajectory, i: int) -> list[Violation]:
+    """``future_leak`` when the think of entry ``i`` names an entity of :func:`future_entities`."""
+    leaked = sorted(entities(think) & future_entities(traj, i))
+    if leaked:
+        return [Violation("future_leak", f"the think for step {i} names {', '.join(leaked)}, which the agent "
+                                         "has not seen yet at that step")]
+    return []
+
+
+def skill_source_violations(row: dict[str, Any], memories: dict[str, dict[str, Any]]) -> list[Violation]:
+    """``unknown_source_memory`` when a source memory id of skill ``row`` is not in ``memories``
+    (``{memory_id: memory row}``); ``category_mismatch`` when a task-specific skill's category is
+    not the category of every source memory."""
+    missing = [m for m in row.get("source_memory_ids") or [] if m not in memories]
+    if missing:
+        return [Violation("unknown_source_memory", f"skill {row.get('skill_id')} cites unknown memories {missing[:3]}")]
+    if row.get("kind") == "task_specific":
+        cats = sorted({memories[m]["category"] for m in row["source_memory_ids"]} - {row.get("category")})
+        if cats:
+            return [Violation("category_mismatch", f"task-specific skill {row.get('skill_id')} of category "
+                                                   f"{row.get('category')!r} comes from memories of {cats}")]
+    return []

@@ -1,0 +1,149 @@
+"""Content rules inside the LLM stages (issue 13): real sample trajectories (the SkillRL rollouts
+of ``data/samples/skillrl-rollouts/env000``: a success, "cool some cup and put it in
+diningtable", 6 actions; a failure, "cool some vase and put it in fridge") and crafted answers
+served by the scripted stub. Each case asserts the exact quarantine reason, the repair round and
+the manifest's quality record; counts reconcile (runner's invariant)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import PipelineConfig
+from pipeline.records import MEMORY_SCHEMA, SKILL_SCHEMA, Trajectory
+from pipeline.runner import StageContext, run_stage
+from tests.llm_stage_data import write_upstream
+from tests.llm_stub import ChatStub
+from tests.test_llm_faults import stage_ctx, stub_llm_config
+
+COOL_CUP, VASE = "cool some cup and put it in diningtable.", "cool some vase and put it in fridge."
+
+
+@pytest.fixture()
+def sample_store(tmp_path):
+    """parse + dedupe of the real env000 rollouts into a tmp store; returns (store, {task: trajectory id})
+    (ids hash the source path, so the tests name the two trajectories by their task)."""
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    for stage in ("parse", "dedupe"):
+        run_stage(stage, ctx, log=lambda s: None)
+    trajs = [Trajectory.from_row(r) for r in store.require("dedupe").read_rows()]
+    assert [(t.task, t.outcome, len(t.steps) - 1) for t in trajs] == [(COOL_CUP, "success", 6), (VASE, "failure", 6)]
+    return store, {t.task: t.trajectory_id for t in trajs}
+
+
+def run_with(store, stage, script):
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        res = run_stage(stage, stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    return res, store.require(stage), stub
+
+
+GROUNDED = {"contextual_description": "Cool a cup: found it on the countertop and moved it to the dining table.",
+            "refined_trajectory": [{"step_index": 4, "action": "take cup 3 from countertop 2",
+                                    "critical_observation": "On the countertop 2, you see a cup 3",
+                                    "reasoning": "the cup is the object of the task"}],
+            "planning_pattern": "Search [Location] for [Object] -> Take [Object] -> Go to [Target] -> Place [Object]"}
+# the issue's example: an action that never happened, at a step index that does not hold it
+UNGROUNDED = dict(GROUNDED, refined_trajectory=[dict(GROUNDED["refined_trajectory"][0],
+                                                     action="take toiletpaper 1 from toilet 1's trash can")])
+GOOD_FAILURE = {"contextual_description": "Cooling a vase failed: the agent never used the fridge.",
+                "mistakes_to_avoid": [{"trigger_condition": "holding the vase that must be cooled",
+                                       "bad_action": "examined the desk instead of cooling the vase in the fridge"}]}
+DIET = dict(GOOD_FAILURE, mistakes_to_avoid=[{"trigger_condition": "eating as a child",
+                                              "bad_action": "a childhood diet with too much sugar"}])
+
+
+def answer(value):
+    return {"content": json.dumps(value)}
+
+
+def test_memory_ungrounded_step_is_repaired_and_an_off_topic_mistake_quarantined(sample_store):
+    store, ids = sample_store
+    res, art, stub = run_with(store, "memory", [answer(UNGROUNDED), answer(GROUNDED), answer(DIET), answer(DIET)])
+    counts = res.manifest["counts"]
+    assert (counts["in"], counts["out"], counts["quarantine_reasons"]) == (2, 1, {"off_topic": 1})
+    [row] = art.read_rows()
+    assert row["trajectory_id"] == ids[COOL_CUP] and row["refined_trajectory"][0]["action"] == "take cup 3 from countertop 2"
+    [q] = art.read_rows(quarantine=True)
+    assert (q["item_id"], q["raw"]) == (ids[VASE], json.dumps(DIET))
+    assert q["detail"].startswith("off_topic: mistakes_to_avoid[0] 'eating as a child: a childhood diet with too much "
+                                  "sugar' is off topic (similarity ")
+    # the repair request fed the grounding error back, naming the recorded action
+    assert stub.requests[1]["messages"][-1]["content"].startswith(
+        "Your answer was rejected (check_failed): ungrounded_step: refined_trajectory[0]: step 4's recorded action "
+        "is 'take cup 3 from countertop 2', not \"take toiletpaper 1 from toilet 1's trash can\"")
+    assert res.manifest["counters"]["quality"] == {
+        "items": 2, "quarantined": {"off_topic": 1}, "rate": {"off_topic": 0.5},
+        "rejected_answers": {"off_topic": 2, "ungrounded_step": 1}, "flagged": {}}
+    assert res.manifest["llm"]["repairs"] == 2
+
+
+def test_memory_quarantines_ungrounded_and_degenerate_answers(sample_store):
+    store, ids = sample_store
+    soup = dict(GOOD_FAILURE, contextual_description="1.25 }]} 3.75")
+    res, art, _ = run_with(store, "memory", [answer(UNGROUNDED)] * 2 + [answer(soup)] * 2)
+    assert res.manifest["counts"]["quarantine_reasons"] == {"no_words": 1, "ungrounded_step": 1}
+    q = {r["item_id"]: r for r in art.read_rows(quarantine=True)}
+    assert q[ids[COOL_CUP]]["reason"] == "ungrounded_step" and q[ids[COOL_CUP]]["raw"] == json.dumps(UNGROUNDED)
+    assert q[ids[VASE]]["detail"] == "no_words: contextual_description is not text (numbers or symbols): '1.25 }]} 3.75'"
+    assert res.manifest["counters"]["quality"]["rate"] == {"no_words": 0.5, "ungrounded_step": 0.5}
+
+
+def test_flag_rules_count_instead_of_quarantining(sample_store):
+    store, _ = sample_store
+    with ChatStub([answer(UNGROUNDED), answer(GOOD_FAILURE)]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.quality.flag_rules = ["ungrounded_step"]
+        res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert (res.manifest["counts"]["out"], res.manifest["counts"]["quarantined"]) == (2, 0)
+    assert res.manifest["counters"]["quality"]["flagged"] == {"ungrounded_step": 1}
+
+
+# distill: 6 actions + the synthetic done (ALFWorld with admissible lists) = entries 0..6, one call
+ACTIONS = ["go to desk 4", "go to sidetable 4", "go to countertop 2", "take cup 3 from countertop 2",
+           "go to diningtable 4", "move cup 3 to diningtable 4", "done"]
+
+
+def thinks(over=None):
+    texts = [f"The cup must be cooled and placed, so I {a} next." for a in ACTIONS]
+    for i, t in (over or {}).items():
+        texts[i] = t
+    return answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
+
+
+def distill_store(store):
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "aggregate", [], SKILL_SCHEMA)
+    return store
+
+
+def test_distill_future_leak_repaired(sample_store):
+    store, _ = sample_store
+    # entry 0 sees only the room: "cup 3" first appears in the observation after "go to desk 4"
+    leak = thinks({0: "Go to desk 4 to pick up cup 3."})
+    res, art, stub = run_with(distill_store(store), "distill", [leak, thinks()])
+    assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1}
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]][0] == "The cup must be cooled and placed, so I go to desk 4 next."
+    assert "future_leak: the think for step 0 names cup 3, which the agent has not seen yet" in \
+        stub.requests[1]["messages"][-1]["content"]
+    assert res.manifest["counters"]["quality"]["rejected_answers"] == {"future_leak": 1}
+
+
+@pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"), ({3: "The cup must be cooled and placed, so I go "
+                                                                          "to desk 4 next."}, "reused_think"),
+                                         ({4: "take take take take take take"}, "ngram_loop"),
+                                         ({5: "The weather is nice today and I like football."}, "off_topic")])
+def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over, reason):
+    store, ids = sample_store
+    bad = thinks(over)
+    res, art, _ = run_with(distill_store(store), "distill", [bad, bad])
+    assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1, reason: 1}
+    q = {r["item_id"]: r for r in art.read_rows(quarantine=True)}
+    assert q[ids[COOL_CUP]]["reason"] == reason and q[ids[COOL_CUP]]["raw"] == bad["content"]
+    assert res.manifest["counters"]["quality"]["quarantined"] == {reason: 1}
+    assert res.manifest["counters"]["quality"]["rate"] == {reason: 0.5}
