@@ -30,6 +30,8 @@ from typing import Any
 
 from .. import envs
 from ..prompts import prompt_template_files
+from ..quality import metrics as qmetrics
+from ..records import Trajectory
 from ..records import SFT_PAIR_SCHEMA
 from ..runner import StageContext, StageOutput
 from ..split import assignment_from_record, split_instances  # noqa: F401  (split_instances: old import path)
@@ -38,7 +40,7 @@ NAME = "export"
 INPUTS = ("validate", "aggregate")
 SCHEMA = SFT_PAIR_SCHEMA
 USES_LLM = False
-CONFIG = ("export",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
+CONFIG = ("export", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 #: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
@@ -112,6 +114,52 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
     return "\n".join(lines)
 
 
+def quality_metrics(ctx: StageContext, rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """``pipeline.quality.metrics.all_metrics`` of the exported pairs. The trajectories come from
+    the run's ``dedupe`` artifact when it exists (an ancestor of validate, so its changes already
+    reach this stage's fingerprint); without it the trajectory-based figures see no trajectory."""
+    from ._skillmerge import skill_text
+    dedupe = ctx.store.load("dedupe")
+    wanted = {r["trajectory_id"] for r in rows}
+    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (dedupe.read_rows() if dedupe else [])
+             if r["trajectory_id"] in wanted}
+    skills = {r["skill_id"]: skill_text(r) for r in bank_rows}
+    return qmetrics.all_metrics(rows, skills, trajs, ctx.config.quality.skill_use_min_shared)
+
+
+def _counts(ctx: StageContext, stage: str) -> dict[str, Any]:
+    art = ctx.store.load(stage)
+    return (art.manifest.get("counts") or {}) if art else {}
+
+
+def quality_card(m: dict[str, Any], validate_counts: dict[str, Any], distill_counts: dict[str, Any]) -> str:
+    """The card's "Data quality" section: surviving pairs with the quarantine reasons of distill
+    (trajectories) and validate (candidate pairs), then the figures of :func:`quality_metrics`."""
+    reasons = lambda c: ", ".join(f"{k} {v}" for k, v in sorted((c.get("quarantine_reasons") or {}).items())) or "none"  # noqa: E731
+    su, comp, tl = m["skill_use"], m["trajectory_completeness"], m["think_length"]
+    lines = ["## Data quality", "",
+             f"{m['pairs']} pairs survive. Distill: {distill_counts.get('out', '?')} of {distill_counts.get('in', '?')} "
+             f"trajectories distilled (quarantined: {reasons(distill_counts)}). Validate: {validate_counts.get('out', '?')} "
+             f"of {validate_counts.get('units_in', '?')} candidate pairs kept (quarantined: {reasons(validate_counts)}).", "",
+             "| metric | value | definition |", "|---|---|---|",
+             f"| skill-use rate | {su['rate']} ({su['using']} of {su['pairs_with_skills']}) | thinks sharing >= "
+             f"{su['min_shared']} content words with a skill in their prompt, beyond task/observation/action |",
+             f"| skill blocks | {m['skill_block_diversity']['blocks']} for {m['skill_block_diversity']['tasks']} tasks "
+             f"({m['skill_block_diversity']['blocks_per_task']} per task) | distinct skill sets shown |",
+             f"| trajectory completeness | {comp['rate']} ({comp['complete_pairs']} of {comp['pairs']}) | pairs of "
+             "trajectories that reached the goal with their final action exported |",
+             f"| think length (words) | mean {tl['mean']}, median {tl['median']}, min {tl['min']}, max {tl['max']} | |",
+             f"| duplicate-pair rate | {m['duplicate_pair_rate']} | 1 - distinct (instruction, output) / pairs |"]
+    lines += [f"| skill blocks, {k} | {v} | distinct skill sets in this category |"
+              for k, v in m["skill_block_diversity"]["per_category"].items()]
+    lines += [f"| terminal-action coverage, {env} | {v['rate']} ({v['with_terminal']} of {v['trajectories']}) | "
+              "trajectories with their terminal action exported |" for env, v in m["terminal_action_coverage"].items()]
+    lines += [f"| action entropy, {env} | {v['bits']} bits over {v['types']} action types | |"
+              for env, v in m["action_entropy"].items()]
+    return "\n".join(lines + [""])
+
+
 def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, str]:
     """SkillRL bank JSON files: ``skill_bank_<env>.json`` per env with skills or pairs, and
     ``skill_bank.json`` = the bank of the env with the most SFT pairs (SkillRL banks are per env;
@@ -144,16 +192,18 @@ def run(ctx: StageContext) -> StageOutput:
     val_fraction, seed = (record["val_fraction"], record["seed"]) if record else (ecfg.val_fraction, ecfg.seed)
     assignment = assignment_from_record(record, (r["env_instance"] for r in pairs), val_fraction, seed)
     rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
+    metrics = quality_metrics(ctx, rows, bank_rows)
     files = {
         TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
         VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
         "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
         **skill_bank_files(bank_rows, rows),
-        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record),
+        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
+        + "\n" + quality_card(metrics, _counts(ctx, "validate"), _counts(ctx, "distill")),
     }
     split_counts = Counter(r["split"] for r in rows)
     return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
                        counters={"train": split_counts["train"], "val": split_counts["val"],
                                  "instances": len(assignment),
-                                 "split_from": "aggregate" if record else "hash"},
+                                 "split_from": "aggregate" if record else "hash", "quality_metrics": metrics},
                        extra_files=files)
