@@ -15,7 +15,7 @@ def test_help_lists_both_commands():
 def test_unknown_policy_is_a_usage_error(tmp_path):
     res = CliRunner().invoke(app, ["rollout", "--out", str(tmp_path / "t"), "--policy", str(tmp_path / "nope"),
                                    "--tasks", "1", "--max-steps", "1"])
-    assert res.exit_code == 2 and "must be embedded, endpoint or a model folder" in res.output
+    assert res.exit_code == 2 and "must be gold, embedded, endpoint or a model folder" in res.output
 
 
 @pytest.mark.slow
