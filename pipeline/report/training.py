@@ -165,11 +165,11 @@ def flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def quality_metrics(export_manifest: dict[str, Any] | None) -> dict[str, Any]:
     """``{"rows": [(metric, value)], "note"}`` from the export manifest (see module docstring)."""
     if not export_manifest:
-        return {"rows": [], "note": "not available: this run has no export artifact"}
+        return {"rows": [], "note": "Not available: this run has no export artifact"}
     counters = export_manifest.get("counters") or {}
     for src in (export_manifest, counters):
         for key in ("quality", "quality_metrics", "data_quality"):
             if isinstance(src.get(key), dict) and src[key]:
                 return {"rows": flatten(src[key]), "note": ""}
-    return {"rows": [], "note": "not available: the export manifest records no data-quality metrics "
+    return {"rows": [], "note": "Not available: the export manifest records no data-quality metrics "
                                 "(computed by export from the evaluation work, issue 13)"}
