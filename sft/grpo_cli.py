@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 from typing import Any, Optional
@@ -75,6 +76,11 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     from .grpo_config import GRPOConfig
     from .skill_evolution import SkillBank
 
+    from pipeline.config import ConfigError
+    old = glob.glob(os.path.join(glob.escape(out), "env[0-9]*", "test*.txt"))
+    if old:  # files of an earlier, larger run would survive and be parsed with this one's
+        raise ConfigError(f"--out {out} already holds a rollout tree ({len(old)} files, e.g. {old[0]}); "
+                          "choose an empty or new folder")
     gcfg = GRPOConfig(env=env, games=[g.strip() for g in games.split(",") if g.strip()], train_seeds=tasks,
                       val_tasks=tasks, max_env_steps=max_steps, game_params=game_params).validate()
     train_tasks, dev_tasks = make_task_lists(gcfg)

@@ -105,3 +105,13 @@ def test_rollout_cli_noise_needs_gold(tmp_path):
     r = runner.invoke(app, ["rollout", "--policy", "embedded", "--noise", "0.2", "--out", str(tmp_path / "t"),
                             "--root", str(tmp_path)])
     assert r.exit_code != 0 and "--noise applies to --policy gold only" in r.output
+
+
+def test_rollout_refuses_an_out_folder_with_a_tree(tmp_path):
+    """A second, smaller run into the same folder would leave the first run's extra files behind."""
+    (tmp_path / "tree" / "env007").mkdir(parents=True)
+    (tmp_path / "tree" / "env007" / "test1.txt").write_text("old")
+    r = runner.invoke(app, ["rollout", "--policy", "gold", "--tasks", "1", "--out", str(tmp_path / "tree"),
+                            "--root", str(tmp_path)])
+    flat = " ".join(r.output.replace("│", " ").split())  # rich wraps the message in a box
+    assert r.exit_code == 2 and "already holds a rollout tree (1 files" in flat
