@@ -227,7 +227,11 @@ _POLICIES = ("quarantine", "flag")  # = pipeline.stages.validate.POLICIES (a tes
 
 @dataclass
 class ValidateConfig:
-    max_tokens: int = _f(4096, "max prompt+target length in tokens (approx: chars/4) for SFT", min=1)
+    max_tokens: int = _f(4096, "max prompt+target length in tokens for SFT (= sft max_length), counted with "
+                               "the chat template and tokenizer named by validate.tokenizer", min=1)
+    tokenizer: str = _f("embedded", "tokenizer that counts max_tokens: embedded (the SmolLM2 base model's, from "
+                                    "its GGUF) | a local Hugging Face tokenizer folder (the model you train) | "
+                                    "approx (chars/4 x 1.3, no tokenizer; pipeline/tokens.py)")
     not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag",
                              choices=_POLICIES)
     empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=_POLICIES)

@@ -44,7 +44,8 @@ class SFTFitConfig:
     warmup_steps: int = _f(0, "linear warm-up steps", min=0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
     max_length: int = _f(4096, "max tokens of prompt+completion (= validate.max_tokens, so rows validate "
-                                "kept are never cut); a longer row fails the pre-flight check", min=1)
+                                "kept are never cut); a longer row is quarantined (too_long, in "
+                                "output_dir/quarantine.parquet), never cut", min=1)
     seed: int = _f(0, "seed for data order, LoRA init and dropout")
     # --- LoRA (PEFT)
     lora: bool = _f(True, "train a LoRA adapter instead of all weights")

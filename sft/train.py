@@ -89,6 +89,24 @@ def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list
     return rows, info, quarantine
 
 
+def drop_too_long(rows: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[QuarantineRow]]:
+    """Split ``rows`` into those whose whole chat fits ``max_length`` tokens and a quarantine row
+    (reason ``too_long``, the token count in the detail, the messages as raw) for each that does
+    not (issue 14, hole 9): TRL would cut such a row, losing its end-of-turn token, and the
+    pre-flight would then abort the whole fit for one row. The length is what TRL's
+    prompt-completion tokenization gives: ``apply_chat_template(prompt + completion)``."""
+    kept, quarantine = [], []
+    for r in rows:
+        msgs = r["prompt"] + r["completion"]
+        n = len(tokenizer.apply_chat_template(msgs, tokenize=True, return_dict=True)["input_ids"])
+        if n <= max_length:
+            kept.append(r)
+        else:
+            quarantine.append(QuarantineRow("sft_fit", "too_long", f"{n} tokens > max_length={max_length}",
+                                            r["pair_id"], raw=json.dumps(msgs, ensure_ascii=False)))
+    return kept, quarantine
+
+
 # --------------------------------------------------------------------------------- trainer
 
 def _sft_args(cfg: SFTFitConfig):
@@ -170,8 +188,11 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
     """Load pairs, check resume compatibility, build the trainer, pre-flight, train, save.
 
     Returns the final manifest (also written to ``output_dir`` and, by a callback, into every
-    ``checkpoint-<step>/``). Raises ``ResumeError`` before loading the model when the checkpoint
-    does not fit the launch topology, ``PreflightError`` before step 1 when a label invariant fails.
+    ``checkpoint-<step>/``). Rows longer than ``max_length`` tokens are quarantined
+    (:func:`drop_too_long`) with the rows :func:`load_pairs` refused, in
+    ``output_dir/quarantine.parquet``. Raises ``ResumeError`` before loading the model when the checkpoint
+    does not fit the launch topology, ``PreflightError`` before step 1 when a label invariant fails,
+    ``ValueError`` when no row is left.
     """
     import torch
     from transformers import TrainerCallback
@@ -187,6 +208,14 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
                     "optimizer and schedule (resume_mode=weights_only)", ckpt)
     model_dir = str(ensure_base_model(cfg.base_model, cfg.model_cache_dir))
     base = {"path": model_dir, **content_hashes(model_dir)}
+    if cfg.max_length:
+        from transformers import AutoTokenizer
+        rows, too_long = drop_too_long(rows, AutoTokenizer.from_pretrained(model_dir), cfg.max_length)
+        if not rows:
+            raise ValueError(f"no SFT pair of {cfg.pairs} fits max_length={cfg.max_length} tokens "
+                             f"({len(too_long)} too long)")
+        quarantine += too_long
+        export["rows"].update(used=len(rows), quarantined=len(quarantine))
     extra: dict[str, Any] = {"resumed": {"from": ckpt, "mode": mode}, "quarantined_rows": len(quarantine)}
 
     def manifest_at(state) -> dict[str, Any]:

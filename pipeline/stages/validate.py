@@ -23,7 +23,9 @@ quarantine ``reason`` (or the flag, when config.ValidateConfig sets the rule's p
 * ``bad_format``          target is not exactly one <think> then one <action> (Search: search/answer)
 * ``leakage``             the answer appears in the prompt outside task/observations/real list
                                                                               [policy: leakage]
-* ``truncated_no_target`` too long even with all history dropped (tokens approximated as chars/4)
+* ``truncated_no_target`` too long even with all history dropped; tokens are counted as ``sft fit``
+                          counts them, with the tokenizer of the model to be trained and its chat
+                          template (``validate.tokenizer``, :mod:`pipeline.tokens`)
 * ``invalid_action_in_source`` the rollout dump marked this action invalid (``Valid Action: False``,
                           reader metadata ``invalid_actions``): the projection's garbage never
                           becomes an SFT target (D-P8)
@@ -52,6 +54,7 @@ from ..prompts import (needs_synthetic_done, prompt_template_files, render_skill
                        visible_admissible)
 from ..records import SFT_PAIR_SCHEMA, QuarantineRow, Trajectory
 from ..runner import StageContext, StageOutput
+from ..tokens import counter_for
 
 NAME = "validate"
 INPUTS = ("dedupe", "aggregate", "distill")
@@ -70,9 +73,10 @@ def prompt_files(ctx: StageContext) -> list[str]:
     return prompt_template_files()
 
 
-def approx_tokens(text: str) -> int:
-    """Token estimate used for the length rule: ceil(chars / 4) (no tokenizer needed here)."""
-    return -(-len(text) // 4)
+def pair_tokens(messages: list[dict], target: str, tokenizer: str) -> int:
+    """Tokens of the pair ``messages`` + assistant ``target`` as the SFT trainer counts them
+    (chat template + tokenizer named by ``validate.tokenizer``; :mod:`pipeline.tokens`)."""
+    return counter_for(tokenizer).count(messages + [{"role": "assistant", "content": target}])
 
 
 def think_words(think: str) -> int:
@@ -263,7 +267,8 @@ def run(ctx: StageContext) -> StageOutput:
                 flags.update(row["flags"])
                 rows.append(row)
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(distilled), units_in=units,
-                       counters={"flags": dict(sorted(flags.items())), "pairs": len(rows)})
+                       counters={"flags": dict(sorted(flags.items())), "pairs": len(rows),
+                                 "tokenizer": counter_for(cfg.validate.tokenizer).name})
 
 
 def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
@@ -316,10 +321,10 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
     if not target_format_ok(target, env) and (q := fail("bad_format", "target is not one <think> then one action")):
         return None, q
 
-    messages, h = _fit(traj, cand, block, pcfg, target, vcfg.max_tokens)
+    messages, h = _fit(traj, cand, block, pcfg, target, vcfg.max_tokens, vcfg.tokenizer)
     if messages is None:
-        return None, fail("truncated_no_target", f"prompt+target exceeds {vcfg.max_tokens} approx tokens "
-                                                 f"with all history dropped")
+        return None, fail("truncated_no_target", f"prompt+target exceeds {vcfg.max_tokens} tokens "
+                                                 f"({vcfg.tokenizer} tokenizer) with all history dropped")
     if h < pcfg.history_length:
         flags.append("history_truncated")
     if leaks(_instruction(messages), cand, action) and (q := fail("leakage", "the answer text occurs in the prompt",
@@ -345,12 +350,12 @@ def _instruction(messages: list[dict]) -> str:
     return messages[0]["content"] + "\n\n" + messages[1]["content"]
 
 
-def _fit(traj: Trajectory, cand: Candidate, block: str, pcfg, target: str, max_tokens: int):
+def _fit(traj: Trajectory, cand: Candidate, block: str, pcfg, target: str, max_tokens: int, tokenizer: str):
     """Render with the longest history window (<= config) that fits ``max_tokens``: the oldest
     history pairs go first; system, task and the full target are always kept.
     Returns ``(messages, history_length)`` or ``(None, 0)``."""
     for h in range(max(pcfg.history_length, 0), -1, -1):
         msgs = render_step_messages(traj, cand.k, block, dataclasses.replace(pcfg, history_length=h), cand.admissible)
-        if approx_tokens(_instruction(msgs) + target) <= max_tokens:
+        if pair_tokens(msgs, target, tokenizer) <= max_tokens:
             return msgs, h
     return None, 0
