@@ -211,6 +211,13 @@ class DistillConfig:
     max_think_chars: int = _f(200, "max characters of one reasoning", min=1)
     synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn (spec §6.1)")
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
+    source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
+                                        "thoughts): prefer = use it as that step's think when it passes the "
+                                        "content rules, ask the LLM only for the other steps (pairs get flag "
+                                        "recorded_thought); ignore = ask the LLM for every step (the thought is "
+                                        "still shown as a hint). Default prefer: a real agent's reasoning at the "
+                                        "time beats a paraphrase by the distill model",
+                              choices=("prefer", "ignore"))
 
 
 @dataclass

@@ -147,3 +147,53 @@ def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over,
     assert q[ids[COOL_CUP]]["reason"] == reason and q[ids[COOL_CUP]]["raw"] == bad["content"]
     assert res.manifest["counters"]["quality"]["quarantined"] == {reason: 1}
     assert res.manifest["counters"]["quality"]["rate"] == {reason: 0.5}
+
+
+# distill.source_thoughts on the real ETO sample: every step of "put a toiletpaper in
+# toiletpaperhanger" carries the thought the ETO agent recorded (5 actions, no admissible lists)
+@pytest.fixture()
+def eto_store(tmp_path):
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/eto-alfworld", inp / "eto")
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    for stage in ("parse", "dedupe"):
+        run_stage(stage, ctx, log=lambda s: None)
+    trajs = {t.task: t for t in (Trajectory.from_row(r) for r in store.require("dedupe").read_rows())}
+    return distill_store(store), trajs["put a toiletpaper in toiletpaperhanger."]
+
+
+def test_recorded_thoughts_are_preferred_and_flagged(eto_store):
+    store, traj = eto_store
+    assert [bool(s.thought) for s in traj.steps[1:]] == [True] * 5
+
+    def no_llm():
+        raise AssertionError("every step has a usable recorded thought: no LLM call")
+    cfg = PipelineConfig()
+    res = run_stage("distill", StageContext(store, cfg, llm_factory=no_llm), log=lambda s: None)
+    row = next(r for r in store.require("distill").read_rows() if r["trajectory_id"] == traj.trajectory_id)
+    assert row["model"] == "source"
+    assert [t["think"] for t in row["thinks"]] == [" ".join(s.thought.split()) for s in traj.steps[1:]]
+    assert res.manifest["counters"]["recorded_thoughts"] == sum(
+        len(r["thinks"]) for r in store.require("distill").read_rows())
+    run_stage("validate", StageContext(store, cfg), log=lambda s: None)
+    pairs = [p for p in store.require("validate").read_rows() if p["trajectory_id"] == traj.trajectory_id]
+    assert pairs and all("recorded_thought" in p["flags"] for p in pairs)
+
+
+def test_source_thoughts_ignore_asks_the_llm(eto_store):
+    store, traj = eto_store
+    texts = ["I go to the toiletpaperhanger 1 to check it", "I go to toilet 1 to look for paper",
+             "I take the toiletpaper 1 from toilet 1", "I return to the toiletpaperhanger 1 with it",
+             "I put the toiletpaper 1 on the hanger"]
+    good = answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
+    with ChatStub([good], default={"status": 500}) as stub:  # concurrency 1: the toiletpaper trajectory first
+        cfg = PipelineConfig(llm=stub_llm_config(stub, max_retries=0))
+        cfg.distill.source_thoughts = "ignore"
+        cfg.llm.max_endpoint_failure_rate = 1.0
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    row = next(r for r in store.require("distill").read_rows() if r["trajectory_id"] == traj.trajectory_id)
+    assert [t["think"] for t in row["thinks"]] == texts and row["model"] == "stub-model"
+    assert res.manifest["counters"]["recorded_thoughts"] == 0
+    # the other ETO trajectory got the stub's HTTP 500: quarantined, not given its recorded thoughts
+    assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 1}

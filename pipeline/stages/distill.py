@@ -16,6 +16,14 @@ checks them 1:1 plus the content rules of D-T3 (no tags, no CJK, non-blank, boun
 reference trusted the indices and silently emitted empty thinks (D-T3). Failures (the model's
 raw output kept) and non-successes (reason ``not_success``: failures feed memories, not SFT) are
 quarantined. Units: trajectories.
+
+Content rules (issue 13, ``pipeline.quality``): each answer's check also rejects a think with no
+words, an n-gram loop, a think reused for two steps, a think naming an entity the agent has not
+seen yet (``future_leak``) and an off-topic think; the rule's reason is fed back in the repair
+round, then quarantines the trajectory. ``distill.source_thoughts = prefer`` (default) uses a
+step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the same rules
+(:func:`recorded_thinks`) and asks the LLM only for the other steps; validate flags those pairs
+``recorded_thought``; a row whose thinks are all recorded has ``model = "source"``.
 """
 from __future__ import annotations
 
@@ -119,6 +127,25 @@ def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quality
     return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg))
 
 
+def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally
+                    ) -> dict[int, str]:
+    """``{step_index: think}`` of the entries whose recorded thought (``hint``, from the source's
+    ``steps[].thought``) can be the think as is (``distill.source_thoughts = prefer``): no tag, no
+    CJK, and no content-rule violation (:func:`think_violations`, gated by ``tally``). Whitespace
+    is collapsed as for LLM thinks; its length is not bounded by ``max_think_chars`` (that bound
+    keeps a small model's answer inside ``max_tokens``; validate bounds the whole pair)."""
+    by_index = {e["step_index"]: e for e in entries}
+    out = {}
+    for e in entries:
+        hint = " ".join(e["hint"].split())
+        if not hint or FORBIDDEN_TAG.search(hint) or CJK.search(hint):
+            continue
+        think = [{"step_index": e["step_index"], "think": hint}]
+        if tally.gate(think_violations(think, by_index, traj, qcfg)) is None:
+            out[e["step_index"]] = hint
+    return out
+
+
 def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> list[dict[str, Any]]:
     """One entry per reasoning to write: ``{step_index, observation, admissible, action, hint}``.
 
@@ -201,14 +228,16 @@ def run(ctx: StageContext) -> StageOutput:
         synthetic = prompts.needs_synthetic_done(t, cfg)
         skills = prompts.select_skills(bank, t.env, t.category, ctx.config.prompt)
         entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
-        reqs = build_requests(t, entries, prompts.render_skills_block(skills), cfg.max_steps_per_call,
-                              cfg.max_think_chars, ctx.config.quality, tally)
-        jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs))
+        recorded = recorded_thinks(entries, t, ctx.config.quality, tally) if cfg.source_thoughts == "prefer" else {}
+        ask = [e for e in entries if e["step_index"] not in recorded]
+        reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
+                              cfg.max_think_chars, ctx.config.quality, tally) if ask else []
+        jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs, recorded))
     rows, failed, request_rows = [], [], []
-    if jobs:  # no successes: never start the LLM server
-        llm = ctx.llm
-        results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME))
-        for t, skill_ids, synthetic, reqs in jobs:
+    if jobs:  # no successes (or only recorded thoughts): never start the LLM server
+        llm = ctx.llm if any(job[3] for job in jobs) else None
+        results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME) if llm else [])
+        for t, skill_ids, synthetic, reqs, recorded in jobs:
             res: list[JSONResult] = [next(results) for _ in reqs]
             bad = [r for r in res if not r.ok]
             failed += bad
@@ -219,18 +248,23 @@ def run(ctx: StageContext) -> StageOutput:
                                                r.key, t.source_uri, t.source_line, r.raw) for r in bad[1:]]
                 continue
             # one line per think: a real model may write newlines (the JSON decoder accepts them)
-            thinks = [{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
-                      for r in res for x in r.value["thinks"]]
-            if len(reqs) > 1 and (err := tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks]))):
+            thinks = sorted([{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
+                             for r in res for x in r.value["thinks"]]
+                            + [{"step_index": i, "think": v} for i, v in recorded.items()], key=lambda x: x["step_index"])
+            if (len(reqs) > 1 or recorded) and (err := tally.gate(text.reused([(x["step_index"], x["think"])
+                                                                                 for x in thinks]))):
                 quarantine.append(_quarantine(t, "reused_think", f"across calls: {err}", json.dumps(thinks)))
-                continue  # the chunks were checked one by one: a think reused across two is caught here
+                continue  # each call was checked on its own: a think reused across calls is caught here
             rows.append({"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                          "thinks": thinks, "synthetic_done": synthetic, "skill_ids_used": skill_ids,
                          "memory_ids": memory_ids.get(t.trajectory_id, []), "bank_version": bank_version,
-                         "model": llm.model_id, "prompt_sha": _templates.load(NAME, t.env).sha})
+                         # "source" when every think is the source's recorded thought
+                         "model": llm.model_id if reqs else "source", "prompt_sha": _templates.load(NAME, t.env).sha})
+    kept = {r["trajectory_id"] for r in rows}
     counters = {"calls": sum(len(j[3]) for j in jobs), "chunked": sum(len(j[3]) > 1 for j in jobs),
                 "synthetic_done": sum(r["synthetic_done"] for r in rows),
                 "thinks": sum(len(r["thinks"]) for r in rows),
+                "recorded_thoughts": sum(len(j[4]) for j in jobs if j[0].trajectory_id in kept),
                 "quality": tally.record(len(trajs), Counter(q.reason for q in quarantine))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
                        failed_requests=failed, request_quarantine=request_rows)

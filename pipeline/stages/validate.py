@@ -36,7 +36,9 @@ quarantine ``reason`` (or the flag, when config.ValidateConfig sets the rule's p
 
 Flags that never quarantine: ``no_admissible_list`` (source recorded none: membership unchecked),
 ``action_normalised`` (the action was replaced by the real admissible item it matches after
-normalisation: the only "fix", made with real data, never invented, D-W1), ``history_truncated``.
+normalisation: the only "fix", made with real data, never invented, D-W1), ``history_truncated``,
+``recorded_thought`` (the think is the thought the source recorded for this step, whitespace
+collapsed: ``distill.source_thoughts = prefer``).
 WebShop ``search[...]`` is format-checked only (its admissible entry is ``search[<your query>]``);
 ``click[...]`` must match a real admissible item (D-W1/D-W2).
 """
@@ -327,6 +329,8 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
                                                  f"({vcfg.tokenizer} tokenizer) with all history dropped")
     if h < pcfg.history_length:
         flags.append("history_truncated")
+    if not cand.synthetic and think and think == " ".join((traj.steps[cand.k].thought or "").split()):
+        flags.append("recorded_thought")
     if leaks(_instruction(messages), cand, action) and (q := fail("leakage", "the answer text occurs in the prompt",
                                                                    vcfg.leakage)):
         return None, q
