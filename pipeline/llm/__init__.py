@@ -8,7 +8,8 @@ _EXPORTS = {
     "LLMClient": "client", "ResponseCache": "cache", "cache_key": "cache",
     "extract_json": "jsonparse", "JSONExtractError": "jsonparse",
     "EmbeddedServer": "server", "embedded_model_id": "server", "start_detached": "server",
-    "stop_detached": "server", "JSONRequest": "types", "JSONResult": "types",
+    "stop_detached": "server", "ServerDied": "server", "check_embedded": "server", "detached_watch": "server",
+    "JSONRequest": "types", "JSONResult": "types",
 }
 __all__ = sorted(_EXPORTS)
 
