@@ -22,11 +22,13 @@ each step. The last line is ``outcome: ...`` with the SFT - base difference.
 
 CPU budget (defaults; chosen so the whole run fits in 60 min on 2 shared cores, measured in the
 README): game ``coin`` with two rooms, no doors and no distractors (gold plans ``look around,
-take coin`` or ``look around, move <dir>, take coin``; the simplest TextWorld Express game), 20
-training games at noise 0.1, SFT 60 steps of batch 2 at lr 5e-4 (cosine, rank-16 LoRA), 20
-evaluation games per policy of at most 4 actions and 64 new tokens, one torch thread. The
-embedded LLM's memory and distill calls dominate the time on a loaded machine (measured
-4-7 tokens/s with ~20 other processes on 2 cores, vs ~100+ on a quiet one).
+take coin`` or ``look around, move <dir>, take coin``; the simplest TextWorld Express game), 8
+training games at noise 0.1 (LLM calls capped at 400 completion tokens), SFT 40 steps of batch 2
+at lr 5e-4 (cosine, rank-16 LoRA), 20 evaluation games per policy of at most 4 actions and 64
+new tokens, one torch thread. The embedded LLM's memory and distill calls dominate the time on
+a loaded machine: measured 4-7 tokens/s (~170 s per call) with ~20 other processes on the 2
+cores, against ~100+ tokens/s on a quiet core; on a quiet machine raise --train-tasks to 40 and
+--sft-steps to 120 within the same hour.
 ``--quick`` shrinks every budget (a smoke run of a few minutes).
 """
 from __future__ import annotations
@@ -53,10 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-id", default="outcome")
     p.add_argument("--game", default="coin")
     p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0")
-    p.add_argument("--train-tasks", type=int, default=20, help="training games (train fold seeds 0..N-1)")
+    p.add_argument("--train-tasks", type=int, default=8, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=12)
-    p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--sft-batch", type=int, default=2)
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument("--lora-r", type=int, default=16)
@@ -64,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-seed0", type=int, default=100)
     p.add_argument("--eval-max-steps", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--eval-batch", type=int, default=10, help="evaluation games played in lock-step")
+    p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
+    p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
     p.add_argument("--grpo", action="store_true", help="also GRPO from the SFT checkpoint, then evaluate it")
     p.add_argument("--grpo-steps", type=int, default=4)
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")
@@ -123,6 +126,7 @@ def pipeline(a: argparse.Namespace) -> list:
     from pipeline.config import PipelineConfig
     from pipeline.runner import run_pipeline
     cfg = PipelineConfig()
+    cfg.llm.max_tokens = a.llm_max_tokens
     if a.llm_base_url:
         cfg.llm.base_url, cfg.llm.model = a.llm_base_url, a.llm_model
     return run_pipeline(a.root, a.run_id, os.path.join(a.root, "traces", a.run_id), cfg, env="textworld",
