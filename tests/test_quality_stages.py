@@ -197,3 +197,38 @@ def test_source_thoughts_ignore_asks_the_llm(eto_store):
     assert res.manifest["counters"]["recorded_thoughts"] == 0
     # the other ETO trajectory got the stub's HTTP 500: quarantined, not given its recorded thoughts
     assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 1}
+
+
+def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_path):
+    """The general skills of the issue (``**1**: 2 _Apply when: 3 },_``) and a mistake about a
+    childhood diet: both calls are repaired once, then quarantined; the bank keeps only worded,
+    on-topic skills from the category calls."""
+    from pipeline.stages._skillmerge import skill_text
+    from tests.test_aggregate import MEMORIES, write_dedupe
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    soup = answer({"skills": [{"title": "**1**", "principle": "2 _Apply when: 3 },_", "when_to_apply": "4"}]})
+    diet = answer({"mistakes": [{"description": "A childhood diet", "why_it_happens": "Too much sugar as a child",
+                                 "how_to_avoid": "Eat vegetables"}]})
+    cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
+                               "placing it.", "when_to_apply": "The goal says cool."}]})
+    heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
+                               "before placing it.", "when_to_apply": "The goal says heat."}]})
+    with ChatStub([soup, soup, cool, heat, diet, diet]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        res = run_stage("aggregate", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    rows = store.require("aggregate").read_rows()
+    assert [r["title"] for r in rows] == ["Cool In Fridge", "Heat In Microwave"]
+    q = store.require("aggregate").read_rows(quarantine=True)
+    # memory rows: none (every memory also fed a category call); one row per failed call
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [("alfworld/general/", "no_words"),
+                                                              ("alfworld/mistake/", "off_topic")]
+    assert res.manifest["counters"]["quality"] == {
+        "items": 4, "quarantined": {"no_words": 1, "off_topic": 1}, "rate": {"no_words": 0.25, "off_topic": 0.25},
+        "rejected_answers": {"no_words": 2, "off_topic": 2}, "flagged": {}}
+    assert stub.requests[1]["messages"][-1]["content"].startswith(
+        "Your answer was rejected (check_failed): no_words: skills[0].title is not text")
+    assert all(len(skill_text(r).split()) >= 3 for r in rows)
