@@ -228,7 +228,9 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
             '' = no skills.
         identity: what names the policy (e.g. checkpoint hashes); goes into the fingerprint.
 
-    Returns the summary (:func:`summarize`) plus ``uri``, ``rows`` and ``fingerprint``. Raises
+    Returns the summary (:func:`summarize`) plus ``uri``, ``rows``, ``fingerprint`` and ``skipped``:
+    with an ``identity`` (weight hashes), an earlier artifact of the same fingerprint (policy,
+    bank, games and decoding; not ``torch_threads``) is returned instead of replaying. Raises
     ``ValueError`` when an evaluation game is in the run's training data (:func:`check_held_out`).
     """
     from pipeline.artifacts import ArtifactStore
@@ -240,12 +242,16 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     tasks = make_tasks(cfg)
     check_held_out(tasks, training_instances(root, run_id))
     bank = SkillBank.load(bank_path, cfg.env, _bank_env(bank_path)) if bank_path else SkillBank([], cfg.env)
+    played = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "torch_threads"}  # threads: speed only
+    fp = content_hash({"policy": identity or policy.model_id, "bank": bank.version, "config": played}, n=32)
+    prev = ArtifactStore(root, run_id).load(f"eval_{label}")
+    if identity and prev is not None and prev.fingerprint == fp:  # same weights, bank and games: same episodes
+        return {**prev.manifest["summary"], "uri": prev.path, "rows": prev.manifest["counts"]["out"],
+                "fingerprint": fp, "skipped": True}
     t0 = time.monotonic()
     rows = play(policy, tasks, cfg, bank.rows, bank.version, progress)
     summary = {"label": label, "policy": policy.model_id, "bank_version": bank.version,
                "config": dataclasses.asdict(cfg), **summarize(rows), "wall_s": round(time.monotonic() - t0, 1)}
-    fp = content_hash({"policy": identity or policy.model_id, "bank": bank.version,
-                       "config": dataclasses.asdict(cfg)}, n=32)
     counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
               "quarantined": 0, "quarantine_reasons": {}}
     art = ArtifactStore(root, run_id).write(
@@ -253,7 +259,7 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
         {"stage": f"eval_{label}", "run_id": run_id, "fingerprint": fp, "counts": counts, "summary": summary,
          "identity": identity or {}},
         {"summary.json": json.dumps(summary, indent=2, sort_keys=True)})
-    return {**summary, "uri": art.path, "rows": len(rows), "fingerprint": fp}
+    return {**summary, "uri": art.path, "rows": len(rows), "fingerprint": fp, "skipped": False}
 
 
 def _bank_env(bank_path: str) -> str:

@@ -75,6 +75,13 @@ def test_evaluate_gold_and_scripted_policies(tmp_path):
     with open(os.path.join(art.path, "summary.json")) as f:
         assert json.load(f)["success_rate"] == 1.0
     assert art.fingerprint == gold["fingerprint"]
+    # with an identity, the same policy on the same games is not replayed; another config is
+    again = evaluate(GoldPolicy(), cfg, str(tmp_path), "ev", "gold", identity={"policy": "gold"}, progress=False)
+    assert again["skipped"] is False
+    same = evaluate(GoldPolicy(), eval_config(games="twc,cookingworld", episodes=4, max_steps=12, batch_size=2,
+                                              torch_threads=1), str(tmp_path), "ev", "gold", identity={"policy": "gold"},
+                    progress=False)
+    assert same["skipped"] is True and same["fingerprint"] == again["fingerprint"] and same["wins"] == 4
     bad = evaluate(ScriptedPolicy(["inventory"]), cfg, str(tmp_path), "ev", "inv", progress=False)
     assert (bad["wins"], bad["mean_steps"], bad["valid_action_rate"]) == (0, 12.0, 1.0)  # valid but useless
     rows = ArtifactStore(str(tmp_path), "ev").load("eval_inv").read_rows()
