@@ -37,7 +37,6 @@ except ImportError:  # pragma: no cover - only while the package is being assemb
 
 EXPERIENCE_HEADING = "## Retrieved Relevant Experience"
 PROGRESS_HEADING = "## Current Progress"
-TAGS = ("think", "action", "search", "answer", "information")
 
 #: Wording for envs without a module in pipeline.envs (e.g. TextWorld Express): our own.
 GENERIC_HEADER = "You are an expert agent operating in a text-based game environment."

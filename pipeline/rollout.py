@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from . import rules
 from .config import PromptConfig
 from .formats.common import build_trajectory
 from .prompts import render_skills_block, render_step_messages, select_skills
@@ -38,7 +39,6 @@ from .records import Step, Trajectory
 SOURCE_FORMAT = "rollout"
 WIN_REWARD = 10.0  # reward logged on the winning step: 10 * won, as SkillRL's text envs (spec §2)
 _ACTION = re.compile(r"<action>(.*?)</action>", re.S | re.I)
-_CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 @dataclass
@@ -66,7 +66,7 @@ def project_action(text: str) -> tuple[str, bool]:
     m = _ACTION.search(low)
     action = m.group(1) if m else low[-30:]
     action = " ".join(action.split())
-    ok = bool(m) and "<think>" in low and "</think>" in low and not _CJK.search(text)
+    ok = bool(m) and "<think>" in low and "</think>" in low and not rules.has_cjk(text)
     return action, ok
 
 

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections import Counter
 from typing import Any, Callable
 
-from .. import prompts, quality
+from .. import prompts, quality, rules
 from ..config import QualityConfig
 from ..llm.schemas import load_schema, wrap
 from ..llm.types import JSONRequest, JSONResult
@@ -53,8 +52,6 @@ ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
 EARLIER_ACTIONS = 12     # earlier actions recalled at the top of a later chunk
 
 SCHEMA_FILE = "reasoning"  # schemas/reasoning.schema.json
-FORBIDDEN_TAG = re.compile(r"</?\s*(think|action|search|answer)\s*>", re.IGNORECASE)
-CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
@@ -97,9 +94,9 @@ def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dic
                 return f"think for step {t['step_index']} is blank"
             if len(text) > max_chars:
                 return f"think for step {t['step_index']} is longer than {max_chars} characters"
-            if FORBIDDEN_TAG.search(text):
+            if rules.has_tag(text):
                 return f"think for step {t['step_index']} contains a tag; write plain text"
-            if CJK.search(text):
+            if rules.has_cjk(text):
                 return f"think for step {t['step_index']} contains CJK characters; write English"
         return None
     return check
@@ -138,7 +135,7 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
     out = {}
     for e in entries:
         hint = " ".join(e["hint"].split())
-        if not hint or FORBIDDEN_TAG.search(hint) or CJK.search(hint):
+        if not hint or rules.has_tag(hint) or rules.has_cjk(hint):
             continue
         think = [{"step_index": e["step_index"], "think": hint}]
         if tally.gate(think_violations(think, by_index, traj, qcfg)) is None:

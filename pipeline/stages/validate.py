@@ -50,7 +50,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from .. import lineage
+from .. import lineage, rules
 from ..prompts import (needs_synthetic_done, prompt_template_files, render_skills_block,
                        render_step_messages, render_target, select_skills, synthetic_done_admissible,
                        visible_admissible)
@@ -64,8 +64,7 @@ SCHEMA = SFT_PAIR_SCHEMA
 USES_LLM = False
 CONFIG = ("validate", "prompt", "distill")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
-_TAG_PARTS = re.compile(r"<\s*(/?)\s*(think|action|search|answer|information)\b[^>]*>", re.I)
-_CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_TAG_PARTS = rules.TAG_PART
 _WEBSHOP_ACTION = re.compile(r"(search|click)\[(.+)\]", re.I | re.S)
 _SEARCH_ACTION = re.compile(r"<(search|answer)>(.+?)</\1>", re.S)
 _WORD = re.compile(r"[^\W\d_]{2,}")  # a run of >= 2 letters (any script; digits/underscore excluded)
@@ -295,8 +294,8 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
         (cand.k in invalid, "invalid_action_in_source",
          f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
         (cand.think is None, "missing_think", "distill row has no think for this action", "quarantine"),
-        (bool(_TAG_PARTS.search(think)), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
-        (bool(_CJK.search(think)), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
+        (rules.has_tag(think), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
+        (rules.has_cjk(think), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
         (cand.think is not None and not think, "empty_think", "reasoning is blank", vcfg.empty_think),
         (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
          f"reasoning has {think_words(think)} words of letters (< validate.min_think_words="
