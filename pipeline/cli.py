@@ -171,7 +171,7 @@ def print_summary(results, wall: float) -> None:
             n_out += f" ({c['units_out']} used)"
         n_failed = (r.manifest.get("failed_requests") or {}).get("total", 0)
         status = "skipped (unchanged)" if r.skipped else "ran"
-        if n_failed:  # recorded as incomplete: the next plain run retries these requests
+        if n_failed and r.manifest.get("fingerprint_complete"):  # incomplete: the next plain run retries them
             status = f"incomplete ({n_failed} failed LLM request(s); a rerun retries them)"
         t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
                   llm_s, f"{r.manifest.get('wall_s', 0):.1f}", status)

@@ -49,7 +49,7 @@ TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
 MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
 
 
-def failed_request_facts(out: "StageOutput", fp: str) -> dict[str, Any]:
+def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dict[str, Any]:
     """The manifest entries that record a stage's failed LLM requests (issue 14, hole 3).
 
     Returns ``{"fingerprint": fp}`` when every request succeeded. Otherwise the recorded
@@ -59,12 +59,13 @@ def failed_request_facts(out: "StageOutput", fp: str) -> dict[str, Any]:
     artifact is stale once the rerun changes it. Then also ``fingerprint_complete`` (``fp``) and
     ``failed_requests``: ``{total, by_reason, keys (first MAX_LISTED_FAILED, sorted),
     quarantine_rows (request rows beyond the units' own rows)}``. ``out.failed_requests`` holds
-    ``JSONResult`` objects (``key``, ``error``).
+    ``JSONResult`` objects (``key``, ``error``). ``retry=False`` (``llm.retry_failed``) records
+    the failures but keeps ``fp``: the stage counts as complete.
     """
     failed = sorted((r.key, r.error or "llm_failed") for r in out.failed_requests)
     summary = {"total": len(failed), "by_reason": dict(sorted(Counter(e for _, e in failed).items())),
                "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]], "quarantine_rows": len(out.request_quarantine)}
-    if not failed:
+    if not failed or not retry:
         return {"fingerprint": fp, "failed_requests": summary}
     return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": failed}, n=32),
             "fingerprint_complete": fp, "failed_requests": summary}
@@ -272,7 +273,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
                 f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
                 f"was not written; rerun it (answers already received are cached).")
         llm_stats = ctx._llm.stats_delta(llm_before) if (mod.USES_LLM and ctx._llm is not None) else {}
-        failed = failed_request_facts(out, fp)
+        failed = failed_request_facts(out, fp, ctx.config.llm.retry_failed)
         return {
             "stage": name, "run_id": ctx.store.run_id, **facts, **failed,
             "input_path": ctx.input_path if not mod.INPUTS else "",
@@ -300,7 +301,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")
     failed = art.manifest.get("failed_requests") or {}
-    if failed.get("total"):
+    if failed.get("total") and art.manifest.get("fingerprint_complete"):
         log(f"[{name}] {failed['total']} LLM request(s) failed {failed['by_reason']}: raw output quarantined; "
             "the stage is recorded as incomplete and a plain rerun retries exactly those requests")
     return StageResult(name, art.path, c["out"], art.fingerprint, False, art.manifest)

@@ -94,3 +94,20 @@ def test_every_failed_distill_chunk_keeps_its_raw_output(tmp_path):
     assert res.manifest["counts"]["quarantined"] == 1  # units: trajectories
     assert res.manifest["failed_requests"] == {"total": 2, "by_reason": {"not_json": 2},
                                                "keys": ["traj-A#0", "traj-A#1"], "quarantine_rows": 1}
+
+
+def test_retry_failed_off_records_the_stage_complete(tmp_path):
+    """llm.retry_failed = false: the failures stay quarantined and listed, but a plain rerun
+    skips the stage (for a greedy local model whose failures would repeat)."""
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [heat_mug("traj-A")])
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "aggregate", [], SKILL_SCHEMA)
+    results = []
+    for script in ([{"content": "no"}, {"content": "still no"}], []):
+        with ChatStub(script) as stub:
+            cfg = PipelineConfig(llm=stub_llm_config(stub, retry_failed=False))
+            results.append(run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None))
+    first, again = results
+    assert first.manifest["failed_requests"]["total"] == 1 and "fingerprint_complete" not in first.manifest
+    assert again.skipped and len(stub.requests) == 0
