@@ -128,6 +128,7 @@ def distill_run(tmp_path, script):
     write_upstream(store, "aggregate", [], SKILL_SCHEMA)
     with ChatStub(script) as stub:
         cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.distill.source_thoughts = "ignore"  # heat_mug records a thought at step 3: ask the LLM for all 4
         res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     return res, store.require("distill"), stub
 

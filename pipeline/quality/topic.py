@@ -25,6 +25,14 @@ def default_encoder() -> Encoder:
     return encode
 
 
+def warm(threshold: float) -> None:
+    """Load the encoder now when rule ``off_topic`` is on (``threshold > -1``): the LLM stages call
+    this before their requests, so the one-off model load (seconds; a minute on a busy machine)
+    never blocks the event loop inside an answer check while other requests are in flight."""
+    if threshold > -1:
+        default_encoder()(["warm up"])
+
+
 def best_similarity(texts: Sequence[str], sources: Sequence[Sequence[str]], encoder: Encoder | None = None
                     ) -> list[float]:
     """For each ``texts[j]``, the highest cosine similarity to any of ``sources[j]`` (a text with

@@ -309,6 +309,7 @@ def run(ctx: StageContext) -> StageOutput:
     if calls:  # no memories or nothing to aggregate: never start the LLM server
         llm = ctx.llm
         model = llm.model_id
+        topic.warm(ctx.config.quality.off_topic_threshold)
         for c, res in zip(calls, llm.complete_json_many([c.request for c in calls], desc=NAME), strict=True):
             c.result = res
     rows, merges, banks, bad_sources = [], [], {}, []

@@ -233,6 +233,7 @@ def run(ctx: StageContext) -> StageOutput:
     rows, failed, request_rows = [], [], []
     if jobs:  # no successes (or only recorded thoughts): never start the LLM server
         llm = ctx.llm if any(job[3] for job in jobs) else None
+        topic.warm(ctx.config.quality.off_topic_threshold if llm else -1)
         results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME) if llm else [])
         for t, skill_ids, synthetic, reqs, recorded in jobs:
             res: list[JSONResult] = [next(results) for _ in reqs]

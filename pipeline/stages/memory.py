@@ -202,6 +202,7 @@ def run(ctx: StageContext) -> StageOutput:
         return StageOutput(rows=[], quarantine=[], rows_in=0)
     llm = ctx.llm
     tally = quality.Tally(ctx.config.quality.flag_rules)
+    topic.warm(ctx.config.quality.off_topic_threshold)
     results = llm.complete_json_many([build_request(t, ctx.config.memory, ctx.config.quality, tally)
                                       for t in trajs], desc=NAME)
     rows, quarantine = [], []
