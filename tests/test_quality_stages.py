@@ -232,3 +232,23 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
     assert stub.requests[1]["messages"][-1]["content"].startswith(
         "Your answer was rejected (check_failed): no_words: skills[0].title is not text")
     assert all(len(skill_text(r).split()) >= 3 for r in rows)
+
+
+def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
+    """heat_mug's recorded thought for action 3 replaced by "1.25": it fails no_words, so the LLM
+    is asked for all four steps (0-2 and the synthetic done) and the rejection is counted."""
+    import dataclasses
+
+    from tests.llm_stage_data import heat_mug, write_trajectories
+    traj = heat_mug("traj-A")
+    traj.steps[3] = dataclasses.replace(traj.steps[3], thought="1.25")
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [traj])
+    texts = ["go to cabinet 1 to find the mug", "take the mug 1 from the cabinet 1",
+             "heat the mug 1 with the microwave 1", "the mug is heated, so the task is done"]
+    res, art, stub = run_with(distill_store(store), "distill",
+                              [answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})])
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]] == texts
+    assert res.manifest["counters"]["recorded_thoughts"] == 0
+    assert res.manifest["counters"]["quality"]["rejected_answers"] == {"no_words": 1}
+    assert len(stub.requests) == 1
