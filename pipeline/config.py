@@ -260,10 +260,6 @@ class ValidateConfig:
                              choices=("drop_whole", "truncate"))
 
 
-@dataclass
-class ExportConfig:
-    val_fraction: float = _f(0.1, "fraction of environment instances held out for validation",
-                             min=0, max=1)
 #: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
 QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
                  "ungrounded_observation", "future_leak", "unknown_source_memory", "category_mismatch", "off_topic")
@@ -301,6 +297,10 @@ class QualityConfig:
                                       "and action", min=1)
 
 
+@dataclass
+class ExportConfig:
+    val_fraction: float = _f(0.1, "fraction of environment instances held out for validation",
+                             min=0, max=1)
     seed: int = _f(0, "seed of the instance-level split")
 
 
@@ -315,11 +315,11 @@ class PipelineConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
-    quality: QualityConfig = field(default_factory=QualityConfig)
 
 
 #: Caps of :class:`ParseConfig` that ``parse.per_env`` may override per env: the keys
@@ -362,13 +362,13 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     for f in dataclasses.fields(cfg):
         check_fields(getattr(cfg, f.name), f.name)
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
+    unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
+    if unknown:
+        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
     return cfg
 
 
 def from_dict(data: dict[str, Any]) -> PipelineConfig:
-    unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
-    if unknown:
-        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
     """Build a config from a (partial) nested dict and check it (:func:`check_config`).
 
     Raises :class:`ConfigError` (a ``ValueError``) for a top level or section that is not a
