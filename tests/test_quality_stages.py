@@ -252,3 +252,18 @@ def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
     assert res.manifest["counters"]["recorded_thoughts"] == 0
     assert res.manifest["counters"]["quality"]["rejected_answers"] == {"no_words": 1}
     assert len(stub.requests) == 1
+
+
+def test_a_loop_across_a_mistakes_fields_is_caught():
+    """The mistake the embedded model wrote on the shipped sample (run q1 of issue 13): each field
+    alone is prose and, next to kitchen-flavoured sources, MiniLM puts it at 0.21 (above the
+    off-topic threshold); joined, "eat the same" occurs 3 times."""
+    from pipeline.config import QualityConfig
+    from pipeline.stages.aggregate import skill_violations
+    item = {"description": "When I was a child, I would always eat the same thing twice. When I am hungry, I will "
+                           "eat the same thing again tomorrow.",
+            "why_it_happens": "I'm going to eat the same thing again tomorrow.",
+            "how_to_avoid": "Eat something different every day"}
+    got = skill_violations("mistake", [item], [], QualityConfig())  # no sources: off_topic not checked
+    assert [v.message() for v in got] == ["ngram_loop: mistakes[0] repeats 'eat the same' 3+ times across its "
+                                          "fields; write it once"]

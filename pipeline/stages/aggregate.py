@@ -133,7 +133,7 @@ def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfi
 def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str], qcfg: QualityConfig,
                      encoder: topic.Encoder | None = None) -> list[quality.Violation]:
     """Content rules of one answer's skills (or mistakes): ``no_words``/``ngram_loop`` of every
-    field, ``not_a_phrase`` of a title, then ``off_topic``: each item's text (title, principle,
+    field, ``not_a_phrase`` of a title, ``ngram_loop`` of the item's fields joined, then ``off_topic``: each item's text (title, principle,
     when to apply; mistakes: description, why, how) against the texts fed to the call."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
     out = []
@@ -142,6 +142,11 @@ def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str],
             out += text.field_violations(f"{key}[{i}].{f}", str(item.get(f) or ""), qcfg)
         if "title" in fields:
             out += text.title_violations(f"{key}[{i}].title", str(item.get("title") or ""), qcfg)
+        # a loop can straddle fields ("eat the same thing" once or twice in each of three fields)
+        whole = " ".join(str(item.get(f) or "") for f in fields)
+        if (loop := text.ngram_loop(whole, qcfg.loop_ngram, qcfg.loop_min_repeats)) is not None:
+            out.append(quality.Violation("ngram_loop", f"{key}[{i}] repeats {loop!r} {qcfg.loop_min_repeats}+ times "
+                                                       "across its fields; write it once"))
     named = [(f"{key}[{i}]", _skillmerge.skill_text({**item, "kind": kind})) for i, item in enumerate(items)]
     return out + topic.off_topic(named, [sources] * len(named), qcfg.off_topic_threshold, encoder)
 
