@@ -162,11 +162,16 @@ def grpo(a: argparse.Namespace) -> dict:
 
 
 def quality(a: argparse.Namespace) -> dict:
-    """The export manifest's data-quality metrics (first key of :data:`QUALITY_KEYS` present), else {}."""
+    """The export manifest's data-quality metrics (first key of :data:`QUALITY_KEYS` present in its
+    ``counters`` or at its top level), else {}."""
     from pipeline.artifacts import ArtifactStore
     art = ArtifactStore(a.root, a.run_id).load("export")
     m = art.manifest if art else {}
-    return next((m[k] for k in QUALITY_KEYS if isinstance(m.get(k), dict)), {})
+    for d in (m.get("counters") or {}, m):
+        found = next((d[k] for k in QUALITY_KEYS if isinstance(d.get(k), dict)), None)
+        if found is not None:
+            return found
+    return {}
 
 
 def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:

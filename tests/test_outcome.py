@@ -41,3 +41,7 @@ def test_quality_reads_the_export_manifest(tmp_path):
                                                                                      "think_length": {"mean": 12}}})
     q = outcome.quality(a)
     assert q["skill_use_rate"] == 0.25 and outcome._flat(q) == [("skill_use_rate", 0.25), ("think_length.mean", 12)]
+    # where export writes them: manifest["counters"]["quality_metrics"]
+    ArtifactStore(str(tmp_path), "q").write("export", to_table([], SFT_PAIR_SCHEMA), [],
+                                            {"fingerprint": "f", "counters": {"quality_metrics": {"pairs": 1}}})
+    assert outcome.quality(a) == {"pairs": 1}
