@@ -127,6 +127,9 @@ def pipeline(a: argparse.Namespace) -> list:
     from pipeline.runner import run_pipeline
     cfg = PipelineConfig()
     cfg.llm.max_tokens = a.llm_max_tokens
+    # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
+    # second outcome run with the same arguments skips every finished step (measured: it reran memory)
+    cfg.llm.retry_failed = False
     if a.llm_base_url:
         cfg.llm.base_url, cfg.llm.model = a.llm_base_url, a.llm_model
     return run_pipeline(a.root, a.run_id, os.path.join(a.root, "traces", a.run_id), cfg, env="textworld",
