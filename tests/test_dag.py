@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.bank.store import BankStore
+from pipeline.config import QUALITY_RULES
 from pipeline.inspect import lineage_report
 from pipeline.runner import STAGES
 
@@ -55,9 +57,14 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
                HF_HUB_OFFLINE="1")
     airflow = os.path.join(BIN, "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    # This tests the wiring. The content rules (tests/test_quality_*) quarantine nearly all of the
+    # 135M model's memories and thinks, which would leave no pairs to train on: here they only count.
+    config = tmp_path / "plumbing.yaml"
+    config.write_text(yaml.safe_dump({"quality": {"flag_rules": list(QUALITY_RULES)},
+                                      "validate": {"short_think": "flag"}}))
     # small training budgets: SFT/GRPO are tested in depth in test_sft_* / test_grpo_*
     conf = {"input_path": input_dir, "root": str(tmp_path), "run_id": "dagtest", "sft_max_steps": 2, "grpo_max_steps": 1,
-            "eval_episodes": 2}
+            "eval_episodes": 2, "config": str(config)}
     proc = subprocess.run([airflow, "dags", "test", "skillpipe", "-c", json.dumps(conf)], env=env,
                           capture_output=True, text=True, timeout=1800, cwd=ROOT)
     log = proc.stdout + proc.stderr
