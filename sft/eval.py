@@ -189,9 +189,8 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
     """Play every task once with ``policy`` (batches of ``cfg.batch_size``); returns episode rows.
 
     Raises ``RuntimeError`` when the env engine cannot start (no Java / package)."""
-    from tqdm import tqdm
-
     from pipeline.config import PromptConfig
+    from pipeline.progress import bar as progress_bar
     from pipeline.rollout import run_episodes
 
     from .grpo import make_envs
@@ -206,8 +205,8 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
         envs = make_envs(gcfg, width)
         for e in envs:
             stack.callback(e.close)
-        bar = stack.enter_context(tqdm(total=len(tasks), desc=f"eval {policy.model_id}"[:60], unit="ep",
-                                       disable=not progress))
+        bar = stack.enter_context(progress_bar(len(tasks), f"eval {policy.model_id}"[:60], unit="ep",
+                                               disable=not progress))
         for i in range(0, len(tasks), width):
             chunk = tasks[i:i + width]
             eps = run_episodes(envs[:len(chunk)], chunk, [f"eval:{t.instance}" for t in chunk], policy, bank_rows,

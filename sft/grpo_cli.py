@@ -69,6 +69,7 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     ``pipeline.config.ConfigError`` for a bad env/games/count and ``EnvUnavailable`` for a
     missing ALFWorld, both before any policy or server starts."""
     from pipeline.config import PromptConfig
+    from pipeline.progress import bar as progress_bar
     from pipeline.rollout import episode_summary, run_episodes
     from pipeline.rollout_io import write_parquet, write_txt_tree
 
@@ -97,12 +98,14 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
         for e in envs:
             stack.callback(e.close)
         w = len(envs)
+        bar = stack.enter_context(progress_bar(episodes_per_task * len(chosen), "rollout", unit="ep"))
         for k in range(episodes_per_task):
             for i in range(0, len(chosen), w):  # at most MAX_ENGINES JVMs, reused across chunks
                 part = chosen[i:i + w]
                 episodes += run_episodes(envs[:len(part)], part, [f"rollout:{t.instance}" for t in part], pol,
                                          bank.rows, pcfg, max_steps, env, record_offset=k * len(chosen) + i,
                                          bank_version=bank.version)
+                bar.update(len(part))
     files = write_txt_tree(out, episodes, pcfg)
     summary = episode_summary(episodes)
     path = write_parquet(root, run_id, episodes, {"policy": getattr(pol, "model_id", ""), "env": env,
