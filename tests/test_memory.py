@@ -144,7 +144,12 @@ def test_run_on_embedded_model(tmp_path):
     n_failed = res.manifest["failed_requests"]["total"]
     assert again.skipped == (n_failed == 0) and counts["quarantined"] == n_failed
     if n_failed:
-        assert again.manifest["llm"]["cache_hits"] == 3 - n_failed
+        # A first answer accepted as is comes from the cache; one accepted only after a repair
+        # round is asked again (the cache keeps the rejected first answer's key), so this is an
+        # upper bound here. The exact count is pinned with the stub in tests/test_failed_requests.py.
+        assert again.manifest["llm"]["cache_hits"] <= 3 - n_failed
+        assert again.manifest["llm"]["calls"] >= n_failed  # every failed request was sent again
+        assert again.manifest["counts"]["in"] == 3
     art = store.require("memory")
     rows, quarantined = art.read_rows(), art.read_rows(quarantine=True)
     by_traj = {t.trajectory_id: t for t in trajs}
