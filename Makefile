@@ -17,7 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 # then dies with SIGILL on the first completion. The baseline is AVX2+FMA+F16C+BMI2 (Haswell,
 # 2013, and every x86-64 server CPU since); AVX-512 and AMX are off. Runtime dispatch
 # (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS) would build ~10 CPU variants (~5x the compile time)
-# and needs llama-cpp-python to load backends at run time, which 0.3.36 does not do.
+# and needs llama-cpp-python to load the backends at run time, not verified for 0.3.36.
 # --no-cache-dir: pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, so a wheel built
 # natively by an earlier install would otherwise be reused.
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
