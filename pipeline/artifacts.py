@@ -121,16 +121,22 @@ def read_parquet_dir(folder: str) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in parts])
 
 
-def _write_parts(folder: str, table: pa.Table) -> list[str]:
-    os.makedirs(folder, exist_ok=True)
-    names = []
+def _write_sliced(folder: str, table: pa.Table, name_of) -> list[str]:
+    """Write ``table`` in slices of ``PART_ROWS`` rows (at least one file, even when empty) as
+    ``folder/name_of(i, n_parts)``; returns those relative names in order."""
     n_parts = max(1, -(-table.num_rows // PART_ROWS))
+    names = []
     for i in range(n_parts):
-        name = f"part-{i:05d}.parquet"
+        name = name_of(i, n_parts)
         pq.write_table(table.slice(i * PART_ROWS, PART_ROWS), os.path.join(folder, name), compression="zstd",
                        compression_level=ZSTD_LEVEL)
         names.append(name)
     return names
+
+
+def _write_parts(folder: str, table: pa.Table) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    return _write_sliced(folder, table, lambda i, n: f"part-{i:05d}.parquet")
 
 
 def _write_split_parts(folder: str, table: pa.Table, column: str, names: dict[str, str]) -> list[str]:
@@ -149,12 +155,8 @@ def _write_split_parts(folder: str, table: pa.Table, column: str, names: dict[st
     pieces = [(n, t) for n, t in pieces if t.num_rows] or [(next(iter(names.values())), table)]
     files = []
     for name, piece in pieces:
-        n_parts = max(1, -(-piece.num_rows // PART_ROWS))
-        for i in range(n_parts):
-            rel = f"{SPLIT_DATA_DIR}/{name}-{i:05d}-of-{n_parts:05d}.parquet"
-            pq.write_table(piece.slice(i * PART_ROWS, PART_ROWS), os.path.join(folder, rel), compression="zstd",
-                           compression_level=ZSTD_LEVEL)
-            files.append(rel)
+        files += _write_sliced(folder, piece,
+                               lambda i, n, name=name: f"{SPLIT_DATA_DIR}/{name}-{i:05d}-of-{n:05d}.parquet")
     return files
 
 
