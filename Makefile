@@ -47,7 +47,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/skillpipe run --input data/samples --run-id sample
 	$(BIN)/skillpipe sft fit --run-id sample
-	$(BIN)/skillpipe grpo --run-id sample
+	$(BIN)/skillpipe rl grpo --run-id sample
 	@# last: one self-contained HTML page of the run (prints its path)
 	$(BIN)/skillpipe report sample
 

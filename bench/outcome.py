@@ -6,7 +6,7 @@
 
 Steps (all real components, nothing stubbed):
 
-1. expert traces: ``skillpipe rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
+1. expert traces: ``skillpipe rl rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
    the TextWorld Express *train* fold (real engine observations; no model, no API key);
 2. the data pipeline on that tree with the embedded LLM (SmolLM2-135M-Instruct via llama.cpp):
    parse -> dedupe -> memory -> aggregate -> distill -> validate -> export;
@@ -100,8 +100,8 @@ class Timer:
 
 def rollouts(a: argparse.Namespace) -> dict:
     """Step 1: gold/noisy expert traces of the train fold as a SkillRL txt tree."""
-    from pipeline.artifacts import ArtifactStore
-    from sft.grpo_cli import collect_rollouts
+    from pipeline.core.artifacts import ArtifactStore
+    from sft.rl.cli import collect_rollouts
     prev = ArtifactStore(a.root, f"{a.run_id}-traces").load("rollout")
     if prev is not None and os.path.isdir(os.path.join(a.root, "traces", a.run_id)) and prev.manifest.get("args") == _roll_args(a):
         print("    reusing the traces of an earlier run with the same arguments (multi-room gold plans vary by JVM, "
@@ -123,8 +123,8 @@ def _roll_args(a: argparse.Namespace) -> dict:
 
 def pipeline(a: argparse.Namespace) -> list:
     """Step 2: the seven data stages with the embedded LLM (or ``--llm-base-url``)."""
-    from pipeline.config import PipelineConfig
-    from pipeline.runner import run_pipeline
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.runner import run_pipeline
     cfg = PipelineConfig()
     cfg.llm.max_tokens = a.llm_max_tokens
     # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
@@ -156,8 +156,8 @@ def evaluate(a: argparse.Namespace, which: str) -> dict:
 
 
 def grpo(a: argparse.Namespace) -> dict:
-    from sft.grpo_config import smoke
-    from sft.grpo_step import grpo_for_run
+    from sft.rl.config import smoke
+    from sft.rl.step import grpo_for_run
     cfg = smoke(max_steps=a.grpo_steps, games=[a.game], game_params=a.game_params, max_env_steps=a.eval_max_steps,
                 max_completion_length=a.max_new_tokens, eval_steps=0, num_generations=4, tasks_per_step=2,
                 train_seeds=a.train_tasks)
@@ -167,7 +167,7 @@ def grpo(a: argparse.Namespace) -> dict:
 def quality(a: argparse.Namespace) -> dict:
     """The export manifest's data-quality metrics (first key of :data:`QUALITY_KEYS` present in its
     ``counters`` or at its top level), else {}."""
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     art = ArtifactStore(a.root, a.run_id).load("export")
     m = art.manifest if art else {}
     for d in (m.get("counters") or {}, m):
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"rollout episodes (wins)": f"{roll['episodes']} ({roll['wins']})",
               "parsed trajectories": stage.get("parse", {}).get("out"),
               "exported pairs": stage.get("export", {}).get("out"),
-              "quarantined by validate": f"{stage.get('validate', {}).get('quarantined')} "
-                                         f"{stage.get('validate', {}).get('quarantine_reasons')}",
+              "quarantined by validate": f"{stage.get('build_pairs', {}).get('quarantined')} "
+                                         f"{stage.get('build_pairs', {}).get('quarantine_reasons')}",
               "SFT steps / final loss": f"{fit.get('global_step')} / {fit.get('final_loss')}"}
     verdict = report(a, evals, counts, quality(a), timer)
     print(verdict, flush=True)

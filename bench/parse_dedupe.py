@@ -74,9 +74,10 @@ def _tree_rss_sampler(stop: threading.Event, peak: list[float]) -> None:
 
 def measure(tree: str) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pipeline.artifacts import ArtifactStore
-    from pipeline.config import PipelineConfig
-    from pipeline.runner import StageContext, run_stage
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.runner import run_stage
+    from pipeline.core.stage import StageContext
 
     store_root = tempfile.mkdtemp(prefix="skillpipe-bench-")
     stop, peak = threading.Event(), [0.0, 0.0]
@@ -85,7 +86,7 @@ def measure(tree: str) -> None:
     try:
         ctx = StageContext(ArtifactStore(store_root, "bench"), PipelineConfig(), input_path=tree)
         t0 = time.monotonic()
-        for stage in ("parse", "dedupe"):
+        for stage in ("parse", "remove_loops"):
             s0 = time.monotonic()
             res = run_stage(stage, ctx, force=True, log=lambda s: None)
             c = res.manifest["counts"]

@@ -2,7 +2,7 @@
 
 A fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM client and
 an upstream model (default: the embedded SmolLM2 server, started here; ``--upstream URL`` for
-another). For each fault rate (default 30 % and 60 % of calls), a fresh run of parse, dedupe,
+another). For each fault rate (default 30 % and 60 % of calls), a fresh run of parse, remove_loops,
 memory, aggregate and distill on ``data/samples`` goes through the proxy, which picks a fault
 per call from a seeded generator:
 
@@ -52,16 +52,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.artifacts import ArtifactStore  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.core.artifacts import ArtifactStore  # noqa: E402
+from pipeline.core.config import PipelineConfig  # noqa: E402
 from pipeline.llm.client import LLMClient  # noqa: E402
 from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id  # noqa: E402
-from pipeline.runner import CountMismatch, StageContext, StageFailed, run_stage  # noqa: E402
+from pipeline.core.runner import CountMismatch, StageFailed, run_stage  # noqa: E402
+from pipeline.core.stage import StageContext
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("http_500", "http_429", "reset", "non_json", "slow", "garbage", "fenced", "truncated")
-STAGES = ("parse", "dedupe", "memory", "aggregate", "distill")
-LLM_STAGES = ("memory", "aggregate", "distill")
+STAGES = ("parse", "remove_loops", "memory", "skills", "distill")
+LLM_STAGES = ("memory", "skills", "distill")
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -249,7 +250,7 @@ def save(path: str, text: str, a, rows: list[dict], wall: float) -> None:
                 f"Last run of `bench/reliability.py --rates {a.rates} --seed {a.seed} --trajectories "
                 f"{a.trajectories}` on {now}, commit `{commit}`, "
                 f"upstream {a.upstream or 'the embedded SmolLM2 server'}, {wall:.0f} s on the 2-core development "
-                "machine. Stages parse, dedupe, memory, aggregate and distill on `data/samples`; each call "
+                "machine. Stages parse, remove_loops, memory, aggregate and distill on `data/samples`; each call "
                 "through the proxy is a fault with the given probability, the kind drawn uniformly from: "
                 f"{', '.join(FAULTS)} (see the module docstring).\n\n{text}\n"
                 "Rows lost = units in - units out - quarantined, summed over the stages (the runner refuses "

@@ -2,7 +2,7 @@
 ### skillpipe
 
 Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL method), one task per stage.
-Every task calls `pipeline.runner.run_task`, the same entry point as `skillpipe run --stages X`,
+Every task calls `pipeline.core.runner.run_task`, the same entry point as `skillpipe run --stages X`,
 and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
 stops it, whatever happens in between. `eval_sft` and `eval_grpo` play each checkpoint on
@@ -15,11 +15,11 @@ import os
 import pendulum
 from airflow.sdk import Param, dag, setup, task, teardown
 
-STAGES = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export")
+from pipeline.stages import STAGES
 
 
 def _args(params: dict, llm: dict) -> dict:
-    from pipeline.runner import safe_run_id
+    from pipeline.core.runner import safe_run_id
     from airflow.sdk import get_current_context
     run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
     return dict(root=params["root"] or os.getcwd(), run_id=run_id, input_path=params["input_path"],
@@ -57,7 +57,7 @@ def skillpipe():
         if params["llm_base_url"]:
             return {"base_url": params["llm_base_url"], "model": params["llm_model"], "state_dir": ""}
         from pipeline.llm.server import start_detached
-        from pipeline.runner import safe_run_id
+        from pipeline.core.runner import safe_run_id
         from airflow.sdk import get_current_context
         state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
                                  params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
@@ -76,7 +76,7 @@ def skillpipe():
     def stage_task(name: str):
         @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py).")
         def _run(llm: dict, upstream: dict | None = None, params=None) -> dict:
-            from pipeline.runner import run_task
+            from pipeline.core.runner import run_task
             return run_task(name, **_args(params, llm))
         return _run
 
@@ -88,10 +88,10 @@ def skillpipe():
         m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
         return {"uri": m["uri"], "rows": m["global_step"], "fingerprint": m["export"]["fingerprint"]}
 
-    @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/grpo_step.py.")
+    @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
     def grpo(sft: dict, params=None) -> dict:
-        from sft.grpo_config import smoke
-        from sft.grpo_step import grpo_for_run
+        from sft.rl.config import smoke
+        from sft.rl.step import grpo_for_run
         a = _args(params, {"base_url": "", "model": ""})
         m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
         return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}

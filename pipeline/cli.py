@@ -3,12 +3,12 @@
 Examples::
 
     skillpipe run --input data/samples --run-id sample            # whole pipeline, embedded LLM
-    skillpipe run --run-id sample --stages distill,validate,export  # rerun later stages of a run
+    skillpipe run --run-id sample --stages distill,build_pairs,export  # rerun later stages of a run
     skillpipe inspect runs/sample/export                           # schema, counts, sample rows
     skillpipe inspect runs/sample/export --lineage pair-0123abcd    # one SFT pair back to its source
     skillpipe serve-llm --port 8080                                # embedded endpoint, foreground
 
-The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.runner`).
+The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.core.runner`).
 """
 from __future__ import annotations
 
@@ -25,24 +25,49 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
-from .runner import STAGES
+from pipeline.report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
+from pipeline.stages import STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="skillpipe: turn agent rollout traces into a skill bank and SFT pairs (SkillRL method).")
-from sft.cli import app as sft_app  # noqa: E402  (typer sub-app: `skillpipe sft submit`)
-
-app.add_typer(sft_app, name="sft", help="SFT fit on exported pairs: build/run/submit accelerate jobs.")
-from sft.grpo_cli import grpo as _grpo_cmd, rollout as _rollout_cmd  # noqa: E402
-
-from .bank.cli import app as bank_app  # noqa: E402
+from pipeline.bank.cli import app as bank_app  # noqa: E402
 
 app.add_typer(bank_app, name="bank", help="Versioned skill banks: list, show, diff, restore, export.")
-app.command("grpo")(_grpo_cmd)
-app.command("rollout")(_rollout_cmd)
-from sft.eval import eval_cmd as _eval_cmd  # noqa: E402
 
-app.command("eval")(_eval_cmd)
+#: Commands that live outside ``pipeline`` (``skillpipe sft ...``, ``skillpipe rl ...``,
+#: ``skillpipe eval``) register through this entry-point group in pyproject.toml, so that
+#: ``pipeline`` never imports ``sft`` (``sft`` builds on ``pipeline``, not the reverse).
+COMMAND_GROUP = "skillpipe.commands"
+#: Top-level names kept for one release: ``skillpipe grpo`` is now ``skillpipe rl grpo``.
+OLD_COMMANDS = {"grpo": "rl", "rollout": "rl"}
+
+
+def _old_name(group: str, cmd) -> None:
+    import functools
+    name = cmd.name or cmd.callback.__name__
+
+    @functools.wraps(cmd.callback)
+    def run(*args, **kwargs):
+        Console(stderr=True).print(f"note: `skillpipe {name}` is now `skillpipe {group} {name}`; the old "
+                                   "name will stop working in the next release", highlight=False, markup=False)
+        return cmd.callback(*args, **kwargs)
+    app.command(name, hidden=True)(run)
+
+
+def _add_plugin_commands() -> None:
+    from importlib.metadata import entry_points
+    for ep in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        obj = ep.load()
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=ep.name)
+            for cmd in obj.registered_commands:
+                if OLD_COMMANDS.get(cmd.name or cmd.callback.__name__) == ep.name:
+                    _old_name(ep.name, cmd)
+        else:
+            app.command(ep.name)(obj)
+
+
+_add_plugin_commands()
 console = Console(stderr=False)
 err = Console(stderr=True)
 
@@ -50,7 +75,12 @@ err = Console(stderr=True)
 def _parse_stages(stages: str | None) -> list[str] | None:
     if stages is None:
         return None
-    names = list(dict.fromkeys(s.strip() for s in stages.split(",") if s.strip()))
+    from pipeline.stages import RENAMED_STAGES, canonical_stage
+    given = [s.strip() for s in stages.split(",") if s.strip()]
+    for old in sorted({s for s in given if s in RENAMED_STAGES}):
+        err.print(f"note: stage {old!r} is now {RENAMED_STAGES[old]!r}; the old name will stop working in the "
+                  "next release", highlight=False, markup=False)
+    names = list(dict.fromkeys(canonical_stage(s) for s in given))
     if not names:  # `--stages ""` (an unset shell variable) must not mean "everything"
         raise typer.BadParameter(f"no stage given; choose from {', '.join(STAGES)} or omit --stages for all",
                                  param_hint="--stages")
@@ -62,7 +92,7 @@ def _parse_stages(stages: str | None) -> list[str] | None:
 
 
 def _previous_input(root: str, run_id: str) -> str:
-    from .artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     art = ArtifactStore(root, run_id).load("parse")
     return art.manifest.get("input_path", "") if art else ""
 
@@ -78,7 +108,7 @@ def run(
                                                         "run id: a second one exits 1 at once, naming the holder"),
     root: str = typer.Option(".", help="folder that holds runs/"),
     stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (sections as in pipeline/config.py)"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (sections as in pipeline/core/config.py)"),
     llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),
     llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
@@ -90,9 +120,9 @@ def run(
     llm.max_endpoint_failure_rate is written, its raw answers quarantined, shown "incomplete" and
     retried by the next plain run); 1 when a stage failed or another process holds the run; 2 for
     a usage error."""
-    from .artifacts import ArtifactError
-    from .config import load_config
-    from .runner import CountMismatch, check_run_id, run_pipeline
+    from pipeline.core.artifacts import ArtifactError
+    from pipeline.core.config import load_config
+    from pipeline.core.runner import CountMismatch, check_run_id, run_pipeline
 
     try:
         check_run_id(run_id)
@@ -104,12 +134,12 @@ def run(
         cfg = load_config(config)
     except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
         raise typer.BadParameter(f"config {config}: {e}".replace("\n", " "), param_hint="--config")
-    from .envs import REGISTRY
+    from pipeline.envs import REGISTRY
     if env != "auto" and env not in REGISTRY:
         raise typer.BadParameter(f"unknown env {env!r}; choose from auto, {', '.join(sorted(REGISTRY))}",
                                  param_hint="--env")
     if format is not None:
-        from .formats.discover import READERS
+        from pipeline.formats.discover import READERS
         if format != "auto" and format not in READERS:
             raise typer.BadParameter(f"unknown format {format!r}; choose from auto, {', '.join(READERS)}",
                                      param_hint="--format")
@@ -130,7 +160,7 @@ def run(
     if input_path and not os.path.exists(input_path):
         raise typer.BadParameter(f"input path does not exist: {input_path}", param_hint="--input")
     if input_path and (names is None or "parse" in names):
-        from .formats.discover import list_input_files
+        from pipeline.formats.discover import list_input_files
         if not list_input_files(input_path):
             raise typer.BadParameter(f"no input files under {input_path} (README*/SOURCE* files and hidden files "
                                      "are skipped)", param_hint="--input")
@@ -200,11 +230,11 @@ def inspect(
                                        "to this file instead (schema, counts, a table of --rows sample rows)"),
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
-    from .artifacts import ArtifactError
-    from .inspect import describe, lineage_report
+    from pipeline.core.artifacts import ArtifactError
+    from pipeline.inspect import describe, lineage_report
     try:
         if html:
-            from .report.artifact import write_artifact_html
+            from pipeline.report.artifact import write_artifact_html
             console.print(f"wrote {write_artifact_html(path, html, rows=rows, quarantine=quarantine)}",
                           highlight=False, markup=False)
         elif lineage:
@@ -229,7 +259,7 @@ def report(
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
-    from .report import build_report
+    from pipeline.report import build_report
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))
@@ -251,7 +281,7 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
     if check:
         _check_llm()
         return
-    from .llm.server import serve_foreground
+    from pipeline.llm.server import serve_foreground
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -266,7 +296,7 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
 
 def _check_llm() -> None:
     """``serve-llm --check`` (the install step runs it): one tiny completion or a named cause."""
-    from .llm.server import check_embedded
+    from pipeline.llm.server import check_embedded
     try:
         r = check_embedded()
     except (RuntimeError, TimeoutError, FileNotFoundError) as e:  # ServerDied is a RuntimeError

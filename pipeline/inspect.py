@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .artifacts import MANIFEST, quarantine_dir, read_parquet_dir
+from pipeline.core.artifacts import MANIFEST, quarantine_dir, read_parquet_dir
 
 
 def _short(v: Any, n: int = 160) -> Any:
@@ -53,7 +53,7 @@ STEP_MANIFESTS = ("skillpipe_sft_manifest.json", "grpo_manifest.json")
 
 def _describe_run(path: str) -> str:
     out = [f"run: {os.path.abspath(path)}"]
-    order = ("parse", "dedupe", "memory", "aggregate", "distill", "validate", "export", "sft_fit", "grpo")
+    order = ("parse", "remove_loops", "memory", "skills", "distill", "build_pairs", "export", "sft_fit", "grpo")
     for name in sorted(os.listdir(path), key=lambda n: (order.index(n) if n in order else len(order), n)):
         mpath = os.path.join(path, name, MANIFEST)
         if os.path.exists(mpath):
@@ -118,20 +118,20 @@ def lineage_report(path: str, pair_id: str) -> str:
     the pair is in neither the export nor the validate artifact.
     """
     run_dir = _run_dir(path)
-    pair = next((r for s in ("export", "validate") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)
+    pair = next((r for s in ("export", "build_pairs") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)
     if pair is None:
-        q = next((r for r in _rows(run_dir, "validate", quarantine=True) if r["item_id"] == pair_id), None)
+        q = next((r for r in _rows(run_dir, "build_pairs", quarantine=True) if r["item_id"] == pair_id), None)
         if q is not None:
             raise KeyError(f"pair {pair_id} was quarantined by validate: {q['reason']} ({q['detail']}); "
                            f"source {q['source_uri']} line {q['line']}")
         raise KeyError(f"pair {pair_id} not found in {run_dir}/export or validate")
-    traj = next((t for s in ("dedupe", "parse") for t in _rows(run_dir, s)
+    traj = next((t for s in ("remove_loops", "parse") for t in _rows(run_dir, s)
                  if t["trajectory_id"] == pair["trajectory_id"]), None)
     out = [f"SFT pair      {pair_id}  (split={pair.get('split')}, env={pair['env']}, category={pair['category']})",
            f"  model       {pair['model']}   prompt_sha {pair['prompt_sha'][:16]}",
            f"  target      {_short(pair['output'], 200)}"]
     if traj is None:
-        out.append(f"trajectory    {pair['trajectory_id']}  (not found in dedupe/parse artifacts)")
+        out.append(f"trajectory    {pair['trajectory_id']}  (not found in remove_loops/parse artifacts)")
     else:
         parse_manifest = os.path.join(run_dir, "parse", MANIFEST)
         input_root = ""
@@ -160,7 +160,7 @@ def lineage_report(path: str, pair_id: str) -> str:
     for mid in pair["memory_ids"]:
         m = mems.get(mid)
         out.append(f"  {mid}  " + (_short(m["contextual_description"], 120) if m else "(not found)"))
-    skills = {s["skill_id"]: s for s in _rows(run_dir, "aggregate")}
+    skills = {s["skill_id"]: s for s in _rows(run_dir, "skills")}
     out.append(f"skills        {len(pair['skill_ids_used'])} (bank {pair['bank_version'][:12]})")
     for sid in pair["skill_ids_used"]:
         s = skills.get(sid)

@@ -1,6 +1,6 @@
 """The ONE renderer of agent prompts: skill selection, skills block, step prompt, SFT target.
 
-Used by the SFT stages (distill, validate, export) and by the online GRPO rollout, so a model
+Used by the SFT stages (distill, build_pairs, export) and by the online GRPO rollout, so a model
 sees byte-identical prompts in training and at serving time (spec §13 and D-T1: the reference
 rendered SFT prompts with different code than its RL env manager). Everything here is a pure
 function of its arguments; the only randomness (the synthetic ``done`` sample) is seeded per
@@ -26,12 +26,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .config import DistillConfig, PromptConfig
-from .lineage import content_hash
-from .records import Trajectory
+from pipeline.core.config import DistillConfig, PromptConfig
+from pipeline.core.lineage import content_hash
+from pipeline.core.records import Trajectory
 
 try:  # per-env wording lives in pipeline.envs (helper "formats"); fall back if it is absent
-    from . import envs as _envs
+    from pipeline import envs as _envs
 except ImportError:  # pragma: no cover - only while the package is being assembled
     _envs = None
 

@@ -1,5 +1,5 @@
 """Which parsed trajectories the ``parse`` stage keeps: per-instance selection, caps and exact
-duplicates (pure functions over :class:`~pipeline.records.Trajectory`; the stage streams them).
+duplicates (pure functions over :class:`~pipeline.core.records.Trajectory`; the stage streams them).
 
 Selection (spec §3.2, with D-P5 and D-P6 fixed), per (env, env_instance) and outcome:
 
@@ -29,8 +29,8 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .config import ParseConfig
-from .records import Trajectory
+from pipeline.core.config import ParseConfig
+from pipeline.core.records import Trajectory
 
 
 def _file_key(t: Trajectory) -> tuple:

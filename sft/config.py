@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.config import ConfigError, build_flat, check_fields, config_field
+from pipeline.core.config import ConfigError, build_flat, check_fields, config_field
 
 import yaml
 
@@ -43,7 +43,7 @@ class SFTFitConfig:
     lr_scheduler_type: str = _f("constant", "transformers scheduler name (constant, linear, cosine, ...)")
     warmup_steps: int = _f(0, "linear warm-up steps", min=0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
-    max_length: int = _f(4096, "max tokens of prompt+completion (= validate.max_tokens, so rows validate "
+    max_length: int = _f(4096, "max tokens of prompt+completion (= build_pairs.max_tokens, so rows validate "
                                 "kept are never cut); a longer row is quarantined (too_long, in "
                                 "output_dir/quarantine.parquet), never cut", min=1)
     seed: int = _f(0, "seed for data order, LoRA init and dropout")
@@ -70,7 +70,7 @@ class SFTFitConfig:
     preflight: bool = _f(True, "run the label-mask and chat-template invariants before training")
 
     def validate(self) -> None:
-        """Raise :class:`pipeline.config.ConfigError` (a ``ValueError``) ``"field: message"`` for a
+        """Raise :class:`pipeline.core.config.ConfigError` (a ``ValueError``) ``"field: message"`` for a
         value out of its declared range/choices (field metadata), or ``lora`` with ``lora_r < 1``."""
         check_fields(self)
         if self.lora and self.lora_r < 1:
@@ -83,8 +83,8 @@ def to_dict(cfg: SFTFitConfig) -> dict[str, Any]:
 
 def from_dict(data: dict[str, Any], base: SFTFitConfig | None = None) -> SFTFitConfig:
     """``base`` (or the defaults) with the keys of ``data`` replaced, each coerced to its field's
-    type (``pipeline.config.coerce``: ``"false"`` is False, ``1.7`` is no int) and range-checked.
-    Raises :class:`pipeline.config.ConfigError` (a ``ValueError``) for a non-mapping, an unknown
+    type (``pipeline.core.config.coerce``: ``"false"`` is False, ``1.7`` is no int) and range-checked.
+    Raises :class:`pipeline.core.config.ConfigError` (a ``ValueError``) for a non-mapping, an unknown
     key, a wrong type or an out-of-range value."""
     cfg = build_flat(SFTFitConfig, data, base, what="SFT config")
     cfg.validate()

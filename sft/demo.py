@@ -8,9 +8,9 @@ ALFWorld-style examples, short so that a CPU step stays around a second.
 """
 from __future__ import annotations
 
-from pipeline.artifacts import ArtifactStore, StageArtifact
-from pipeline.lineage import content_hash, step_id
-from pipeline.records import SFT_PAIR_SCHEMA, to_table
+from pipeline.core.artifacts import ArtifactStore, StageArtifact
+from pipeline.core.lineage import content_hash, step_id
+from pipeline.core.records import SFT_PAIR_SCHEMA, to_table
 
 HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
 TURN = "Now it's your turn to take an action. Reason in <think> </think>, then act in <action> </action>."

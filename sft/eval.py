@@ -1,12 +1,12 @@
 """Evaluate a policy on held-out TextWorld Express games (or ALFWorld when its data is present).
 
 ``skillpipe eval`` and the DAG tasks ``eval_sft`` / ``eval_grpo`` call :func:`evaluate`. The
-episodes are played by :func:`pipeline.rollout.run_episodes`, so every prompt is rendered by
+episodes are played by :func:`sft.rl.rollout.run_episodes`, so every prompt is rendered by
 ``pipeline.prompts`` exactly as for the SFT pairs and GRPO (same history window, skills block
 from the same bank, skills from the first step).
 
 Held-out games: training data of a pipeline run come from the TextWorld Express ``train`` fold
-(``skillpipe rollout`` default, GRPO training games), and GRPO validates (and may evolve the bank)
+(``skillpipe rl rollout`` default, GRPO training games), and GRPO validates (and may evolve the bank)
 on ``dev`` seeds ``0..val_tasks-1``; the default evaluation fold is ``test``, which the engine
 generates from its own pool of game instances (Jansen & Côté 2023, TextWorldExpress, §3: folds
 differ in seeds and, for several games, in object sets). :func:`check_held_out` also refuses any
@@ -23,7 +23,7 @@ Metrics of a set of episodes (:func:`summarize`):
   ``mean_score``: mean final engine score (normalised 0..1, partial progress);
 - ``valid_action_rate``: steps whose output had ``<think>``/``</think>``/``<action>`` and an
   admissible action, over all steps; ``format_error_rate``: steps whose output broke the format
-  (``pipeline.rollout.project_action``); ``inadmissible_rate``: well-formed but not admissible;
+  (``sft.rl.rollout.project_action``); ``inadmissible_rate``: well-formed but not admissible;
 - ``mean_steps``: actions per episode (an episode stops at a win, the engine's end, or ``max_steps``).
 
 Outputs: the artifact ``runs/<run_id>/eval_<label>/`` (one Parquet row per episode,
@@ -42,7 +42,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import typer
 
-from pipeline.config import ConfigError, build_flat, config_field
+from pipeline.core.config import ConfigError, build_flat, config_field
 
 _f = config_field
 
@@ -84,13 +84,13 @@ class EvalConfig:
 
 def eval_config(**overrides: Any) -> EvalConfig:
     """An :class:`EvalConfig` from flat overrides (``games`` may be a comma-separated string);
-    raises :class:`pipeline.config.ConfigError` for an unknown key, bad type or range, or an
+    raises :class:`pipeline.core.config.ConfigError` for an unknown key, bad type or range, or an
     unknown TextWorld Express game."""
     if isinstance(overrides.get("games"), str):
         overrides["games"] = [g.strip() for g in overrides["games"].split(",") if g.strip()]
     cfg = build_flat(EvalConfig, overrides, what="eval config")
     if cfg.env == "textworld":
-        from pipeline.envs.textworld import GAME_CATEGORIES
+        from pipeline.envs.sim.textworld import GAME_CATEGORIES
         bad = [g for g in cfg.games if g not in GAME_CATEGORIES] or ([] if cfg.games else ["(none)"])
         if bad:
             raise ConfigError(f"games: unknown TextWorld Express game(s) {', '.join(bad)}; "
@@ -120,9 +120,9 @@ def make_tasks(cfg: EvalConfig) -> list[Any]:
     """The evaluation games: TextWorld Express ``EnvTask`` s of ``cfg.fold``, or ALFWorld tasks of
     ``valid_unseen`` (fold test) / ``valid_seen`` (fold dev); ``EnvUnavailable`` without ALFWorld data."""
     if cfg.env == "alfworld":
-        from pipeline.envs.alfworld_env import list_tasks
+        from pipeline.envs.sim.alfworld import list_tasks
         return list_tasks("valid_unseen" if cfg.fold == "test" else "valid_seen", cfg.episodes)
-    from pipeline.envs.textworld import EnvTask
+    from pipeline.envs.sim.textworld import EnvTask
     g = len(cfg.games)
     return [EnvTask(cfg.games[i % g], cfg.seed0 + i // g, cfg.fold, cfg.game_params) for i in range(cfg.episodes)]
 
@@ -130,7 +130,7 @@ def make_tasks(cfg: EvalConfig) -> list[Any]:
 def training_instances(root: str, run_id: str) -> set[str]:
     """Instance ids that training data of run ``run_id`` came from: the exported pairs'
     ``env_instance`` and the run's ``rollout`` artifact (empty when the run has neither)."""
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     store = ArtifactStore(root, run_id)
     seen: set[str] = set()
     for stage in ("export", "rollout"):
@@ -149,7 +149,7 @@ def check_held_out(tasks: list[Any], trained_on: set[str]) -> None:
 
 
 def episode_row(i: int, ep: Any, task: Any) -> dict[str, Any]:
-    """One :data:`EPISODE_SCHEMA` row of a :class:`pipeline.rollout.Episode`."""
+    """One :data:`EPISODE_SCHEMA` row of a :class:`sft.rl.rollout.Episode`."""
     s = ep.samples
     t = ep.trajectory
     return {"episode": i, "instance": t.env_instance, "game": getattr(task, "game", t.env),
@@ -189,12 +189,12 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
     """Play every task once with ``policy`` (batches of ``cfg.batch_size``); returns episode rows.
 
     Raises ``RuntimeError`` when the env engine cannot start (no Java / package)."""
-    from pipeline.config import PromptConfig
+    from pipeline.core.config import PromptConfig
     from pipeline.progress import bar as progress_bar
-    from pipeline.rollout import run_episodes
+    from sft.rl.rollout import run_episodes
 
-    from .grpo import make_envs
-    from .grpo_config import GRPOConfig
+    from sft.rl.grpo import make_envs
+    from sft.rl.config import GRPOConfig
 
     pcfg = PromptConfig(history_length=cfg.history_length, top_k_general=cfg.top_k_general,
                         max_mistakes=cfg.max_mistakes, skills=True)
@@ -222,7 +222,7 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     """Evaluate ``policy`` and write the artifact ``runs/<run_id>/eval_<label>/`` under ``root``.
 
     Args:
-        policy: a ``pipeline.rollout.Policy`` (``sft.policy.HFPolicy``, ``OpenAIPolicy``, ``GoldPolicy``).
+        policy: a ``sft.rl.rollout.Policy`` (``sft.rl.policy.HFPolicy``, ``OpenAIPolicy``, ``GoldPolicy``).
         bank_path: SkillRL bank JSON conditioning the prompts (the one the policy trained with);
             '' = no skills.
         identity: what names the policy (e.g. checkpoint hashes); goes into the fingerprint.
@@ -232,11 +232,11 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     bank, games and decoding; not ``torch_threads``) is returned instead of replaying. Raises
     ``ValueError`` when an evaluation game is in the run's training data (:func:`check_held_out`).
     """
-    from pipeline.artifacts import ArtifactStore
-    from pipeline.lineage import content_hash
-    from pipeline.records import to_table
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.lineage import content_hash
+    from pipeline.core.records import to_table
 
-    from .skill_evolution import SkillBank
+    from sft.rl.evolution import SkillBank
 
     tasks = make_tasks(cfg)
     check_held_out(tasks, training_instances(root, run_id))
@@ -267,7 +267,7 @@ def _bank_env(bank_path: str) -> str:
 
 
 def resolve_checkpoint(path: str) -> tuple[str, str]:
-    """``(model folder for sft.policy.load_model, skill bank JSON or '')`` for a policy path:
+    """``(model folder for sft.rl.policy.load_model, skill bank JSON or '')`` for a policy path:
     an SFT output folder (``skillpipe_sft_manifest.json``; bank = the export's), a GRPO output
     folder (``grpo_manifest.json``: its final checkpoint), a GRPO checkpoint (``checkpoint.json``;
     bank = the checkpoint's), or any HF model / adapter folder (no bank). Raises
@@ -300,7 +300,7 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
     ``model``; ``gold``: the engine's gold plan (an upper bound, and a check of the harness);
     otherwise a checkpoint path (:func:`resolve_checkpoint`). Raises ``ValueError`` / ``FileNotFoundError``.
     """
-    from pipeline.rollout import GoldPolicy, OpenAIPolicy
+    from sft.rl.rollout import GoldPolicy, OpenAIPolicy
 
     if spec == "gold":
         return GoldPolicy(), "", {"policy": "gold"}
@@ -315,8 +315,8 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
             raise ValueError("--policy endpoint needs --base-url and --model")
         return (OpenAIPolicy(base_url, model, api_key_env, cfg.temperature, cfg.max_new_tokens),
                 "", {"policy": f"{base_url}#{model}"})
-    from .base_model import content_hashes, ensure_base_model
-    from .policy import HFPolicy, load_model
+    from sft.base_model import content_hashes, ensure_base_model
+    from sft.rl.policy import HFPolicy, load_model
     if spec == "base":
         folder, bank = str(ensure_base_model(base_model)), ""
         name = "base:" + (os.path.basename(os.path.normpath(base_model)) if base_model else "smollm2-135m-instruct")
@@ -347,7 +347,7 @@ def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = No
     ``base`` (``base_model``, '' = embedded SmolLM2) uses the run's exported bank, like SFT did.
     Returns :func:`evaluate`'s dict.
     Raises ``FileNotFoundError`` when the checkpoint is missing, ``ValueError`` for an unknown name."""
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     if which not in (*RUN_CHECKPOINTS, "base"):
         raise ValueError(f"unknown checkpoint {which!r}; choose from {', '.join([*RUN_CHECKPOINTS, 'base'])}")
     cfg = cfg or EvalConfig()
@@ -406,7 +406,7 @@ def eval_cmd(
 ):
     """Play a policy on held-out games; print success (95 % Wilson CI), reward, valid-action and
     format-error rates, mean steps; write runs/RUN_ID/eval_LABEL/ (Parquet per episode + summary.json)."""
-    from pipeline.envs.alfworld_env import EnvUnavailable
+    from pipeline.envs.sim.alfworld import EnvUnavailable
     try:
         cfg = eval_config(env=env, games=games, game_params=game_params, fold=fold, seed0=seed0, episodes=episodes,
                           max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,

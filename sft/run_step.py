@@ -10,10 +10,10 @@ import dataclasses
 import os
 from typing import Any, Callable
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 
-from . import manifest as mf
-from .config import SFTFitConfig, to_dict
+from sft import manifest as mf
+from sft.config import SFTFitConfig, to_dict
 
 STEP = "sft_fit"
 
@@ -26,7 +26,7 @@ def fit_for_run(root: str, run_id: str, cfg: SFTFitConfig | None = None, force: 
                 log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train on ``runs/<run_id>/export`` (unless unchanged) and return the checkpoint manifest
     plus ``skipped`` and ``uri``. Raises ``ArtifactError`` when the run has no export artifact."""
-    from .train import fit
+    from sft.train import fit
 
     store = ArtifactStore(root, run_id)
     export = store.require("export")

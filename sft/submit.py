@@ -28,7 +28,7 @@ from typing import Sequence
 
 import yaml
 
-from . import manifest as mf
+from sft import manifest as mf
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 SCHEDULERS = ("local", "slurm", "k8s")

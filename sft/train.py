@@ -26,12 +26,12 @@ import os
 import sys
 from typing import Any, Sequence
 
-from pipeline.artifacts import MANIFEST, read_parquet_dir
-from pipeline.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
+from pipeline.core.artifacts import MANIFEST, read_parquet_dir
+from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
-from . import invariants, manifest as mf
-from .base_model import content_hashes, ensure_base_model
-from .config import SFTFitConfig, to_dict
+from sft import invariants, manifest as mf
+from sft.base_model import content_hashes, ensure_base_model
+from sft.config import SFTFitConfig, to_dict
 
 log = logging.getLogger("skillpipe.sft")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

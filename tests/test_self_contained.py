@@ -44,7 +44,7 @@ _ABS = re.compile(r"(?<![\w./~-])(/(?:%s)(?:/[^\s'\"`()\[\]{},;]*)?|~[/][^\s'\"`
                   % "|".join(ROOTS))
 
 #: Files that build Kubernetes Jobs: the paths they name are inside the container, not on this machine.
-K8S = ("sft/submit.py", "sft/cli.py", "tests/test_sft_submit.py")
+K8S = ("sft/submit.py", "sft/cli.py", "tests/sft/test_submit.py")
 
 #: (files: one path relative to the repo, a tuple of them, or "*"; a path token, matched with
 #: everything below it; reason). Kept small on purpose. This file itself may name these tokens.
@@ -54,16 +54,16 @@ ALLOWED: tuple[tuple[str | tuple[str, ...], str, str], ...] = (
     ("*", "~/.cache/skillpipe", "the documented cache of the converted base model (sft/base_model.py, "
                                 "README); $SKILLPIPE_CACHE overrides it"),
     ("sft/submit.py", "/bin/bash", "the shell line of a Slurm batch script (POSIX), run on the cluster"),
-    ("tests/test_sft_submit.py", "/bin/true", "a POSIX no-op program standing in for python in a local submit"),
+    ("tests/sft/test_submit.py", "/bin/true", "a POSIX no-op program standing in for python in a local submit"),
     ("bench/parse_dedupe.py", "/tmp", "usage text: '--tmp /tmp' shows where a user may put a 1.8 GB tree"),
     (K8S, "/data", "the pod's PVC mount point (default --mount) and pod paths under it"),
     (K8S, "/workspace", "the working directory inside the container image (default --workdir)"),
     (K8S[::2], "/etc/skillpipe", "where the pod mounts the ConfigMap with the accelerate config"),
-    ("tests/test_sft_submit.py", "/opt/venv/bin/python", "a custom image's python (--python), in a pod spec"),
-    ("tests/test_sft_submit.py", "/home/me/e", "a pod path outside the mount that the test asserts is refused"),
-    ("tests/test_artifacts.py", "../evil", "a bad artifact file name the test asserts is rejected"),
-    ("tests/test_artifacts.py", "../x", "a bad stage name the test asserts is rejected"),
-    ("tests/test_run_guard.py", "../escape", "a bad run id the test asserts is rejected"),
+    ("tests/sft/test_submit.py", "/opt/venv/bin/python", "a custom image's python (--python), in a pod spec"),
+    ("tests/sft/test_submit.py", "/home/me/e", "a pod path outside the mount that the test asserts is refused"),
+    ("tests/pipeline/core/test_artifacts.py", "../evil", "a bad artifact file name the test asserts is rejected"),
+    ("tests/pipeline/core/test_artifacts.py", "../x", "a bad stage name the test asserts is rejected"),
+    ("tests/pipeline/core/test_run_guard.py", "../escape", "a bad run id the test asserts is rejected"),
 )
 
 

@@ -16,8 +16,8 @@ import json
 import typer
 from rich.console import Console
 
-from .export import export_skill_md, export_skillrl
-from .store import BankError, BankStore, diff, label
+from pipeline.bank.export import export_skill_md, export_skillrl
+from pipeline.bank.store import BankError, BankStore, diff, label
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Versioned skill banks under ROOT/banks: list, show, diff, restore, export.")

@@ -1,6 +1,6 @@
 """Exports of a stored bank version: SkillRL ``skill_bank.json`` and one ``SKILL.md`` folder per skill.
 
-* :func:`export_skillrl` - :func:`pipeline.skillbank.to_skillrl_json` per environment (general_skills
+* :func:`export_skillrl` - :func:`pipeline.bank.rows.to_skillrl_json` per environment (general_skills
   / task_specific_skills / common_mistakes, numbered ids, ``source_memory_ids`` on every entry), one
   file ``skill_bank.json`` for a one-env bank, else ``skill_bank_<env>.json`` each.
 * :func:`export_skill_md` - a folder ``<numbered id>-<slug>/SKILL.md`` per skill: YAML front matter
@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from .. import skillbank
-from .store import BankVersion
+from pipeline.bank import rows as skillbank
+from pipeline.bank.store import BankVersion
 
 
 def _by_env(bank: BankVersion) -> dict[str, list[dict[str, Any]]]:

@@ -7,7 +7,7 @@ Layout (DESIGN §3.4 "versioned: content hash, parent version, history")::
     <root>/banks/HEAD                   the current version (text, one line)
 
 ``<root>`` is the folder that holds ``runs/`` (the artifact store root), so every run under it
-shares one bank history. A version id is :func:`pipeline.skillbank.bank_version` of its rows
+shares one bank history. A version id is :func:`pipeline.bank.rows.bank_version` of its rows
 (``bank-<hash>`` of the skills' kind, category and text; source ids and order do not count), so
 registering the same bank twice - a rerun, a retried Airflow task, a crash after registration -
 returns the first record and writes nothing: artifacts stay identical across reruns.
@@ -28,7 +28,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .. import lineage, skillbank
+from pipeline.core import lineage
+
+from pipeline.bank import rows as skillbank
 
 
 class BankError(ValueError):

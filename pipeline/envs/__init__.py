@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from types import ModuleType
 
-from . import alfworld, search, textworld, webshop
+from pipeline.envs import alfworld, search, webshop
+
+from pipeline.envs.sim import textworld
 
 OTHER = "other"
 
@@ -57,7 +59,7 @@ def detect_env(text: str, hint: str | None = None) -> str:
     if "click[" in low or "[buy now]" in low or "[back to search]" in low or (
             "webshop" in low and _WEBSHOP.search(text)):
         return "webshop"
-    if textworld.HEADER in text:  # our own rollouts of TextWorld Express (pipeline.rollout)
+    if textworld.HEADER in text:  # our own rollouts of TextWorld Express (sft.rl.rollout)
         return "textworld"
     if "ALFRED" in text or "TextWorld" in text or "in/on" in text or "Your task is to:" in text:
         return "alfworld"

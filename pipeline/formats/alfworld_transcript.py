@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..records import Step
-from .common import ThoughtBuffer
+from pipeline.core.records import Step
+from pipeline.formats.common import ThoughtBuffer
 
 _TASK = re.compile(r"^\s*Your task is to:\s*(.*)$", re.I)
 _THINK = re.compile(r"^think:\s*(.*)$", re.S | re.I)

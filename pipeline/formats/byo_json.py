@@ -24,9 +24,9 @@ import json
 import re
 from typing import Any, Iterator
 
-from .. import envs
-from ..records import QuarantineRow, Step, Trajectory
-from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+from pipeline import envs
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
                      open_text, reader_trajectory)
 
 FORMAT = "byo_json"

@@ -23,12 +23,12 @@ import os
 import re
 from typing import Any, Iterator
 
-from .. import envs
-from ..envs import search as search_env
-from ..records import QuarantineRow, Step, Trajectory
-from .common import (BadMember, JSONContainerError, ThoughtBuffer, bad, bad_member_row, iter_json_container,
+from pipeline import envs
+from pipeline.envs import search as search_env
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import (BadMember, JSONContainerError, ThoughtBuffer, bad, bad_member_row, iter_json_container,
                      json_error_rows, open_text, reader_trajectory)
-from .webshop_transcript import task_from_observation
+from pipeline.formats.webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
 WIN_REWARD = {"alfworld": 10.0}  # env units of a won episode; 1.0 elsewhere

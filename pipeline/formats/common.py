@@ -10,9 +10,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .. import envs
-from ..lineage import trajectory_id
-from ..records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, QuarantineRow, Step, Trajectory
+from pipeline import envs
+from pipeline.core.lineage import trajectory_id
+from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, QuarantineRow, Step, Trajectory
 
 STAGE = "parse"
 RAW_LIMIT = 4000  # chars of raw input kept on a quarantine row (enough to see what went wrong)

@@ -2,7 +2,7 @@
 
 ``read_file(path, fmt, env_hint)`` is the one entry point the parse stage uses: it never raises
 for bad input. An empty, binary, non-UTF-8 or unrecognised file becomes exactly one
-:class:`~pipeline.records.QuarantineRow`; a reader that fails part-way keeps what it already
+:class:`~pipeline.core.records.QuarantineRow`; a reader that fails part-way keeps what it already
 yielded and adds one quarantine row for the rest (DESIGN §2, §7: nothing is lost silently).
 Two refinements of "non-UTF-8": a JSONL file loses only its lines with invalid bytes (one
 ``not_utf8`` row each, the other lines are read), and a UTF-16 file is named as such (with the
@@ -24,10 +24,10 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..records import QuarantineRow, Trajectory
-from . import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
+from pipeline.core.records import QuarantineRow, Trajectory
+from pipeline.formats import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
                skillrl_memory_json, skillrl_search_txt, skillrl_txt)
-from .common import ENCODING, UTF16_BOMS, bad, utf16_encoding
+from pipeline.formats.common import ENCODING, UTF16_BOMS, bad, utf16_encoding
 
 Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
 

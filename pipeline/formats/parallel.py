@@ -23,7 +23,7 @@ def _context(fn: Callable[[Any], Any]):
     """``fork`` where available (no re-import per worker; the parent's pages are shared
     copy-on-write, though RSS counts them in each worker); else the platform default.
     ``forkserver`` was measured too: no smaller in total (every worker still imports pyarrow via
-    ``pipeline.records``) and its workers escape ``RUSAGE_CHILDREN`` accounting."""
+    ``pipeline.core.records``) and its workers escape ``RUSAGE_CHILDREN`` accounting."""
     if "fork" in mp.get_all_start_methods():
         return mp.get_context("fork")
     return mp.get_context()

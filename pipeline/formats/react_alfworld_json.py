@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from ..records import QuarantineRow, Trajectory
-from .alfworld_transcript import parse_transcript
-from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+from pipeline.core.records import QuarantineRow, Trajectory
+from pipeline.formats.alfworld_transcript import parse_transcript
+from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
                      open_text, reader_trajectory)
 
 FORMAT = "react_alfworld_json"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from ..records import QuarantineRow, Trajectory
-from .common import bad, reader_trajectory, open_text
-from .webshop_transcript import parse_episode
+from pipeline.core.records import QuarantineRow, Trajectory
+from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.webshop_transcript import parse_episode
 
 FORMAT = "react_webshop_log"
 _RULE = re.compile(r"^-{5,}\s*$")

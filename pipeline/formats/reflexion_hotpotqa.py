@@ -24,10 +24,10 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from ..envs import search as search_env
-from ..lineage import content_hash
-from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, reader_trajectory, open_text
+from pipeline.envs import search as search_env
+from pipeline.core.lineage import content_hash
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import bad, reader_trajectory, open_text
 
 FORMAT = "reflexion_hotpotqa"
 _SECTION = re.compile(r"^-{5,} BEGIN (CORRECT|INCORRECT|HALTED) AGENTS -{5,}\s*$")

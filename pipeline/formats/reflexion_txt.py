@@ -12,11 +12,11 @@ import os
 import re
 from typing import Iterator
 
-from .. import envs
-from ..records import QuarantineRow, Trajectory
-from .alfworld_transcript import parse_transcript
-from .common import bad, reader_trajectory, open_text
-from .webshop_transcript import parse_episode
+from pipeline import envs
+from pipeline.core.records import QuarantineRow, Trajectory
+from pipeline.formats.alfworld_transcript import parse_transcript
+from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.webshop_transcript import parse_episode
 
 FORMAT = "reflexion_txt"
 _STATUS = re.compile(r"^STATUS:\s*(\w+)\s*$")

@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from ..records import QuarantineRow, Step, Trajectory
-from .common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
                      open_text, reader_trajectory)
 
 FORMAT = "skillrl_memory_json"
@@ -162,4 +162,4 @@ def read_bank(path: str, env_hint: str | None = None, *, success_threshold: floa
             parts.append(f"{key}: {len(value)} categories")
     yield bad("skill_bank_not_trajectories",
               f"SkillRL skill bank ({', '.join(parts)}), not trajectories: pass it as a skill bank "
-              "(SkillRL JSON, see pipeline.skillbank), not as parse input", path, 1, text[:2000])
+              "(SkillRL JSON, see pipeline.bank.rows), not as parse input", path, 1, text[:2000])

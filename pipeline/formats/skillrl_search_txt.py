@@ -32,9 +32,9 @@ import os
 import re
 from typing import Iterator
 
-from ..envs import search as search_env
-from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, reader_trajectory, line_at, open_text
+from pipeline.envs import search as search_env
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import bad, reader_trajectory, line_at, open_text
 
 FORMAT = "skillrl_search_txt"
 _QUESTION = re.compile(r"Your question:[ \t]*(.*)")

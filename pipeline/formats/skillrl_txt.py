@@ -30,9 +30,9 @@ import os
 import re
 from typing import Iterator
 
-from .. import envs
-from ..records import QuarantineRow, Step, Trajectory
-from .common import bad, reader_trajectory, open_text
+from pipeline import envs
+from pipeline.core.records import QuarantineRow, Step, Trajectory
+from pipeline.formats.common import bad, reader_trajectory, open_text
 
 FORMAT = "skillrl_txt"
 WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won, spec §2)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..records import Step
-from .common import ThoughtBuffer
+from pipeline.core.records import Step
+from pipeline.formats.common import ThoughtBuffer
 
 _ACTION = re.compile(r"^Action:\s?(.*)$")
 _OBS = re.compile(r"^Observation:\s?(.*)$")

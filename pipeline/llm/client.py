@@ -48,14 +48,14 @@ from jsonschema import exceptions as js_exceptions
 from jsonschema import validators as js_validators
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..config import LLMConfig
-from ..progress import bar as progress_bar
-from .cache import ResponseCache, cache_key
-from .jsonparse import JSONExtractError, extract_json
-from .endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
-from .schemas import grammar_schema
-from .server import EMBEDDED_MODEL_ALIAS, ServerDied
-from .types import JSONRequest, JSONResult
+from pipeline.core.config import LLMConfig
+from pipeline.progress import bar as progress_bar
+from pipeline.llm.cache import ResponseCache, cache_key
+from pipeline.llm.jsonparse import JSONExtractError, extract_json
+from pipeline.llm.endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
+from pipeline.llm.schemas import grammar_schema
+from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, ServerDied
+from pipeline.llm.types import JSONRequest, JSONResult
 
 COUNTERS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "repairs", "failures")
 DIALECTS = ("auto", "json_schema", "json_object", "none")
@@ -151,7 +151,7 @@ class LLMClient:
         embedded = cfg.model in ("", EMBEDDED_MODEL_ALIAS)
         self.model = cfg.model or EMBEDDED_MODEL_ALIAS
         if model_id is None:
-            from .server import embedded_model_id
+            from pipeline.llm.server import embedded_model_id
             model_id = embedded_model_id() if embedded else cfg.model
         self.model_id = model_id
         self._auto = cfg.structured_output == "auto"

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Callable
 
-from ..config import LLMConfig
+from pipeline.core.config import LLMConfig
 
 
 def model_id_for(cfg: LLMConfig) -> str:
@@ -15,7 +15,7 @@ def model_id_for(cfg: LLMConfig) -> str:
     The embedded model (no ``base_url``, or an endpoint that names the embedded server's alias,
     as the Airflow DAG's ``start_llm`` task does) is identified by its GGUF file and hash, so a
     DAG run and a CLI run record the same model and share cached answers."""
-    from .server import EMBEDDED_MODEL_ALIAS, embedded_model_id
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id
     if cfg.base_url and cfg.model != EMBEDDED_MODEL_ALIAS:
         return cfg.model or "default"
     return embedded_model_id()
@@ -32,8 +32,8 @@ def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Ca
     stage at once with its exit status (:class:`server.ServerDied`).
     """
     def make():
-        from .client import LLMClient
-        from .server import DETACHED_STATE_DIR, EMBEDDED_MODEL_ALIAS, EmbeddedServer, detached_watch
+        from pipeline.llm.client import LLMClient
+        from pipeline.llm.server import DETACHED_STATE_DIR, EMBEDDED_MODEL_ALIAS, EmbeddedServer, detached_watch
         c = cfg
         if not c.base_url:
             srv = EmbeddedServer(ctx_size=c.ctx_size, log_dir=run_dir)

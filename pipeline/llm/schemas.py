@@ -64,7 +64,7 @@ def wrap(key: str, schema: dict[str, Any]) -> dict[str, Any]:
     """``{"type": "object", "properties": {key: schema}, "required": [key], "additionalProperties": false}``.
 
     The list schemas (skills, mistakes, reasoning) are arrays in their files, the shape the GRPO
-    skill update (``sft/skill_evolution.py``) also reads; OpenAI's ``json_schema`` needs an object
+    skill update (``sft/rl/evolution.py``) also reads; OpenAI's ``json_schema`` needs an object
     at the top, so the stages send the array under one key.
     """
     return {"type": "object", "properties": {key: schema}, "required": [key], "additionalProperties": False}

@@ -20,8 +20,8 @@ import difflib
 import re
 from typing import Any, Iterable
 
-from ..records import Trajectory
-from . import Violation
+from pipeline.core.records import Trajectory
+from pipeline.quality import Violation
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 #: Entity mentions: a name followed by an instance number (ALFWorld/TextWorld ``drawer 3``,

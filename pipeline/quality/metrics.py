@@ -22,7 +22,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ..records import Trajectory
+from pipeline.core.records import Trajectory
 
 _CONTENT = re.compile(r"[^\W\d_]{3,}")
 #: Function words that carry no skill content (a short closed list; words of < 3 letters never count).

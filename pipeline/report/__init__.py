@@ -13,5 +13,5 @@ __all__ = ["build_report"]
 
 def build_report(*args, **kwargs):
     """See :func:`pipeline.report.render.build_report` (imported lazily: matplotlib is heavy)."""
-    from .render import build_report as _build
+    from pipeline.report.render import build_report as _build
     return _build(*args, **kwargs)

@@ -11,9 +11,9 @@ import json
 import os
 from typing import Any
 
-from ..inspect import STEP_MANIFESTS, _load
-from .render import environment
-from .runinfo import QUARANTINE_DIRS
+from pipeline.inspect import STEP_MANIFESTS, _load
+from pipeline.report.render import environment
+from pipeline.report.runinfo import QUARANTINE_DIRS
 
 MAX_CELL = 400  # characters per table cell
 
@@ -36,7 +36,7 @@ def artifact_facts(path: str, rows: int = 20, quarantine: bool = False) -> dict[
     """``{path, kind, rows, schema: [(name, type)], manifest, counts, llm, sample: {columns, rows}}``.
 
     Raises ``FileNotFoundError`` (no such artifact), ``ValueError`` (not Parquet/JSONL, or a run
-    folder: use ``skillpipe report``), ``pipeline.artifacts.ArtifactError`` (no parts)."""
+    folder: use ``skillpipe report``), ``pipeline.core.artifacts.ArtifactError`` (no parts)."""
     apath = os.path.abspath(path)
     if os.path.isdir(path) and os.path.basename(os.path.dirname(apath)) == "runs":
         raise ValueError(f"{path} is a whole run: use `skillpipe report {os.path.basename(apath)} "

@@ -1,8 +1,8 @@
 """Skill-bank facts for the report: composition, version history with diffs, per-skill usage.
 
-The bank of the run is its ``aggregate`` artifact (``SKILL_SCHEMA`` rows); the history is the
+The bank of the run is its ``skills`` artifact (``SKILL_SCHEMA`` rows); the history is the
 shared bank store ``<root>/banks`` (:mod:`pipeline.bank.store`); usage is counted over the
-run's SFT pairs (``export``, else ``validate``).
+run's SFT pairs (``export``, else ``build_pairs``).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from ..artifacts import ArtifactError, read_parquet_dir
-from ..bank.store import BankError, BankStore, diff, label
+from pipeline.core.artifacts import ArtifactError, read_parquet_dir
+from pipeline.bank.store import BankError, BankStore, diff, label
 
 #: Word n-gram length for "the think uses the skill's language" (see :func:`skill_usage`).
 NGRAM = 3

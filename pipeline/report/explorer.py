@@ -11,8 +11,8 @@ import json
 import os
 from typing import Any
 
-from ..artifacts import MANIFEST
-from .bankinfo import read_rows
+from pipeline.core.artifacts import MANIFEST
+from pipeline.report.bankinfo import read_rows
 
 MAX_TEXT = 1500     # characters per prompt/observation shown
 MAX_PROMPT = 6000   # the prompt is the longest field; its tail (history + admissible list) matters most
@@ -56,19 +56,19 @@ def _skill_view(s: dict[str, Any]) -> dict[str, Any]:
 
 def entries(run_dir: str, limit: int = 200) -> tuple[list[dict[str, Any]], str]:
     """``(entries, note)``: up to ``limit`` SFT pairs (export, else validate) in artifact order."""
-    stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "validate"
+    stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "build_pairs"
     pairs = read_rows(run_dir, stage, limit=limit + 1)
     if not pairs:
-        return [], "no SFT pairs in this run (export/validate artifact missing or empty)"
+        return [], "no SFT pairs in this run (export/build_pairs artifact missing or empty)"
     note = f"the first {limit} pairs" if len(pairs) > limit else ""
     pairs = pairs[:limit]
     wanted = {p["trajectory_id"] for p in pairs}
     trajs = {}
-    for s in ("parse", "dedupe"):  # dedupe last: its rows (loops removed) win
+    for s in ("parse", "remove_loops"):  # dedupe last: its rows (loops removed) win
         trajs.update({t["trajectory_id"]: t for t in read_rows(run_dir, s, where=("trajectory_id", wanted))})
     mem_ids = {m for p in pairs for m in p.get("memory_ids") or []}
     mems = {m["memory_id"]: m for m in read_rows(run_dir, "memory", where=("memory_id", mem_ids))}
-    skills = {s["skill_id"]: s for s in read_rows(run_dir, "aggregate")}
+    skills = {s["skill_id"]: s for s in read_rows(run_dir, "skills")}
     root = _input_root(run_dir)
     out = []
     for p in pairs:

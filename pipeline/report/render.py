@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import jinja2
 
-from ..artifacts import ArtifactStore
-from . import bankinfo, charts, explorer, runinfo, training
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.report import bankinfo, charts, explorer, runinfo, training
 
 #: The report's sections: (id of the <h2>, title). Tests and the nav bar use these ids.
 SECTIONS = (("funnel", "Funnel"), ("llm", "LLM"), ("skill-bank", "Skill bank"),
@@ -50,10 +50,10 @@ def environment() -> jinja2.Environment:
 
 
 def _bank_facts(root: str, run_id: str, run_dir: str, stages: list[dict[str, Any]]) -> dict[str, Any]:
-    skills = bankinfo.read_rows(run_dir, "aggregate")
-    pair_stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "validate"
+    skills = bankinfo.read_rows(run_dir, "skills")
+    pair_stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "build_pairs"
     pairs = bankinfo.read_rows(run_dir, pair_stage, ["skill_ids_used", "think"])
-    agg = next((s["manifest"] for s in stages if s["stage"] == "aggregate"), {})
+    agg = next((s["manifest"] for s in stages if s["stage"] == "skills"), {})
     run_versions = [(agg.get("counters") or {}).get("bank_version") or ""]
     run_versions += sorted({s.get("bank_version") for s in skills if s.get("bank_version")})
     with_skills, using = bankinfo.pairs_using_skills(skills, pairs)

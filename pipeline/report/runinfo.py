@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..artifacts import MANIFEST
-from ..runner import STAGES
+from pipeline.core.artifacts import MANIFEST
+from pipeline.core.runner import STAGES
 
 #: Quarantine folder names, newest first: ``_quarantine`` (the layout after the shard rework)
 #: and ``quarantine`` (artifacts written before it). Both are read.
@@ -43,7 +43,7 @@ def read_json(path: str) -> tuple[Any, str]:
 def stage_manifests(run_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The data stages' manifests in pipeline order: ``([{"stage", "path", "manifest"}], notes)``.
 
-    Only folders named after a stage in :data:`pipeline.runner.STAGES` count; a stage folder
+    Only folders named after a stage in :data:`pipeline.core.runner.STAGES` count; a stage folder
     whose manifest cannot be read gives a note instead of an entry.
     """
     out, notes = [], []

@@ -5,7 +5,7 @@ Sources (all optional; each loader returns ``None``/``[]`` plus a note when abse
 * SFT: ``<run>/sft_fit/skillpipe_sft_manifest.json`` (``losses``, ``global_step``, config
   ``logging_steps``) and, for exact step numbers, the newest ``checkpoint-N/trainer_state.json``
   (transformers' ``log_history``);
-* GRPO: ``<run>/grpo/grpo_log.jsonl`` (``sft/grpo.py``: one ``train`` line per step with loss,
+* GRPO: ``<run>/grpo/grpo_log.jsonl`` (``sft/rl/grpo.py``: one ``train`` line per step with loss,
   KL, groups with rewards/advantages; one ``validation`` line per evaluation);
 * eval: ``<run>/eval_<label>/summary.json`` (``sft/eval.py``: success rate, Wilson 95 % interval);
 * data quality: the export manifest's quality metrics (``counters["quality_metrics"]``, written by
@@ -19,7 +19,7 @@ import math
 import os
 from typing import Any
 
-from .runinfo import read_json
+from pipeline.report.runinfo import read_json
 
 SFT_MANIFEST = "skillpipe_sft_manifest.json"
 

@@ -32,17 +32,17 @@ import json
 from collections import Counter
 from typing import Any, Callable
 
-from .. import prompts, quality, rules
-from ..config import QualityConfig
-from ..llm.schemas import load_schema, wrap
-from ..llm.types import JSONRequest, JSONResult
-from ..quality import grounding, text, topic
-from ..records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
-from ..runner import StageContext, StageOutput
-from . import _templates
+from pipeline import prompts, quality, rules
+from pipeline.core.config import QualityConfig
+from pipeline.llm.schemas import load_schema, wrap
+from pipeline.llm.types import JSONRequest, JSONResult
+from pipeline.quality import grounding, text, topic
+from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
+from pipeline.core.stage import StageContext, StageOutput
+from pipeline.llm import templates as _templates
 
 NAME = "distill"
-INPUTS = ("dedupe", "memory", "aggregate")
+INPUTS = ("remove_loops", "memory", "skills")
 SCHEMA = DISTILLED_SCHEMA
 USES_LLM = True
 CONFIG = ("distill", "prompt", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
@@ -205,11 +205,11 @@ def _quarantine(traj: Trajectory, reason: str, detail: str, raw: str = "") -> Qu
 
 
 def run(ctx: StageContext) -> StageOutput:
-    trajs = [Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()]
+    trajs = [Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()]
     memory_ids: dict[str, list[str]] = {}
     for m in ctx.upstream("memory").read_rows():
         memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])
-    bank = ctx.upstream("aggregate").read_rows()
+    bank = ctx.upstream("skills").read_rows()
     bank_version = bank[0]["bank_version"] if bank else ""
     cfg = ctx.config.distill
     quarantine: list[QuarantineRow] = []

@@ -11,15 +11,15 @@ files below are not mistaken for splits), plus these files in the stage folder:
   (always "")/``output`` plus ``messages`` (system, user, assistant) and ``pair_id`` for lineage;
 * ``dataset_info.json``: LLaMA-Factory registration of both files, once as alpaca and once as
   OpenAI-style ``messages`` (sharegpt formatting with role/content tags);
-* ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.skillbank.to_skillrl_json``);
+* ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.bank.rows.to_skillrl_json``);
 * ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
 
 The split is decided per ``env_instance`` (DESIGN §3.7; the reference split nothing and merged
 sibling trajectories, D-W4), so every pair of one task instance lands in the same split. It is
-decided before the skill bank is built: ``aggregate`` records it (manifest ``counters["split"]``)
+decided before the skill bank is built: ``skills`` records it (manifest ``counters["split"]``)
 after keeping val instances' memories out of the bank, and export reuses that record, so val is
 exactly the set of instances the bank never saw; an instance the record lacks (e.g. an aggregate
-artifact written before this rule) falls back to the hash rule (``pipeline.split``). Nothing is
+artifact written before this rule) falls back to the hash rule (``pipeline.core.split``). Nothing is
 quarantined here: units in = pairs in = pairs out.
 """
 from __future__ import annotations
@@ -28,16 +28,16 @@ import json
 from collections import Counter
 from typing import Any
 
-from .. import envs
-from ..prompts import prompt_template_files
-from ..quality import metrics as qmetrics
-from ..records import Trajectory
-from ..records import SFT_PAIR_SCHEMA
-from ..runner import StageContext, StageOutput
-from ..split import assignment_from_record, split_instances  # noqa: F401  (split_instances: old import path)
+from pipeline import envs
+from pipeline.prompts import prompt_template_files
+from pipeline.quality import metrics as qmetrics
+from pipeline.core.records import Trajectory
+from pipeline.core.records import SFT_PAIR_SCHEMA
+from pipeline.core.stage import StageContext, StageOutput
+from pipeline.core.split import assignment_from_record, split_instances  # noqa: F401  (split_instances: old import path)
 
 NAME = "export"
-INPUTS = ("validate", "aggregate")
+INPUTS = ("build_pairs", "skills")
 SCHEMA = SFT_PAIR_SCHEMA
 USES_LLM = False
 CONFIG = ("export", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
@@ -82,7 +82,7 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
     """Markdown card: what the dataset holds and where it came from (deterministic text).
 
     ``split`` is aggregate's ``counters["split"]`` record; without one the card says that the bank
-    may have seen val instances (an aggregate artifact from before the rule in ``pipeline.split``).
+    may have seen val instances (an aggregate artifact from before the rule in ``pipeline.core.split``).
     """
     by = lambda *keys: Counter(" / ".join(str(r[k]) for k in keys) for r in rows)  # noqa: E731
     instances = {s: len({r["env_instance"] for r in rows if r["split"] == s}) for s in ("train", "val")}
@@ -117,10 +117,10 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
 def quality_metrics(ctx: StageContext, rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]]
                     ) -> dict[str, Any]:
     """``pipeline.quality.metrics.all_metrics`` of the exported pairs. The trajectories come from
-    the run's ``dedupe`` artifact when it exists (an ancestor of validate, so its changes already
+    the run's ``remove_loops`` artifact when it exists (an ancestor of build_pairs, so its changes already
     reach this stage's fingerprint); without it the trajectory-based figures see no trajectory."""
-    from ._skillmerge import skill_text
-    dedupe = ctx.store.load("dedupe")
+    from pipeline.bank.merge import skill_text
+    dedupe = ctx.store.load("remove_loops")
     wanted = {r["trajectory_id"] for r in rows}
     trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (dedupe.read_rows() if dedupe else [])
              if r["trajectory_id"] in wanted}
@@ -165,7 +165,7 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
     ``skill_bank.json`` = the bank of the env with the most SFT pairs (SkillRL banks are per env;
     ties broken by env name). Each file lists all of its env's categories, as official banks do.
     """
-    from ..skillbank import to_skillrl_json
+    from pipeline.bank.rows import to_skillrl_json
     pair_counts = Counter(r["env"] for r in rows)
     env_names = sorted({r.get("env") or "" for r in bank_rows} | set(pair_counts)) or [""]
     files = {}
@@ -183,8 +183,8 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
 
 def run(ctx: StageContext) -> StageOutput:
     ecfg = ctx.config.export
-    pairs = ctx.upstream("validate").read_rows()
-    agg = ctx.upstream("aggregate")
+    pairs = ctx.upstream("build_pairs").read_rows()
+    agg = ctx.upstream("skills")
     bank_rows = agg.read_rows()
     record = (agg.manifest.get("counters") or {}).get("split")
     # The bank's own split wins over the config: if export.val_fraction/seed changed but aggregate
@@ -199,11 +199,11 @@ def run(ctx: StageContext) -> StageOutput:
         "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
         **skill_bank_files(bank_rows, rows),
         "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
-        + "\n" + quality_card(metrics, _counts(ctx, "validate"), _counts(ctx, "distill")),
+        + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill")),
     }
     split_counts = Counter(r["split"] for r in rows)
     return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
                        counters={"train": split_counts["train"], "val": split_counts["val"],
                                  "instances": len(assignment),
-                                 "split_from": "aggregate" if record else "hash", "quality_metrics": metrics},
+                                 "split_from": "skills" if record else "hash", "quality_metrics": metrics},
                        extra_files=files)

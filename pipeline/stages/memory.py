@@ -18,17 +18,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .. import lineage, quality
-from ..config import MemoryConfig, QualityConfig
-from ..llm.schemas import load_schema
-from ..llm.types import JSONRequest, JSONResult
-from ..quality import grounding, text, topic
-from ..records import MEMORY_SCHEMA, QuarantineRow, Trajectory
-from ..runner import StageContext, StageOutput
-from . import _templates
+from pipeline import quality
+
+from pipeline.core import lineage
+from pipeline.core.config import MemoryConfig, QualityConfig
+from pipeline.llm.schemas import load_schema
+from pipeline.llm.types import JSONRequest, JSONResult
+from pipeline.quality import grounding, text, topic
+from pipeline.core.records import MEMORY_SCHEMA, QuarantineRow, Trajectory
+from pipeline.core.stage import StageContext, StageOutput
+from pipeline.llm import templates as _templates
 
 NAME = "memory"
-INPUTS = ("dedupe",)
+INPUTS = ("remove_loops",)
 SCHEMA = MEMORY_SCHEMA
 USES_LLM = True
 CONFIG = ("memory", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
@@ -197,7 +199,7 @@ def prompt_files(ctx: StageContext) -> list[str]:
 
 
 def run(ctx: StageContext) -> StageOutput:
-    trajs = [Trajectory.from_row(r) for r in ctx.upstream("dedupe").read_rows()]
+    trajs = [Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()]
     if not trajs:  # nothing to summarise: do not start the LLM server
         return StageOutput(rows=[], quarantine=[], rows_in=0)
     llm = ctx.llm

@@ -20,7 +20,7 @@ files, ``TASKS_PER_WORKER`` tasks per worker) form one task of a process pool
 (:func:`~pipeline.formats.parallel.ordered_map`: ordered, at most a few tasks in flight) when
 there are enough files, so memory stays bounded and both cores are used; the output is
 identical to a sequential run. A task encodes its selected rows and its quarantine rows to
-Parquet itself (:class:`~pipeline.artifacts.PartEncoder`, ``BATCH_ROWS`` rows per row group)
+Parquet itself (:class:`~pipeline.core.artifacts.PartEncoder`, ``BATCH_ROWS`` rows per row group)
 and returns the bytes plus per-group ranking facts (:class:`ChunkResult`); the main process
 applies the global caps and writes each task's bytes as one part file. Only when a global cap
 drops rows of a task is that task's part decoded and re-encoded without them.
@@ -44,15 +44,16 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ..artifacts import EncodedPart, PartEncoder, decode_part
-from ..config import ParseConfig
-from ..formats.common import bad, rebase, trajectories_table, trajectory_row
-from ..formats.discover import list_input_files, read_file
-from ..formats.parallel import ordered_map, worker_count
-from ..lineage import ID_HEX, UNREADABLE
-from ..records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
-from ..runner import MAX_LISTED_INPUTS, StageContext, StageOutput
-from ..selection import GlobalCaps, content_digest, rank_instances
+from pipeline.core.artifacts import EncodedPart, PartEncoder, decode_part
+from pipeline.core.config import ParseConfig
+from pipeline.formats.common import bad, rebase, trajectories_table, trajectory_row
+from pipeline.formats.discover import list_input_files, read_file
+from pipeline.formats.parallel import ordered_map, worker_count
+from pipeline.core.lineage import ID_HEX, UNREADABLE
+from pipeline.core.records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
+from pipeline.core.runner import MAX_LISTED_INPUTS
+from pipeline.core.stage import StageContext, StageOutput
+from pipeline.selection import GlobalCaps, content_digest, rank_instances
 
 NAME = "parse"
 INPUTS: tuple[str, ...] = ()

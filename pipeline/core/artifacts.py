@@ -1,0 +1,429 @@
+"""Artifact store: one folder per stage of a run, written atomically, with a manifest.
+
+Layout (DESIGN.md §2)::
+
+    <root>/runs/<run_id>/<stage>/part-00000.parquet
+    <root>/runs/<run_id>/<stage>/_quarantine/part-00000.parquet
+    <root>/runs/<run_id>/<stage>/<extra files>           (e.g. export's llamafactory/*.jsonl)
+    <root>/runs/<run_id>/<stage>/_manifest.json
+
+Quarantine parts and the manifest sit under ``_``-prefixed names, which Parquet dataset readers
+(``pyarrow.dataset``, ``pandas.read_parquet``, Spark, DuckDB's hive reader) skip by convention, so
+``pd.read_parquet("runs/ID/build_pairs")`` returns the stage's good rows only. Runs written before
+this layout keep their quarantine in ``quarantine/``; :func:`quarantine_dir` still finds it.
+
+A stage whose rows carry a split (export) may instead lay its rows out per split as the Hugging
+Face Hub does, ``data/<split>-00000-of-00001.parquet`` (see :meth:`ArtifactStore.write`), so
+``datasets.load_dataset(<stage folder>)`` loads one split per file name.
+
+A stage is written into a temporary sibling folder and renamed into place only when complete,
+so a crashed or retried task never leaves a half-written artifact and never appends to an old
+one. ``<root>`` is a local path (fsspec URIs are accepted where the filesystem supports rename).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.core.fsutil import sha256_file
+from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
+
+MANIFEST = "_manifest.json"
+QUARANTINE_DIR = "_quarantine"  # "_": skipped by Parquet dataset readers (see module docstring)
+LEGACY_QUARANTINE_DIR = "quarantine"  # runs written before the rename
+SPLIT_DATA_DIR = "data"  # per-split parts: data/<split>-NNNNN-of-MMMMM.parquet (Hugging Face Hub naming)
+PART_ROWS = 50_000  # rows per Parquet part
+ZSTD_LEVEL = 1  # measured: same file size as the default level on trajectory text, ~15 % less CPU
+
+
+class ArtifactError(RuntimeError):
+    """Raised when an artifact is missing, incomplete or does not match its declared schema."""
+
+
+@dataclass
+class StageArtifact:
+    """A complete stage folder on disk."""
+    path: str
+    manifest: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    @property
+    def content_sha256(self) -> str:
+        """Hash of what downstream stages read (:func:`content_sha256`): from the manifest, or
+        computed from the files for an artifact written before manifests recorded it."""
+        return self.manifest.get("content_sha256") or content_sha256(self.path, self.manifest)
+
+    def read_table(self, quarantine: bool = False) -> pa.Table:
+        """The stage's rows (or its quarantine rows) as one table; raises :class:`ArtifactError`."""
+        return read_parquet_dir(quarantine_dir(self.path) if quarantine else self.path)
+
+    def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
+        return self.read_table(quarantine).to_pylist()
+
+
+def content_sha256(folder: str, manifest: dict[str, Any]) -> str:
+    """SHA-256 of an artifact's content as downstream stages see it: each file the manifest
+    lists except the quarantine (relative name and the file's SHA-256, in name order), plus the
+    manifest's ``counters`` (export reads aggregate's split record from there). It names no
+    location, so a moved run folder or another ``--root`` keeps every fingerprint built on it.
+    Raises ``OSError`` when a listed file cannot be read."""
+    h = hashlib.sha256()
+    for name in sorted(manifest.get("files", [])):
+        if name.split("/", 1)[0] in (QUARANTINE_DIR, LEGACY_QUARANTINE_DIR):
+            continue
+        h.update(f"{name}\0{sha256_file(os.path.join(folder, name))}\n".encode())
+    h.update(json.dumps(manifest.get("counters") or {}, sort_keys=True, ensure_ascii=False, default=str).encode())
+    return h.hexdigest()
+
+
+def quarantine_dir(stage_dir: str) -> str:
+    """The quarantine folder of a stage folder: ``_quarantine/``, or ``quarantine/`` in a run
+    written before the rename (when only that one exists)."""
+    new, old = os.path.join(stage_dir, QUARANTINE_DIR), os.path.join(stage_dir, LEGACY_QUARANTINE_DIR)
+    return old if not os.path.isdir(new) and os.path.isdir(old) else new
+
+
+def parquet_parts(folder: str) -> list[str]:
+    """Paths of the Parquet parts of an artifact folder, in read order: its ``part-*.parquet``
+    files, or, for a stage laid out per split, ``data/*.parquet`` (split files sorted by name).
+    Empty when there are none (or no such folder)."""
+    if not os.path.isdir(folder):
+        return []
+    parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
+    if parts:
+        return [os.path.join(folder, p) for p in parts]
+    data = os.path.join(folder, SPLIT_DATA_DIR)
+    if os.path.isdir(data):
+        return [os.path.join(data, p) for p in sorted(os.listdir(data)) if p.endswith(".parquet")]
+    return []
+
+
+def read_parquet_dir(folder: str) -> pa.Table:
+    """Read all Parquet parts of an artifact folder (:func:`parquet_parts`) into one table.
+
+    Raises :class:`ArtifactError` when there are none."""
+    parts = parquet_parts(folder)
+    if not parts:
+        raise ArtifactError(f"no Parquet parts in {folder}")
+    return pa.concat_tables([pq.read_table(p) for p in parts])
+
+
+def _write_sliced(folder: str, table: pa.Table, name_of) -> list[str]:
+    """Write ``table`` in slices of ``PART_ROWS`` rows (at least one file, even when empty) as
+    ``folder/name_of(i, n_parts)``; returns those relative names in order."""
+    n_parts = max(1, -(-table.num_rows // PART_ROWS))
+    names = []
+    for i in range(n_parts):
+        name = name_of(i, n_parts)
+        pq.write_table(table.slice(i * PART_ROWS, PART_ROWS), os.path.join(folder, name), compression="zstd",
+                       compression_level=ZSTD_LEVEL)
+        names.append(name)
+    return names
+
+
+def _write_parts(folder: str, table: pa.Table) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    return _write_sliced(folder, table, lambda i, n: f"part-{i:05d}.parquet")
+
+
+def _write_split_parts(folder: str, table: pa.Table, column: str, names: dict[str, str]) -> list[str]:
+    """Write ``table`` split by the values of ``column`` as
+    ``data/<names[value]>-NNNNN-of-MMMMM.parquet`` (the Hugging Face Hub's sharded split naming,
+    which ``datasets.load_dataset`` maps to splits before any other file name pattern), rows in
+    their order. A split with no rows gets no file; an empty table one empty ``train`` file (the
+    first name), so the schema stays readable. Raises :class:`ArtifactError` for a value that is
+    not a key of ``names``."""
+    values = table.column(column).to_pylist()
+    unknown = sorted({str(v) for v in values} - set(names))
+    if unknown:
+        raise ArtifactError(f"column {column!r} holds {unknown}, which has no split file name (known: {sorted(names)})")
+    os.makedirs(os.path.join(folder, SPLIT_DATA_DIR), exist_ok=True)
+    pieces = [(names[v], table.filter(pc.equal(table.column(column), v))) for v in names]
+    pieces = [(n, t) for n, t in pieces if t.num_rows] or [(next(iter(names.values())), table)]
+    files = []
+    for name, piece in pieces:
+        files += _write_sliced(folder, piece,
+                               lambda i, n, name=name: f"{SPLIT_DATA_DIR}/{name}-{i:05d}-of-{n:05d}.parquet")
+    return files
+
+
+@dataclass
+class EncodedPart:
+    """A complete Parquet file (one artifact part) encoded in memory, e.g. by a worker process.
+
+    Worker processes encode their own output (Parquet-zstd is ~30x smaller than the Arrow
+    buffers on trajectory text), so only these bytes cross the process boundary and the main
+    process just writes them as the next part file. Build with :class:`PartEncoder`.
+
+    Attributes:
+        data: the Parquet file's bytes.
+        rows: its number of rows.
+        reasons: for a quarantine part, ``{reason: rows}`` (the runner counts reasons from it).
+    """
+    data: bytes
+    rows: int
+    reasons: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+class PartEncoder:
+    """Encodes tables of ``schema`` into in-memory Parquet parts (:class:`EncodedPart`) of at most
+    ``PART_ROWS`` rows, each ``write`` one row group; same compression as the files written here.
+
+    Raises :class:`ArtifactError` when a table's schema is not exactly ``schema``.
+    """
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.parts: list[EncodedPart] = []
+        self._sink = self._writer = None
+        self._rows = 0
+        self._reasons: dict[str, int] | None = {} if schema.equals(QUARANTINE_SCHEMA) else None
+
+    def write(self, table: pa.Table) -> None:
+        if not table.schema.equals(self.schema):
+            raise ArtifactError(f"table schema differs from the declared schema:\n{table.schema}\nvs\n{self.schema}")
+        offset = 0
+        while offset < table.num_rows:
+            if self._writer is None or self._rows >= PART_ROWS:
+                self._flush()
+                self._sink = pa.BufferOutputStream()
+                self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd",
+                                                compression_level=ZSTD_LEVEL)
+            n = min(PART_ROWS - self._rows, table.num_rows - offset)
+            piece = table.slice(offset, n)
+            self._writer.write_table(piece)
+            if self._reasons is not None:  # a quarantine part: count its reasons for the manifest
+                for reason in piece.column("reason").to_pylist():
+                    self._reasons[reason] = self._reasons.get(reason, 0) + 1
+            self._rows += n
+            offset += n
+
+    def _flush(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self.parts.append(EncodedPart(self._sink.getvalue().to_pybytes(), self._rows, self._reasons))
+        self._sink = self._writer = None
+        self._rows = 0
+        self._reasons = None if self._reasons is None else {}
+
+    def finish(self) -> list[EncodedPart]:
+        """The encoded parts, in order (none if nothing was written)."""
+        self._flush()
+        return self.parts
+
+
+def decode_part(part: EncodedPart) -> pa.Table:
+    """The table of an :class:`EncodedPart`."""
+    return pq.read_table(pa.BufferReader(part.data))
+
+
+class _PartWriter:
+    """Streams record batches into ``part-NNNNN.parquet`` files of at most ``PART_ROWS`` rows.
+
+    A batch is a list of row dicts, a table of exactly the schema, or an :class:`EncodedPart`,
+    which becomes a part file of its own (written as is, after checking its schema and rows).
+    """
+
+    def __init__(self, folder: str, schema: pa.Schema):
+        self.folder, self.schema = folder, schema
+        self.names: list[str] = []
+        self.rows = 0
+        self._writer = None
+        self._in_part = 0
+        os.makedirs(folder, exist_ok=True)
+
+    def write(self, rows: list[dict[str, Any]] | pa.Table | EncodedPart) -> None:
+        if isinstance(rows, EncodedPart):
+            self._write_encoded(rows)
+            return
+        if isinstance(rows, pa.Table):  # built by a worker process: must already match exactly
+            if not rows.schema.equals(self.schema):
+                raise ArtifactError(f"batch schema differs from the declared schema:\n{rows.schema}\nvs\n{self.schema}")
+            table = rows
+        else:
+            table = to_table(rows, self.schema)
+        offset = 0
+        while offset < table.num_rows:
+            if self._writer is None or self._in_part >= PART_ROWS:
+                self._open()
+            n = min(PART_ROWS - self._in_part, table.num_rows - offset)
+            self._writer.write_table(table.slice(offset, n))
+            self._in_part += n
+            offset += n
+        self.rows += table.num_rows
+
+    def _write_encoded(self, part: EncodedPart) -> None:
+        meta = pq.ParquetFile(pa.BufferReader(part.data)).metadata  # the footer only
+        if not meta.schema.to_arrow_schema().equals(self.schema) or meta.num_rows != part.rows \
+                or part.rows > PART_ROWS:
+            raise ArtifactError(f"encoded part does not match: {meta.num_rows} rows (declared {part.rows}, "
+                                f"max {PART_ROWS}), schema:\n{meta.schema.to_arrow_schema()}\nvs\n{self.schema}")
+        if self._writer is not None:  # rows so far stay in their own part, before this one
+            self._writer.close()
+            self._writer = None
+        name = f"part-{len(self.names):05d}.parquet"
+        with open(os.path.join(self.folder, name), "wb") as f:
+            f.write(part.data)
+        self.names.append(name)
+        self._in_part = PART_ROWS  # the next row batch opens a new part
+        self.rows += part.rows
+
+    def _open(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        name = f"part-{len(self.names):05d}.parquet"
+        self._writer = pq.ParquetWriter(os.path.join(self.folder, name), self.schema, compression="zstd",
+                                        compression_level=ZSTD_LEVEL)
+        self.names.append(name)
+        self._in_part = 0
+
+    def close(self) -> list[str]:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if not self.names:  # an empty artifact still has one (empty) part with the schema
+            self._open()
+            self._writer.close()
+            self._writer = None
+        return self.names
+
+
+class ArtifactStore:
+    """Reads and writes the stage artifacts of one run.
+
+    Args:
+        root: folder under which ``runs/<run_id>/`` lives.
+        run_id: the run's id (letters, digits, ``-``, ``_``, ``.``; raises ``ValueError`` otherwise,
+            so a run id from a DAG param can never escape the root).
+    """
+
+    def __init__(self, root: str, run_id: str):
+        if not run_id or not all(c.isalnum() or c in "-_." for c in run_id) or run_id.startswith("."):
+            raise ValueError(f"invalid run id {run_id!r}: use letters, digits, '-', '_' and '.'")
+        self.root = os.path.abspath(root)
+        self.run_id = run_id
+        self.run_dir = os.path.join(self.root, "runs", run_id)
+
+    def stage_dir(self, stage: str) -> str:
+        return os.path.join(self.run_dir, stage)
+
+    def load(self, stage: str) -> StageArtifact | None:
+        """The complete artifact of ``stage``, or ``None`` if it was never written, is incomplete,
+        or its manifest cannot be read (a rerun of the stage replaces it)."""
+        return self._load(stage)[0]
+
+    def _load(self, stage: str) -> tuple[StageArtifact | None, str]:
+        """``(artifact or None, why not)``."""
+        path = self.stage_dir(stage)
+        mpath = os.path.join(path, MANIFEST)
+        if not os.path.exists(mpath):
+            return None, "has no complete artifact"
+        try:
+            with open(mpath, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+            return None, f"has an unreadable manifest {mpath} ({type(e).__name__}: {e})"
+        if not isinstance(manifest, dict) or manifest.get("status") != "complete":
+            return None, "has no complete artifact"
+        return StageArtifact(path, manifest), ""
+
+    def require(self, stage: str) -> StageArtifact:
+        """The complete artifact of ``stage``, with every file its manifest lists present.
+
+        Raises :class:`ArtifactError` (with the command that rebuilds it) otherwise."""
+        art, why = self._load(stage)
+        rerun = f"run it again (skillpipe run --run-id {self.run_id} --stages {stage} --force)"
+        if art is None:
+            raise ArtifactError(f"stage '{stage}' {why} in {self.run_dir}; "
+                                + (rerun if "unreadable" in why else
+                                   f"run it first (skillpipe run --run-id {self.run_id} --stages {stage})"))
+        missing = [f for f in art.manifest.get("files", []) if not os.path.exists(os.path.join(art.path, f))]
+        if missing:
+            raise ArtifactError(f"stage '{stage}' artifact {art.path} is missing {len(missing)} of its files "
+                                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); {rerun}")
+        return art
+
+    def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],
+              manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None,
+              split_files: tuple[str, dict[str, str]] | None = None) -> StageArtifact:
+        """Write a stage atomically: temp folder, then rename over any previous version.
+
+        ``split_files``: ``(column, {value: split file name})`` lays the rows out per split
+        (``data/<name>-NNNNN-of-MMMMM.parquet``, see the module docstring) instead of ``part-*``.
+        """
+        def body(tmp: str) -> tuple[list[str], dict[str, Any], dict[str, bytes | str]]:
+            files = _write_split_parts(tmp, table, *split_files) if split_files else _write_parts(tmp, table)
+            qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
+            files += [f"{QUARANTINE_DIR}/{n}" for n in _write_parts(os.path.join(tmp, QUARANTINE_DIR), qtable)]
+            return files, manifest, extra_files or {}
+        return self._transaction(stage, body)
+
+    def write_stream(self, stage: str, schema: pa.Schema,
+                     batches: Iterable[tuple[list[dict[str, Any]] | pa.Table | EncodedPart,
+                                             list[QuarantineRow] | EncodedPart]],
+                     finish: Callable[[int, int], tuple[dict[str, Any], dict[str, bytes | str]]]) -> StageArtifact:
+        """Stream ``(rows, quarantine_rows)`` batches to Parquet parts with bounded memory, then
+        call ``finish(n_rows, n_quarantined) -> (manifest, extra_files)``; atomic like :meth:`write`.
+        ``rows`` may be dicts, a table of ``schema`` or an :class:`EncodedPart`; quarantine rows
+        may be :class:`QuarantineRow` objects or an encoded part of ``QUARANTINE_SCHEMA``."""
+        def body(tmp: str):
+            out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, QUARANTINE_DIR), QUARANTINE_SCHEMA)
+            try:
+                for rows, qrows in batches:
+                    if len(rows):
+                        out.write(rows)
+                    if qrows:
+                        qout.write(qrows if isinstance(qrows, EncodedPart) else [q.__dict__ for q in qrows])
+            finally:
+                files = out.close() + [f"{QUARANTINE_DIR}/{n}" for n in qout.close()]
+            manifest, extra = finish(out.rows, qout.rows)
+            return files, manifest, extra
+        return self._transaction(stage, body)
+
+    def _transaction(self, stage: str, body) -> StageArtifact:
+        final = self.stage_dir(stage)
+        os.makedirs(self.run_dir, exist_ok=True)
+        tmp = os.path.join(self.run_dir, f".{stage}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            os.makedirs(tmp)
+            files, manifest, extra_files = body(tmp)
+            for name, data in extra_files.items():
+                if os.path.isabs(name) or ".." in name.split("/"):
+                    raise ValueError(f"extra file name escapes the stage folder: {name!r}")
+                p = os.path.join(tmp, name)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as f:
+                    f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                files.append(name)
+            manifest = dict(manifest, status="complete", files=sorted(files),
+                            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            manifest["content_sha256"] = content_sha256(tmp, manifest)
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+            old = None
+            if os.path.exists(final):
+                old = os.path.join(self.run_dir, f".{stage}.old-{uuid.uuid4().hex[:8]}")
+                os.rename(final, old)
+            os.rename(tmp, final)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+        return StageArtifact(final, manifest)

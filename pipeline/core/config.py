@@ -1,0 +1,425 @@
+"""Typed configuration of the pipeline: one dataclass per stage plus the LLM endpoint.
+
+Every field has a default and a help text (``field(metadata={"help": ...})``), in the manner of
+TRL's config dataclasses, so ``skillpipe run --help`` and the manifest document themselves. A
+stage's config is part of its fingerprint: changing a value reruns that stage and everything
+downstream. Load overrides from YAML with :func:`load_config`.
+
+Loading is strict: every value is checked against the type of its default (:func:`coerce`: no
+silent ``bool("false") == True`` or ``int(1.7) == 1``) and against the range or choices declared
+on its field (:func:`check_fields`); every problem raises :class:`ConfigError` as
+``section.key: message``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value of the wrong type, out of range, or an unknown key/section.
+
+    A ``ValueError`` so every caller that already reports ``ValueError`` cleanly (``skillpipe run
+    --config``, ``skillpipe sft``, ``skillpipe rl grpo``) prints it as one ``error:`` line.
+    """
+
+
+#: ``min``/``max`` of each field made by :func:`config_field`, keyed by the ``dataclasses.Field``
+#: itself (identity hash). Not in the field metadata: ``HfArgumentParser`` (``python -m sft.train``)
+#: passes every metadata key to ``argparse.add_argument``, which has no ``min``/``max``.
+_LIMITS: dict[dataclasses.Field, tuple[float | None, float | None]] = {}
+
+
+def config_field(default: Any, help: str, *, min: float | None = None, max: float | None = None,
+                 choices: tuple | None = None):
+    """A dataclass field with a default and a ``help`` text (lists/dicts get a fresh copy each).
+
+    ``min``/``max`` (inclusive) and ``choices`` are enforced by :func:`check_fields` when a config
+    is loaded; ``choices`` also goes into the metadata, where argparse-based parsers use it.
+    """
+    meta: dict[str, Any] = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    if isinstance(default, (list, dict)):
+        f = field(default_factory=lambda: type(default)(default), metadata=meta)
+    else:
+        f = field(default=default, metadata=meta)
+    if min is not None or max is not None:
+        _LIMITS[f] = (min, max)
+    return f
+
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def coerce(value: Any, default: Any, where: str) -> Any:
+    """``value`` converted to the type of ``default``; raises :class:`ConfigError` ``"where: ..."``.
+
+    Rules: a bool field takes a bool, 0/1, or one of the strings true/false/yes/no/1/0 (any
+    case); an int field takes an int or an integral float (``1.0``), never a bool; a float field
+    takes a finite int/float or a numeric string (PyYAML reads ``1e-6`` as a string); a str field
+    takes a string; list/dict fields take a list/mapping. ``None`` is never accepted.
+    """
+    def fail(expected: str):
+        raise ConfigError(f"{where}: expected {expected}, got {value!r} ({type(value).__name__})")
+
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _BOOLS:
+            return _BOOLS[value.strip().lower()]
+        fail("a boolean (true/false/yes/no/1/0)")
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        fail("an integer")
+    if isinstance(default, float):
+        number = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                pass
+        if number is None or not math.isfinite(number):
+            fail("a finite number")
+        return number
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        fail("a string")
+    if isinstance(default, list):
+        if isinstance(value, list):
+            return list(value)
+        fail("a list")
+    if isinstance(default, dict):
+        if isinstance(value, dict):
+            return dict(value)
+        fail("a mapping")
+    return value
+
+
+def check_fields(cfg: Any, section: str = "") -> None:
+    """Enforce the ``min``/``max``/``choices`` of every field of dataclass ``cfg``;
+    raises :class:`ConfigError` ``"section.key: must be >= 0, got -1"``."""
+    for f in dataclasses.fields(cfg):
+        value, meta = getattr(cfg, f.name), f.metadata
+        where = f"{section}.{f.name}" if section else f.name
+        if "choices" in meta and value not in meta["choices"]:
+            raise ConfigError(f"{where}: must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
+        low, high = _LIMITS.get(f, (None, None))
+        if low is not None and value < low:
+            raise ConfigError(f"{where}: must be >= {low}, got {value!r}")
+        if high is not None and value > high:
+            raise ConfigError(f"{where}: must be <= {high}, got {value!r}")
+
+
+def build_flat(cls: type, data: Any, base: Any = None, what: str = "config") -> Any:
+    """``base`` (or ``cls()``) with the keys of the flat mapping ``data`` coerced and replaced,
+    then range-checked. Raises :class:`ConfigError` for a non-mapping, an unknown key, a wrong
+    type or an out-of-range value. Used by the SFT and GRPO configs."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what}: expected a mapping of field names to values, got {type(data).__name__}")
+    cfg = base if base is not None else cls()
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(map(str, set(data) - names))
+    if unknown:
+        raise ConfigError(f"unknown {what} keys {unknown}; known: {sorted(names)}")
+    cfg = dataclasses.replace(cfg, **{k: coerce(v, getattr(cfg, k), k) for k, v in data.items()})
+    check_fields(cfg)
+    return cfg
+
+
+_f = config_field
+
+
+@dataclass
+class LLMConfig:
+    base_url: str = _f("", "OpenAI-compatible endpoint; empty = start the embedded llama.cpp server")
+    model: str = _f("", "model name sent to the endpoint; empty = the embedded SmolLM2-135M-Instruct")
+    api_key_env: str = _f("", "name of the environment variable holding the API key ('' = no key)")
+    structured_output: str = _f("auto", "auto | json_schema (OpenAI, vLLM) | json_object (llama.cpp) | none",
+                                 choices=("auto", "json_schema", "json_object", "none"))
+    temperature: float = _f(0.0, "sampling temperature (0 = greedy, reproducible)", min=0)
+    max_tokens: int = _f(768, "max completion tokens per call; a 'length' finish is a failure", min=1)
+    timeout_s: float = _f(120.0, "per-request timeout in seconds", min=0)
+    max_retries: int = _f(4, "transport retries (429/5xx/timeout/connection) with exponential backoff",
+                          min=0)
+    max_repairs: int = _f(1, "extra calls that feed a schema-validation error back to the model",
+                          min=0)
+    concurrency: int = _f(2, "max concurrent requests", min=1)
+    seed: int = _f(0, "sampling seed sent to the endpoint")
+    max_endpoint_failure_rate: float = _f(0.1, "a stage fails (nothing written, rerun retries) when more than "
+                                               "this fraction of its items got no answer from the endpoint",
+                                               min=0, max=1)
+    ctx_size: int = _f(8192, "embedded server only: context window in tokens", min=1)
+    retry_failed: bool = _f(True, "a stage whose LLM requests failed (raw output quarantined) is recorded as "
+                                  "incomplete, so a plain rerun resends exactly those requests; false records it "
+                                  "complete (the failures stay quarantined; --force still retries them), e.g. for a "
+                                  "greedy local model whose failures repeat")
+
+
+@dataclass
+class ParseConfig:
+    format: str = _f("auto", "reader to use; 'auto' detects each file's format")
+    max_per_instance: int = _f(3, "max trajectories kept per environment instance and outcome (spec §3.2; "
+                                       "0 = no cap)", min=0)
+    max_success_instances: int = _f(0, "cap on environment instances with a success (0 = no cap)", min=0)
+    max_failure_instances: int = _f(0, "cap on environment instances with only failures (0 = no cap)", min=0)
+    max_trajectories: int = _f(0, "global cap on kept trajectories, in deterministic order (0 = no cap)",
+                               min=0)
+    success_threshold: float = _f(1.0, "graded rewards (WebShop score, QA) >= this count as success")
+    per_env: dict = _f({}, "per-env overrides of the caps above, e.g. {webshop: {max_per_instance: 1}}")
+
+
+@dataclass
+class RemoveLoopsConfig:
+    min_actions: int = _f(1, "trajectories with fewer recorded actions after loop removal are quarantined",
+                        min=0)
+
+
+@dataclass
+class MemoryConfig:
+    max_trajectory_chars: int = _f(6000, "rendered trajectory budget per memory prompt (older steps elided)",
+                                  min=1)
+
+
+@dataclass
+class SkillsConfig:
+    n_general: int = _f(6, "general skills requested from the LLM", min=0)
+    n_task_specific: int = _f(4, "task-specific skills requested per category", min=0)
+    n_mistakes: int = _f(5, "common mistakes requested", min=0)
+    max_patterns: int = _f(24, "max distinct planning patterns per call (deterministic sample)", min=1)
+    merge_threshold: float = _f(0.9, "cosine similarity above which two skills are merged",
+                                    min=-1, max=1)
+
+
+@dataclass
+class DistillConfig:
+    max_steps_per_call: int = _f(8, "long trajectories are split into chunks of this many actions",
+                                 min=1)
+    max_think_chars: int = _f(200, "max characters of one reasoning", min=1)
+    synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn (spec §6.1)")
+    seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
+    source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
+                                        "thoughts): prefer = use it as that step's think when it passes the "
+                                        "content rules, ask the LLM only for the other steps (pairs get flag "
+                                        "recorded_thought); ignore = ask the LLM for every step (the thought is "
+                                        "still shown as a hint). Default prefer: a real agent's reasoning at the "
+                                        "time beats a paraphrase by the distill model",
+                              choices=("prefer", "ignore"))
+
+
+@dataclass
+class PromptConfig:
+    history_length: int = _f(2, "observation/action pairs shown in the prompt (RL default, spec §12.1)",
+                            min=0)
+    top_k_general: int = _f(6, "general skills shown (spec §12.1 top_k)", min=0)
+    max_mistakes: int = _f(5, "common mistakes shown", min=0)
+    skills: bool = _f(True, "include the retrieved skills block at every step")
+
+
+_POLICIES = ("quarantine", "flag")  # = pipeline.stages.build_pairs.POLICIES (a test keeps them equal)
+
+
+@dataclass
+class BuildPairsConfig:
+    max_tokens: int = _f(4096, "max prompt+target length in tokens for SFT (= sft max_length), counted with "
+                               "the chat template and tokenizer named by build_pairs.tokenizer", min=1)
+    tokenizer: str = _f("embedded", "tokenizer that counts max_tokens: embedded (the SmolLM2 base model's, from "
+                                    "its GGUF) | a local Hugging Face tokenizer folder (the model you train) | "
+                                    "approx (chars/4 x 1.3, no tokenizer; pipeline/tokens.py)")
+    not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag",
+                             choices=_POLICIES)
+    empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=_POLICIES)
+    short_think: str = _f("quarantine", "policy for a reasoning with fewer than min_think_words words, e.g. "
+                                        "'1.5-2.3' (quarantine | flag; flag keeps the pair and counts it in the "
+                                        "dataset card). Default quarantine (issue 13): numbers are not reasoning "
+                                        "and must not become SFT targets",
+                          choices=_POLICIES)
+    min_think_words: int = _f(3, "words of >= 2 letters a non-blank reasoning needs (rule short_think; "
+                                 "0 turns the rule off)", min=0)
+    leakage: str = _f("quarantine", "policy for a prompt that contains the target answer: quarantine | flag",
+                       choices=_POLICIES)
+    webshop_reject: str = _f("drop_whole", "WebShop trajectory with an inadmissible click: drop_whole | truncate "
+                                           "(keep the pairs before it; spec TV11)",
+                             choices=("drop_whole", "truncate"))
+
+
+#: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
+QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
+                 "ungrounded_observation", "future_leak", "unknown_source_memory", "category_mismatch", "off_topic")
+
+
+@dataclass
+class QualityConfig:
+    """Content rules of LLM output (``pipeline.quality``), run by memory, aggregate and distill
+    inside the answer check (a violation gets the repair round, then quarantine), and the
+    data-quality metrics of export."""
+    flag_rules: list = _f([], "content rules that only count instead of quarantining (default none: every "
+                              "rule quarantines); names: " + ", ".join(QUALITY_RULES))
+    min_letter_share: float = _f(0.5, "rule no_words: share of a field's visible characters that must be "
+                                      "letters. Rationale: English prose is ~95% letters, an ALFWorld/WebShop "
+                                      "sentence with ids and prices > 70%; '**1**: 2 _Apply when: 3 },_' is 41%",
+                                 min=0, max=1)
+    max_title_words: int = _f(12, "rule not_a_phrase: max words of a skill title (the schema caps titles at "
+                                  "60 characters, about 10 words)", min=1)
+    loop_ngram: int = _f(3, "rule ngram_loop: n of the word n-grams counted", min=1)
+    loop_min_repeats: int = _f(3, "rule ngram_loop: an n-gram this many times in one field is a loop (fields "
+                                  "are <= 240 characters: one plan may say 'go to [location]' twice, not 3 "
+                                  "times); < 2 turns the rule off", min=0)
+    min_observation_overlap: float = _f(0.6, "rule ungrounded_observation: share of a critical observation's "
+                                             "words that must occur, in order, in the observation before or "
+                                             "after its step (1 = an exact quote; 0.6 lets a quote drop "
+                                             "articles and numbers)", min=0, max=1)
+    off_topic_threshold: float = _f(0.15, "rule off_topic: min cosine similarity (MiniLM all-MiniLM-L6-v2) of "
+                                          "an LLM text to its source (trajectory, memories or step). Measured "
+                                          "(tests/test_quality_rules.py): a childhood-diet mistake or a football "
+                                          "remark scores 0.02-0.05 against an ALFWorld episode, placeholders "
+                                          "such as 'because of 0' 0.07-0.08; on-topic memories, skills and "
+                                          "thinks 0.27-0.74. -1 turns the rule off", min=-1, max=1)
+    skill_use_min_shared: int = _f(2, "metric skill_use_rate (export): content words of a skill in the think's "
+                                      "prompt that the think must share, beyond those of the step's observation "
+                                      "and action", min=1)
+
+
+@dataclass
+class ExportConfig:
+    val_fraction: float = _f(0.1, "fraction of environment instances held out for validation",
+                             min=0, max=1)
+    seed: int = _f(0, "seed of the instance-level split")
+
+
+@dataclass
+class PipelineConfig:
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    parse: ParseConfig = field(default_factory=ParseConfig)
+    remove_loops: RemoveLoopsConfig = field(default_factory=RemoveLoopsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    skills: SkillsConfig = field(default_factory=SkillsConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    build_pairs: BuildPairsConfig = field(default_factory=BuildPairsConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+#: Caps of :class:`ParseConfig` that ``parse.per_env`` may override per env: the keys
+#: ``pipeline.selection.caps`` reads (a test keeps them equal).
+PER_ENV_CAPS = ("max_per_instance", "max_success_instances", "max_failure_instances")
+
+
+def check_per_env(per_env: Any) -> dict[str, dict[str, int]]:
+    """Normalised ``parse.per_env``: ``{env: {cap: int >= 0}}`` with env a key of
+    ``pipeline.envs.REGISTRY`` and cap one of :data:`PER_ENV_CAPS` (``env: null`` = no override).
+    Raises :class:`ConfigError` naming the env/cap so a typo cannot be silently ignored."""
+    from pipeline.envs import REGISTRY
+    if not isinstance(per_env, dict):
+        raise ConfigError(f"parse.per_env: expected a mapping of env -> caps, got {per_env!r}")
+    out: dict[str, dict[str, int]] = {}
+    for env, caps in per_env.items():
+        if env not in REGISTRY:
+            raise ConfigError(f"parse.per_env: unknown env {env!r}; known: {', '.join(sorted(REGISTRY))}")
+        if caps is None:
+            caps = {}
+        if not isinstance(caps, dict):
+            raise ConfigError(f"parse.per_env.{env}: expected a mapping of caps ({', '.join(PER_ENV_CAPS)}), "
+                              f"got {caps!r}")
+        out[env] = {}
+        for key, value in caps.items():
+            where = f"parse.per_env.{env}.{key}"
+            if key not in PER_ENV_CAPS:
+                raise ConfigError(f"{where}: unknown cap; allowed: {', '.join(PER_ENV_CAPS)}")
+            value = coerce(value, 0, where)
+            if value < 0:
+                raise ConfigError(f"{where}: must be >= 0, got {value!r}")
+            out[env][key] = value
+    return out
+
+
+def check_config(cfg: PipelineConfig) -> PipelineConfig:
+    """Range/choice checks of every section (field metadata) and of ``parse.per_env``; returns
+    ``cfg`` (with ``per_env`` normalised) or raises :class:`ConfigError` ``section.key: message``.
+    (A module function: ``build_pairs`` is a section name of :class:`PipelineConfig`.)"""
+    for f in dataclasses.fields(cfg):
+        check_fields(getattr(cfg, f.name), f.name)
+    cfg.parse.per_env = check_per_env(cfg.parse.per_env)
+    unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
+    if unknown:
+        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
+    return cfg
+
+
+#: Config sections renamed with their stages (old name -> new); old names are accepted for one
+#: release with a warning on stderr.
+RENAMED_SECTIONS = {"dedupe": "remove_loops", "aggregate": "skills", "validate": "build_pairs"}
+
+
+def renamed_section(section: str) -> str:
+    """``section`` under its current name; warns once on stderr for an old name."""
+    new = RENAMED_SECTIONS.get(section)
+    if new is None:
+        return section
+    import warnings
+    warnings.warn(f"config section {section!r} is now {new!r}; the old name will stop working in the next release",
+                  FutureWarning, stacklevel=3)
+    return new
+
+
+def from_dict(data: dict[str, Any]) -> PipelineConfig:
+    """Build a config from a (partial) nested dict and check it (:func:`check_config`).
+
+    Raises :class:`ConfigError` (a ``ValueError``) for a top level or section that is not a
+    mapping, an unknown section or key, a value of the wrong type (rules of :func:`coerce`) or
+    out of range, each as ``section.key: message``.
+    """
+    cfg = PipelineConfig()
+    sections = [f.name for f in dataclasses.fields(cfg)]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: expected a mapping of sections ({', '.join(sections)}), "
+                          f"got {type(data).__name__}")
+    for section, values in data.items():
+        section = renamed_section(section)
+        if section not in sections:
+            raise ConfigError(f"unknown config section {section!r}; known: {', '.join(sections)}")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}: expected a mapping of keys to values, got {type(values).__name__} "
+                              f"{values!r}")
+        sub = getattr(cfg, section)
+        names = {f.name for f in dataclasses.fields(sub)}
+        for k, v in values.items():
+            if k not in names:
+                raise ConfigError(f"unknown config key {section}.{k}; known: {sorted(names)}")
+            setattr(sub, k, coerce(v, getattr(sub, k), f"{section}.{k}"))
+    return check_config(cfg)
+
+
+def load_config(path: str | None) -> PipelineConfig:
+    """Read a YAML config file (sections as in :class:`PipelineConfig`); ``None`` = defaults."""
+    if not path:
+        return PipelineConfig()
+    import yaml
+    with open(path, encoding="utf-8") as f:
+        return from_dict(yaml.safe_load(f) or {})

@@ -1,0 +1,162 @@
+"""The stage contract: one file a newcomer reads to write a stage.
+
+A stage turns the artifacts of earlier stages (or, for ``parse``, input files) into one Parquet
+artifact of rows plus a quarantine of the units it could not use. Subclass :class:`Stage`::
+
+    class Shorten(Stage):
+        name = "shorten"                      # artifact folder: runs/<run_id>/shorten/
+        inputs = ("remove_loops",)            # upstream stages it reads (fingerprinted by content)
+        schema = TRAJECTORY_SCHEMA            # pyarrow schema of its rows
+        config_sections = ("shorten",)        # PipelineConfig sections it reads (fingerprinted)
+
+        def run(self, ctx: StageContext) -> StageOutput:
+            rows, rejected = [], []
+            for t in ctx.upstream("remove_loops").read_rows():
+                if len(t["steps"]) > 50:
+                    rejected.append(reject(self.name, "too_long", f"{len(t['steps'])} steps", t["trajectory_id"]))
+                else:
+                    rows.append(t)
+            return StageOutput(rows, rejected, rows_in=len(rows) + len(rejected))
+
+and add an instance to ``pipeline.stages.REGISTRY``. The runner (:mod:`pipeline.core.runner`) does
+the rest, the same way for every stage:
+
+* **fingerprint** before running: :meth:`Stage.input_facts` (upstream content hashes), the
+  declared config sections (+ the result-relevant LLM settings when ``uses_llm``), the SHA-256
+  of :meth:`Stage.prompt_files`, the model id and the code version. A complete artifact with the
+  same fingerprint is reused (the stage is skipped);
+* **count invariant** after running: units in = units out + quarantined (``StageOutput``), else
+  :class:`~pipeline.core.runner.CountMismatch` and nothing is written;
+* **atomic write** of the Parquet parts, the quarantine and the manifest (a killed process leaves
+  the previous artifact or none, never half of one).
+
+LLM stages subclass :class:`pipeline.core.llmstage.LLMStage`, which adds the request/answer loop.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator
+
+import pyarrow as pa
+
+from pipeline.core.artifacts import ArtifactStore, StageArtifact
+from pipeline.core.config import PipelineConfig
+from pipeline.core.records import QuarantineRow
+
+
+def reject(stage: str, reason: str, detail: str = "", item_id: str = "", raw: str = "",
+           source_uri: str = "", line: int | None = None) -> QuarantineRow:
+    """The one way to quarantine a unit: ``reason`` is a short snake_case code counted in the
+    manifest (``quarantine_reasons``), ``detail`` a human sentence, ``raw`` what the unit or the
+    model's answer was (kept so nothing is lost), ``item_id`` the unit's id (trajectory, memory,
+    pair...)."""
+    return QuarantineRow(stage=stage, reason=reason, detail=detail, item_id=item_id, source_uri=source_uri,
+                         line=line, raw=raw)
+
+
+class Stage:
+    """Base class of every stage: declare the class attributes, implement :meth:`run`.
+
+    Attributes:
+        name: stage and artifact folder name (snake_case).
+        inputs: names of the upstream stages read through ``ctx.upstream(name)``; empty for a
+            stage that reads input files (then override :meth:`input_facts`).
+        schema: ``pyarrow.Schema`` of the output rows.
+        uses_llm: the stage calls the LLM (its fingerprint then covers the model and sampling).
+        config_sections: the ``PipelineConfig`` sections it reads; only these are fingerprinted,
+            so a change elsewhere does not rerun it. ``None`` = the whole config.
+        split_files: ``(column, {value: split name})`` to write the rows as Hugging Face split
+            files (``data/<split>-NNNNN-of-MMMMM.parquet``) instead of ``part-*.parquet``.
+    """
+    name: ClassVar[str] = ""
+    inputs: ClassVar[tuple[str, ...]] = ()
+    schema: ClassVar[pa.Schema]
+    uses_llm: ClassVar[bool] = False
+    config_sections: ClassVar[tuple[str, ...] | None] = None
+    split_files: ClassVar[tuple[str, dict[str, str]] | None] = None
+
+    def prompt_files(self, ctx: "StageContext") -> list[str]:
+        """Template/schema files whose bytes shape this stage's output (fingerprinted)."""
+        return []
+
+    def input_facts(self, ctx: "StageContext") -> list[dict[str, Any]]:
+        """What the stage reads, as fingerprint facts: by default the content hash of each
+        upstream artifact (never its location, so a moved run folder reruns nothing)."""
+        return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
+
+    def run(self, ctx: "StageContext") -> "StageOutput":
+        """Do the work; return rows + quarantine (or a stream of batches). Must not write files:
+        the runner writes the artifact. Raise :class:`~pipeline.core.runner.StageFailed` when
+        the work cannot be done at all (e.g. the LLM endpoint is down)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<stage {self.name}>"
+
+
+@dataclass
+class StageOutput:
+    """What a stage returns.
+
+    ``units_in`` counts what the stage consumed after any expansion (e.g. validate expands
+    trajectories into candidate pairs); ``units_out`` counts how many of those ended up used
+    (defaults to ``len(rows)``; aggregate reports memories used, since its rows are skills).
+    """
+    rows: list[dict[str, Any]]
+    quarantine: list[QuarantineRow]
+    rows_in: int
+    units_in: int | None = None
+    units_out: int | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    extra_files: dict[str, bytes | str] = field(default_factory=dict)
+    # Streaming alternative to rows/quarantine: an iterator of (rows, quarantine) batches (see
+    # ArtifactStore.write_stream for the accepted forms, incl. worker-encoded Parquet parts). The
+    # stage may update rows_in/units_in/units_out/counters while it is consumed; the runner
+    # reads them only after the last batch.
+    stream: Iterator[tuple[Any, Any]] | None = None
+    reasons: Counter = field(default_factory=Counter)
+    # Every LLM request of this run that failed (``JSONResult`` with ``ok=False``), and one
+    # quarantine row for each failed request whose raw output no unit's row in ``quarantine``
+    # keeps (e.g. aggregate's mistakes call when its memories also fed a successful call).
+    # Request rows go to the quarantine artifact but are not units: they stay out of the count
+    # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
+    failed_requests: list[Any] = field(default_factory=list)
+    request_quarantine: list[QuarantineRow] = field(default_factory=list)
+
+
+@dataclass
+class StageResult:
+    """Small reference returned to callers (and pushed to Airflow XCom)."""
+    stage: str
+    uri: str
+    rows: int
+    fingerprint: str
+    skipped: bool = False
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def xcom(self) -> dict[str, Any]:
+        return {"uri": self.uri, "rows": self.rows, "fingerprint": self.fingerprint}
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may use. Upstream artifacts are read on demand."""
+    store: ArtifactStore
+    config: PipelineConfig
+    input_path: str = ""
+    env: str = "auto"
+    llm_factory: Callable[[], Any] | None = None
+    _llm: Any = None
+
+    def upstream(self, stage: str) -> StageArtifact:
+        return self.store.require(stage)
+
+    @property
+    def llm(self):
+        """The LLM client; the embedded server is started on first use only."""
+        if self._llm is None:
+            if self.llm_factory is None:
+                raise RuntimeError("this run has no LLM endpoint configured")
+            self._llm = self.llm_factory()
+        return self._llm

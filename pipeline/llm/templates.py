@@ -1,0 +1,98 @@
+"""Prompt templates of the LLM stages (memory, skills, distill), loaded from plain text files.
+
+Layout (package data under ``pipeline/templates/``, one flat folder)::
+
+    <stage>.txt            sections "@@ <name>" (e.g. "@@ system", "@@ user"), {placeholders}
+    <stage>.<env>.txt      env guidance inserted as {env_rules}; ``<stage>.default.txt`` for other envs
+
+The names are unique on purpose: the runner keys a stage's template hashes by file basename
+(``runner.fingerprint``), so ``alfworld/memory.txt`` and ``webshop/memory.txt`` would collide and
+an edit of one could go unnoticed. The prompt wording is ours (the reference's prompts are not
+copied, DESIGN.md §3). A row's ``prompt_sha`` is the SHA-256 of the exact files used for it
+(stage file + env file), so editing a template changes the fingerprint (stage and downstream
+rerun) and the rows it produced can be traced to it. ``TEMPLATE_DIR`` is read at call time, so
+tests may point it at a copy (then call ``load.cache_clear()``).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
+SECTION = "@@ "
+
+# Human-readable environment names used in prompts (keys: Trajectory.env).
+ENV_NAMES = {"alfworld": "ALFWorld (household tasks in a text world)",
+             "webshop": "WebShop (online shopping website)",
+             "search": "Search (question answering with a search engine)",
+             "textworld": "TextWorld Express (text game)"}
+
+
+@dataclass(frozen=True)
+class Template:
+    """The sections of one stage template with the env guidance of one environment."""
+    sections: dict[str, str]
+    env_rules: str
+    files: tuple[str, ...]
+    sha: str
+
+    def render(self, section: str, **values: object) -> str:
+        """Fill ``section`` with ``values`` (plus ``env_rules``); a missing placeholder raises ``KeyError``."""
+        return self.sections[section].format(env_rules=self.env_rules, **values).strip()
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _split(text: str, path: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(SECTION):
+            current = line[len(SECTION):].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    if not sections:
+        raise ValueError(f"template {path} has no '{SECTION}<name>' section")
+    return {k: "\n".join(v).strip() + "\n" for k, v in sections.items()}
+
+
+def env_file(stage: str, env: str) -> str:
+    """Path of the env guidance for ``stage``: ``<stage>.<env>.txt``, else ``<stage>.default.txt``."""
+    path = os.path.join(TEMPLATE_DIR, f"{stage}.{env}.txt")
+    return path if env and os.path.exists(path) else os.path.join(TEMPLATE_DIR, f"{stage}.default.txt")
+
+
+@lru_cache(maxsize=64)
+def load(stage: str, env: str) -> Template:
+    """Template of ``stage`` for ``env``. Raises ``FileNotFoundError`` if the stage file is missing."""
+    stage_path = os.path.join(TEMPLATE_DIR, f"{stage}.txt")
+    env_path = env_file(stage, env)
+    stage_text, env_text = _read(stage_path), _read(env_path)
+    sha = hashlib.sha256((stage_text + "\0" + env_text).encode("utf-8")).hexdigest()
+    return Template(_split(stage_text, stage_path), env_text.strip(), (stage_path, env_path), sha)
+
+
+def stage_files(stage: str, *schemas: str) -> list[str]:
+    """Every file that can shape ``stage``'s calls, for the runner's fingerprint: the stage
+    template, its env templates (sorted), then the named answer schemas (``schemas/<name>.schema.json``)."""
+    from pipeline.llm.schemas import schema_files
+    files = [os.path.join(TEMPLATE_DIR, f"{stage}.txt")]
+    files += sorted(glob.glob(os.path.join(TEMPLATE_DIR, f"{stage}.*.txt")))
+    return files + schema_files(*schemas)
+
+
+def env_name(env: str) -> str:
+    return ENV_NAMES.get(env, env)
+
+
+def clip(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marking the cut with `` ...`` (None -> "")."""
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: max(0, limit - 4)].rstrip() + " ..."

@@ -1,0 +1,234 @@
+"""``skillpipe rl rollout`` and ``skillpipe rl grpo``: a typer sub-app (mounted on the main CLI by the lead).
+
+Copy-paste::
+
+    # episodes of the embedded LLM in TextWorld Express -> Parquet + SkillRL txt tree, then parse them
+    python -m sft.rl.cli rollout --games twc --tasks 4 --episodes-per-task 2 --out runs/tw/rollouts
+    skillpipe run --input runs/tw/rollouts --run-id tw
+    # a few GRPO steps on CPU (the `make run` budget), then resume to step 4
+    python -m sft.rl.cli grpo --smoke --output-dir runs/tw/grpo
+    python -m sft.rl.cli grpo --smoke --max-steps 4 --resume auto --output-dir runs/tw/grpo
+
+Policies for ``rollout``: ``embedded`` (llama.cpp server on SmolLM2, started and stopped here),
+``endpoint`` (``--base-url``/``--model``/``--api-key-env``: any OpenAI-compatible server), or a
+local folder: an HF model, a LoRA adapter, or a GRPO checkpoint (its ``policy/``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import json
+import os
+from typing import Any, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Environment rollouts and online GRPO.")
+
+
+def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperature: float, max_tokens: int,
+            stack: contextlib.ExitStack, log_dir: str, noise: float = 0.0, seed: int = 0):
+    from sft.rl.rollout import GoldPolicy, OpenAIPolicy
+    if policy == "gold":
+        return GoldPolicy(noise, seed)
+    if noise:
+        raise typer.BadParameter("--noise applies to --policy gold only", param_hint="--noise")
+    if policy == "embedded":
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
+        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
+        return OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", temperature, max_tokens, model_id=embedded_model_id())
+    if policy == "endpoint":
+        if not base_url or not model:
+            raise typer.BadParameter("--policy endpoint needs --base-url and --model")
+        return OpenAIPolicy(base_url, model, api_key_env, temperature, max_tokens)
+    folder = os.path.join(policy, "policy") if os.path.isfile(os.path.join(policy, "checkpoint.json")) else policy
+    if not os.path.isdir(folder):
+        raise typer.BadParameter(f"--policy must be gold, embedded, endpoint or a model folder; {policy!r} is none")
+    from sft.rl.policy import HFPolicy, load_model
+    m, tok = load_model(folder)
+    # recorded as the path given (a GRPO checkpoint), not its policy/ subfolder
+    return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.abspath(policy)}")
+
+
+#: Environment engines (one JVM each, ~100 MB) a rollout keeps at once; more tasks are played in chunks.
+MAX_ENGINES = 8
+
+
+def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", games: str = "twc", tasks: int = 4,
+                     episodes_per_task: int = 2, fold: str = "train", seed0: int = 0, max_steps: int = 10,
+                     policy: str = "embedded", base_url: str = "", model: str = "", api_key_env: str = "",
+                     temperature: float = 0.4, max_tokens: int = 256, skill_bank: str = "", history_length: int = 2,
+                     game_params: str = "", policy_obj: Any = None, noise: float = 0.0,
+                     noise_seed: int = 0) -> dict[str, Any]:
+    """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
+    Parquet ``rollout`` artifact of ``run_id`` under ``root``. Returns counts and paths.
+    ``policy_obj`` (any ``sft.rl.rollout.Policy``) overrides ``policy``; ``policy="gold"`` plays
+    the engine's gold plan with ``noise`` (``sft.rl.rollout.GoldPolicy``, seeded by
+    ``noise_seed``). Raises
+    ``pipeline.core.config.ConfigError`` for a bad env/games/count and ``EnvUnavailable`` for a
+    missing ALFWorld, both before any policy or server starts."""
+    from pipeline.core.config import PromptConfig
+    from pipeline.progress import bar as progress_bar
+    from sft.rl.rollout import episode_summary, run_episodes
+    from sft.rl.rollout_io import write_parquet, write_txt_tree
+
+    from sft.rl.grpo import make_envs, make_task_lists
+    from sft.rl.config import GRPOConfig
+    from sft.rl.evolution import SkillBank
+
+    from pipeline.core.config import ConfigError
+    old = glob.glob(os.path.join(glob.escape(out), "env[0-9]*", "test*.txt"))
+    if old:  # files of an earlier, larger run would survive and be parsed with this one's
+        raise ConfigError(f"--out {out} already holds a rollout tree ({len(old)} files, e.g. {old[0]}); "
+                          "choose an empty or new folder")
+    gcfg = GRPOConfig(env=env, games=[g.strip() for g in games.split(",") if g.strip()], train_seeds=tasks,
+                      val_tasks=tasks, max_env_steps=max_steps, game_params=game_params).validate()
+    train_tasks, dev_tasks = make_task_lists(gcfg)
+    chosen = dev_tasks if fold == "dev" else train_tasks
+    if env == "textworld" and seed0:
+        chosen = [dataclasses.replace(t, seed=t.seed + seed0) for t in chosen]
+    bank = SkillBank.load(skill_bank, env)
+    pcfg = PromptConfig(history_length=history_length)
+    episodes = []
+    with contextlib.ExitStack() as stack:
+        pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out,
+                                    noise, noise_seed)
+        envs = make_envs(gcfg, min(len(chosen), MAX_ENGINES))
+        for e in envs:
+            stack.callback(e.close)
+        w = len(envs)
+        bar = stack.enter_context(progress_bar(episodes_per_task * len(chosen), "rollout", unit="ep"))
+        for k in range(episodes_per_task):
+            for i in range(0, len(chosen), w):  # at most MAX_ENGINES JVMs, reused across chunks
+                part = chosen[i:i + w]
+                episodes += run_episodes(envs[:len(part)], part, [f"rollout:{t.instance}" for t in part], pol,
+                                         bank.rows, pcfg, max_steps, env, record_offset=k * len(chosen) + i,
+                                         bank_version=bank.version)
+                bar.update(len(part))
+    files = write_txt_tree(out, episodes, pcfg)
+    summary = episode_summary(episodes)
+    path = write_parquet(root, run_id, episodes, {"policy": getattr(pol, "model_id", ""), "env": env,
+                                                  "bank_version": bank.version, "txt_tree": os.path.abspath(out),
+                                                  "summary": summary})
+    return {"parquet": path, "txt_files": files, **summary}
+
+
+@app.command()
+def rollout(
+    out: str = typer.Option(..., "--out", "-o", help="folder for the SkillRL txt tree (envNNN/testK.txt)"),
+    root: str = typer.Option(".", help="folder that holds runs/ (Parquet goes to runs/RUN_ID/rollout/)"),
+    run_id: str = typer.Option("rollout", "--run-id", help="run id of the Parquet artifact"),
+    env: str = typer.Option("textworld", help="textworld | alfworld (needs the package and ALFWORLD_DATA)"),
+    games: str = typer.Option("twc", help="comma-separated TextWorld Express games (twc, cookingworld, ...)"),
+    tasks: int = typer.Option(4, min=1, help="distinct games (seeds) to play"),
+    episodes_per_task: int = typer.Option(2, min=1, help="episodes per game (files test1..testK)"),
+    fold: str = typer.Option("train", help="train | dev: which fold's seeds"),
+    max_steps: int = typer.Option(10, min=1, help="actions per episode at most"),
+    policy: str = typer.Option("embedded", help="gold (TextWorld Express's gold plan, no model) | embedded | endpoint "
+                                                "| a local model/adapter/GRPO checkpoint folder"),
+    noise: float = typer.Option(0.0, min=0.0, max=1.0, help="with --policy gold: probability of an admissible wrong "
+                                                             "action per step (then undone when it can be), giving "
+                                                             "failures and recoveries"),
+    seed: int = typer.Option(0, help="with --policy gold: seed of the injected noise"),
+    seed0: int = typer.Option(0, min=0, help="first seed of the fold (TextWorld: seeds seed0..seed0+tasks-1)"),
+    base_url: str = typer.Option("", help="endpoint URL for --policy endpoint"),
+    model: str = typer.Option("", help="model name for --policy endpoint"),
+    api_key_env: str = typer.Option("", help="env var holding the endpoint's API key"),
+    temperature: float = typer.Option(0.4, min=0.0, help="sampling temperature (spec §12.1 validation value)"),
+    max_tokens: int = typer.Option(256, min=1, help="max new tokens per action"),
+    skill_bank: str = typer.Option("", help="SkillRL bank JSON whose skills condition the prompts"),
+    history_length: int = typer.Option(2, min=0, help="history window of the prompt (same as SFT)"),
+    game_params: str = typer.Option("", help="TextWorld Express gameParams ('' = small per-game defaults)"),
+):
+    """Run a policy in an environment; write Parquet trajectories and a SkillRL txt tree.
+
+    `--policy gold` needs no model: it plays TextWorld Express's gold plan (`--noise RATE` injects
+    admissible wrong actions), e.g. `skillpipe rl rollout --policy gold --games coin --tasks 20
+    --noise 0.2 --out traces/`, then `skillpipe run --input traces/ --env textworld`.
+    """
+    from pipeline.core.config import ConfigError
+    from pipeline.envs.sim.alfworld import EnvUnavailable
+    if fold not in ("train", "dev"):
+        raise typer.BadParameter(f"must be train or dev, got {fold!r}", param_hint="--fold")
+    try:
+        res = collect_rollouts(out, root, run_id, env, games, tasks, episodes_per_task, fold, seed0, max_steps, policy,
+                               base_url, model, api_key_env, temperature, max_tokens, skill_bank, history_length,
+                               game_params, noise=noise, noise_seed=seed)
+    except ConfigError as e:  # bad --env / --games: a usage error, raised before anything starts
+        raise typer.BadParameter(str(e))
+    except EnvUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+    res["txt_files"] = len(res["txt_files"])
+    typer.echo(json.dumps(res, indent=2))
+
+
+@app.command()
+def grpo(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML of GRPOConfig fields (flat keys)"),
+    smoke: bool = typer.Option(False, help="start from the small CPU budget (sft.rl.config.smoke)"),
+    output_dir: Optional[str] = typer.Option(None, help="override output_dir"),
+    max_steps: Optional[int] = typer.Option(None, help="override max_steps"),
+    model: Optional[str] = typer.Option(None, help="override model (HF folder / LoRA adapter)"),
+    skill_bank: Optional[str] = typer.Option(None, help="override skill_bank (SkillRL JSON)"),
+    resume: Optional[str] = typer.Option(None, help="'' | auto | a checkpoint folder"),
+    llm_base_url: Optional[str] = typer.Option(None, help="skill updater endpoint ('' = embedded server)"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="start from this pipeline run's SFT checkpoint "
+                                         "and skill bank; output to runs/RUN_ID/grpo (the `make run` step)"),
+    root: str = typer.Option(".", help="folder that holds runs/ (with --run-id)"),
+    force: bool = typer.Option(False, help="with --run-id: rerun even when inputs and config are unchanged"),
+):
+    """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution.
+
+    Needs --run-id (start from that run's SFT checkpoint and bank) or an output folder
+    (--output-dir, or output_dir in --config): a bare `grpo` must not start a full default run.
+    """
+    from sft.rl.grpo import train
+    from sft.rl.config import from_dict
+    from sft.rl.config import smoke as smoke_cfg
+
+    data: dict[str, Any] = {}
+    if config:
+        import yaml
+        try:
+            with open(config, encoding="utf-8") as f:
+                data = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise typer.BadParameter(f"cannot read {config}: {e.strerror or e}", param_hint="--config")
+        except yaml.YAMLError as e:
+            raise typer.BadParameter(f"{config}: not valid YAML: {e}".replace("\n", " "), param_hint="--config")
+        if not isinstance(data, dict):
+            raise typer.BadParameter(f"{config}: expected a mapping of GRPOConfig fields, got {type(data).__name__}",
+                                     param_hint="--config")
+    if run_id:
+        clash = [f"--{k.replace('_', '-')}" for k, v in dict(output_dir=output_dir, model=model,
+                                                             skill_bank=skill_bank).items() if v is not None]
+        if clash:  # grpo_for_run sets these from the run; silently dropping them would mislead
+            raise typer.BadParameter(f"{', '.join(clash)} cannot be combined with --run-id (the run's "
+                                     "SFT checkpoint, skill bank and runs/RUN_ID/grpo are used)")
+    elif not (output_dir or data.get("output_dir")):
+        raise typer.BadParameter("give --run-id (continue a pipeline run) or --output-dir (a standalone run)")
+    overrides = {k: v for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model,
+                                       skill_bank=skill_bank, resume=resume, llm_base_url=llm_base_url).items()
+                 if v is not None}
+    try:
+        # --run-id without --config: the small CPU budget (the `make run` step)
+        cfg = smoke_cfg(**{**data, **overrides}) if smoke or (run_id and not data) else from_dict({**data, **overrides})
+    except (ValueError, TypeError) as e:  # ConfigError: unknown key, wrong type, out of range
+        raise typer.BadParameter(str(e))
+    if run_id:
+        from pipeline.core.artifacts import ArtifactError
+        from sft.rl.step import grpo_for_run
+        try:
+            m = grpo_for_run(root, run_id, cfg, force=force, log=typer.echo)
+        except (FileNotFoundError, ValueError, ArtifactError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1)
+        typer.echo(json.dumps({k: m[k] for k in ("uri", "steps", "checkpoint", "bank_version", "log", "skipped")}))
+        return
+    typer.echo(json.dumps(train(cfg), indent=2))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

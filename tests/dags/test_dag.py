@@ -1,0 +1,119 @@
+"""End-to-end: the real Airflow DAG (`airflow dags test skillpipe`) on a tiny real sample.
+
+Starts a real Airflow metadata DB (SQLite in a temp AIRFLOW_HOME) and the real embedded LLM.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.bank.store import BankStore
+from pipeline.core.config import QUALITY_RULES
+from pipeline.inspect import lineage_report
+from pipeline.core.runner import STAGES
+from tests.helpers.paths import REPO
+
+ROOT = REPO
+BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def tiny_sample(tmp_path_factory):
+    """Two real ReAct ALFWorld demonstrations (one clean, one heat task) from the shipped sample."""
+    src = sorted(glob.glob(os.path.join(ROOT, "data", "samples", "react-alfworld", "*.json")))[0]
+    with open(src, encoding="utf-8") as f:
+        data = json.load(f)
+    keep = {k: data[k] for k in sorted(data)[:2]}
+    d = tmp_path_factory.mktemp("tiny")
+    with open(d / "react_two.json", "w", encoding="utf-8") as f:
+        json.dump(keep, f)
+    return str(d), keep
+
+
+def _xcoms(db, task_ids) -> dict:
+    """The return values (XCom ``return_value``) of ``task_ids`` in the Airflow metadata DB."""
+    import sqlite3
+    with sqlite3.connect(str(db)) as con:
+        rows = con.execute(f"SELECT task_id, value FROM xcom WHERE dag_id = 'skillpipe' AND key = 'return_value' "
+                           f"AND task_id IN ({','.join('?' * len(task_ids))})", task_ids).fetchall()
+    return {t: json.loads(v) if isinstance(v, (str, bytes)) else v for t, v in rows}
+
+
+@pytest.mark.slow
+def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
+    input_dir, records = tiny_sample
+    home = tmp_path / "airflow"
+    env = dict(os.environ,
+               AIRFLOW_HOME=str(home),
+               AIRFLOW__CORE__DAGS_FOLDER=os.path.join(ROOT, "dags"),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__PARALLELISM="2",
+               AIRFLOW__CORE__UNIT_TEST_MODE="False",
+               PYTHONPATH=ROOT,
+               HF_HUB_OFFLINE="1")
+    airflow = os.path.join(BIN, "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    # This tests the wiring. The content rules (tests/test_quality_*) quarantine nearly all of the
+    # 135M model's memories and thinks, which would leave no pairs to train on: here they only count.
+    config = tmp_path / "plumbing.yaml"
+    config.write_text(yaml.safe_dump({"quality": {"flag_rules": list(QUALITY_RULES)},
+                                      "build_pairs": {"short_think": "flag"}}))
+    # small training budgets: SFT/GRPO are tested in depth in test_sft_* / test_grpo_*
+    conf = {"input_path": input_dir, "root": str(tmp_path), "run_id": "dagtest", "sft_max_steps": 2, "grpo_max_steps": 1,
+            "eval_episodes": 2, "config": str(config)}
+    proc = subprocess.run([airflow, "dags", "test", "skillpipe", "-c", json.dumps(conf)], env=env,
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+
+    store = ArtifactStore(str(tmp_path), "dagtest")
+    for stage in STAGES:
+        art = store.load(stage)
+        assert art is not None, f"stage {stage} wrote no artifact\n{log[-3000:]}"
+        c = art.manifest["counts"]
+        assert c["units_in"] == c["units_out"] + c["quarantined"], (stage, c)
+    parse = store.load("parse").manifest["counts"]
+    assert parse["in"] == len(records) and parse["out"] + parse["quarantined"] == len(records)
+    # the setup task started the embedded server; the teardown task stopped it (state file gone)
+    state = os.path.join(str(tmp_path), "runs", "dagtest", "_llm_server")
+    assert os.path.isdir(state) and not os.path.exists(os.path.join(state, "llm_server.json"))
+    # sft_fit trained on exactly this export artifact
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "sft_fit", "skillpipe_sft_manifest.json")) as f:
+        sft = json.load(f)
+    assert sft["export"]["fingerprint"] == store.load("export").fingerprint
+    assert sft["global_step"] == 2
+    # grpo ran from that checkpoint and names the bank version it ended with
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "grpo", "grpo_manifest.json")) as f:
+        grpo = json.load(f)
+    assert grpo["steps"] == 1 and grpo["bank_version"].startswith("bank-")
+    assert BankStore(str(tmp_path)).has(grpo["bank_version"])  # `skillpipe bank show` finds it
+    # the report task (a teardown after the last step) wrote the run report, GRPO's bank in its history
+    with open(os.path.join(str(tmp_path), "runs", "dagtest", "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    assert '<h2 id="training">Training</h2>' in html and grpo["bank_version"] in html
+    # every run ends with held-out eval numbers of both checkpoints; XCom carries only a small dict
+    xcoms = _xcoms(home / "airflow.db", ("eval_sft", "eval_grpo"))
+    for task_id, which in (("eval_sft", "sft_fit"), ("eval_grpo", "grpo")):
+        x = xcoms[task_id]
+        print(f"XCom {task_id}: {x}")
+        assert set(x) == {"uri", "rows", "fingerprint", "success_rate", "success_ci95"}
+        art = store.load(f"eval_{which}")
+        assert x["uri"] == art.path and x["fingerprint"] == art.fingerprint and x["rows"] == 2
+        summary = art.manifest["summary"]
+        assert summary["success_ci95"] == x["success_ci95"] and summary["config"]["fold"] == "test"
+        assert {r["instance"] for r in art.read_rows()} == {"twc-test-0", "twc-test-1"}
+    assert "hf:" in store.load("eval_grpo").manifest["summary"]["policy"]
+
+    # lineage: one exported SFT pair back to its source file and line, memory and skills
+    pair = store.load("export").read_rows()[0]
+    report = lineage_report(store.stage_dir("export"), pair["pair_id"])
+    traj = next(t for t in store.load("remove_loops").read_rows() if t["trajectory_id"] == pair["trajectory_id"])
+    assert f"source        {os.path.join(input_dir, traj['source_uri'])}" in report
+    assert f"first line {traj['source_line']}" in report and pair["step_id"] in report
+    assert all(m in report for m in pair["memory_ids"]) and pair["memory_ids"]
+    assert all(s in report for s in pair["skill_ids_used"])

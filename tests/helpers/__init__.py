@@ -1,0 +1,1 @@
+"""Shared test helpers: import them as ``from tests.helpers.<module> import ...``."""

@@ -1,0 +1,170 @@
+"""Runner mechanics: fingerprint skip, count invariant, streaming stages, config in fingerprints."""
+import json
+import types
+
+import pyarrow as pa
+import pytest
+
+from pipeline.core import runner
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.records import QuarantineRow
+from pipeline.core.runner import CountMismatch, run_stage
+from pipeline.core.stage import StageContext, StageOutput
+from tests.helpers.paths import REPO
+
+SCHEMA = pa.schema([("id", pa.string())])
+
+
+def fake_stage(calls, make_output):
+    def run(ctx):
+        calls.append(1)
+        return make_output()
+    return types.SimpleNamespace(NAME="remove_loops", INPUTS=(), SCHEMA=SCHEMA, USES_LLM=False,
+                                 prompt_files=lambda ctx: [], run=run)
+
+
+@pytest.fixture
+def ctx(tmp_path, monkeypatch):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.txt").write_text("hello")
+    monkeypatch.setattr(runner, "_input_fingerprint", lambda ctx, mod: [{"uri": "a.txt", "sha256": "x"}])
+    return StageContext(ArtifactStore(str(tmp_path), "r"), PipelineConfig(), input_path=str(data))
+
+
+def use(monkeypatch, mod):
+    monkeypatch.setattr(runner, "stage_module", lambda name: mod)
+
+
+def test_unchanged_stage_is_skipped_and_config_change_reruns(ctx, monkeypatch):
+    calls = []
+    use(monkeypatch, fake_stage(calls, lambda: StageOutput(rows=[{"id": "a"}, {"id": "b"}], quarantine=[], rows_in=2)))
+    first = run_stage("remove_loops", ctx, log=lambda m: None)
+    second = run_stage("remove_loops", ctx, log=lambda m: None)
+    assert (first.skipped, second.skipped, len(calls)) == (False, True, 1)
+    assert second.fingerprint == first.fingerprint and second.rows == 2
+    ctx.config.remove_loops.min_actions = 2
+    third = run_stage("remove_loops", ctx, log=lambda m: None)
+    assert not third.skipped and third.fingerprint != first.fingerprint and len(calls) == 2
+
+
+def test_llm_transport_settings_do_not_change_the_fingerprint(ctx, monkeypatch):
+    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[], quarantine=[], rows_in=0)))
+    fp1, _ = runner.fingerprint(ctx, "remove_loops")
+    ctx.config.llm.concurrency, ctx.config.llm.base_url = 16, "http://elsewhere/v1"
+    assert runner.fingerprint(ctx, "remove_loops")[0] == fp1
+    ctx.config.llm.temperature = 0.7
+    assert runner.fingerprint(ctx, "remove_loops")[0] != fp1
+
+
+def test_count_mismatch_raises_and_writes_nothing(ctx, monkeypatch):
+    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[{"id": "a"}], quarantine=[], rows_in=2)))
+    with pytest.raises(CountMismatch, match=r"units in 2 != out 1 \+ quarantined 0"):
+        run_stage("remove_loops", ctx, log=lambda m: None)
+    assert ctx.store.load("remove_loops") is None
+
+
+def test_streaming_stage_counts_and_reasons(ctx, monkeypatch):
+    def make():
+        out = StageOutput(rows=[], quarantine=[], rows_in=0)
+
+        def gen():
+            for i in range(3):
+                out.rows_in += 2
+                yield [{"id": f"k{i}"}], [QuarantineRow("remove_loops", "too_short" if i else "empty", item_id=f"q{i}")]
+        out.stream = gen()
+        return out
+    use(monkeypatch, fake_stage([], make))
+    res = run_stage("remove_loops", ctx, log=lambda m: None)
+    c = res.manifest["counts"]
+    assert (c["in"], c["out"], c["quarantined"]) == (6, 3, 3)
+    assert c["quarantine_reasons"] == {"empty": 1, "too_short": 2}
+    assert [r["id"] for r in ctx.store.load("remove_loops").read_rows()] == ["k0", "k1", "k2"]
+
+
+def test_unknown_stage_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown stage 'distil'"):
+        runner.stage_module("distil")
+
+
+def test_safe_run_id_maps_airflow_ids():
+    assert runner.safe_run_id("manual__2026-11-30T10:00:00+00:00") == "manual__2026-11-30T10-00-00-00-00"
+
+
+def test_later_stage_refuses_a_stale_upstream(tmp_path):
+    """parse rerun on a new input while dedupe was not: memory must not mix the two inputs."""
+    from pipeline.core.artifacts import ArtifactError
+    from pipeline.core.runner import run_pipeline
+    import shutil, os
+    root = REPO
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(os.path.join(root, "data", "samples", "react-webshop"), a)
+    shutil.copytree(os.path.join(root, "data", "samples", "reflexion-fewshot-failures"), b)
+    quiet = dict(log=lambda m: None)
+    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
+    run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
+    with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
+                                            r"--stages remove_loops,memory,skills,distill,build_pairs,export"):
+        run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
+    # rerunning from dedupe on brings it back in line
+    run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
+    runner.check_fresh(ArtifactStore(str(tmp_path), "r"), "remove_loops")
+
+
+def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
+    """A config change reruns only the stages that read it (README: "that stage and everything
+    downstream"; downstream stages see it through their input fingerprints, stubbed here)."""
+    names = ("parse", "remove_loops", "memory", "skills", "distill", "build_pairs", "export")
+    first = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    ctx.config.build_pairs.max_tokens = 1234
+    before = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if before[n] != first[n]] == ["build_pairs"]
+    ctx.config.export.val_fraction = 0.3  # the split is decided before the bank is built
+    after = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if before[n] != after[n]] == ["skills", "export"]
+    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and validate
+    again = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if again[n] != after[n]] == ["distill", "build_pairs"]
+    ctx.config.llm.temperature = 0.3  # LLM stages only
+    last = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    assert [n for n in names if last[n] != again[n]] == ["memory", "skills", "distill"]
+
+
+@pytest.mark.parametrize("name", runner.STAGES)
+def test_stage_reads_only_declared_config_sections(name):
+    """Guard for the rule above: a stage that reads a section it does not declare would be
+    skipped with a stale artifact after that section changes."""
+    import dataclasses
+    import inspect
+    import re
+    mod = runner.stage_module(name)
+    sections = {f.name for f in dataclasses.fields(PipelineConfig)}
+    src = inspect.getsource(mod)
+    used = {m for m in re.findall(r"(?:ctx\.config|\bcfg)\.(\w+)", src) if m in sections}
+    allowed = set(mod.CONFIG) | ({"llm"} if mod.USES_LLM else set())
+    assert used and used <= allowed, (name, used - allowed)
+    assert not re.search(r"ctx\.config\b(?!\.)", src.replace("cfg = ctx.config\n", "")), "whole config passed on"
+
+
+def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
+    """Issue 14 hole 8: fingerprints held the absolute paths of upstream artifacts, so a run
+    folder moved (or read through another --root) reran every stage. Real parse + dedupe."""
+    import os
+    import shutil
+    from pipeline.core.runner import run_pipeline
+    repo = REPO
+    a = tmp_path / "a"
+    shutil.copytree(os.path.join(repo, "data", "samples", "react-webshop"), a / "input")
+    quiet = dict(log=lambda m: None)
+    first = run_pipeline(str(a), "r", str(a / "input"), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
+    assert [r.skipped for r in first] == [False, False] and first[1].rows > 0
+    shutil.copytree(a, tmp_path / "b")
+    shutil.rmtree(a)  # moved, not copied: nothing of the old location is left to match
+    b = tmp_path / "b"
+    again = run_pipeline(str(b), "r", str(b / "input"), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
+    assert [r.skipped for r in again] == [True, True]
+    assert [r.fingerprint for r in again] == [r.fingerprint for r in first]
+    runner.check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
+    dedupe = ArtifactStore(str(b), "r").require("remove_loops").manifest
+    assert str(a) not in json.dumps(dedupe["inputs"]) and dedupe["inputs"][0]["stage"] == "parse"

@@ -1,0 +1,73 @@
+"""Category classifiers: spec TV4 "ours" column, exactly; env detection."""
+import pytest
+
+from pipeline import envs
+from pipeline.envs import alfworld
+from tests.helpers.paths import FIXTURES
+
+ALFWORLD_TV4 = [
+    ("put a clean plate in box.", "clean"),
+    ("put a hot apple in fridge.", "heat"),
+    ("cool some mug and put it in coffeemachine.", "cool"),
+    ("look at bowl under the desklamp.", "look_at_obj_in_light"),
+    ("examine the pen with the desklamp.", "look_at_obj_in_light"),
+    ("find two pillow and put them in sofa.", "pick_two_obj_and_place"),
+    ("put two cellphone in bed.", "pick_two_obj_and_place"),
+    ("put some dishsponge on cart.", "pick_and_place"),
+]
+WEBSHOP_TV4 = [
+    ("i want a laptop stand that is easy to carry…", "electronics"),
+    ("i need a stainless steel water bottle…", "other"),
+    ("find me a bowl set that is microwave safe", "other"),
+    ("i need a men's t-shirt in navy, size x-large", "apparel"),
+]
+SEARCH_TV4 = [
+    ("who is the father of the director of titanic?", "nq", "direct_retrieval"),
+    ("are both bands from the same country?", "hotpotqa", "comparison"),
+    ("what is the capital of france?", "popqa", "entity_attribute_lookup"),
+]
+
+
+@pytest.mark.parametrize("goal,want", ALFWORLD_TV4)
+def test_alfworld_tv4(goal, want):
+    assert envs.classify("alfworld", goal) == want
+
+
+@pytest.mark.parametrize("goal,want", WEBSHOP_TV4)
+def test_webshop_tv4(goal, want):
+    assert envs.classify("webshop", goal) == want
+
+
+@pytest.mark.parametrize("q,source,want", SEARCH_TV4)
+def test_search_tv4_data_source_first(q, source, want):
+    assert envs.classify("search", q, source) == want
+
+
+def test_search_without_source_uses_question_rules():
+    assert envs.classify("search", "who is the father of the director of titanic?") == "multi_hop_reasoning"
+
+
+def test_gamefile_wins_and_unknown_env_is_other():
+    gf = "json_2.1.1/train/pick_heat_then_place_in_recep-Apple-None-Fridge-1/trial_T1"
+    assert envs.classify("alfworld", "put some apple in fridge.", gf) == "heat"
+    assert envs.classify("minecraft", "make a meal") == "other"
+    assert envs.classify("textworld", "prepare a meal following the cookbook") == "cooking"
+    assert envs.classify("webshop", "red running shoes") == "footwear"  # plural of a keyword
+
+
+def test_detect_env_and_constants():
+    assert envs.detect_env("> go to cabinet 1\nOn the cabinet 1, you see nothing.") == "alfworld"
+    assert envs.detect_env("Action: click[Buy Now]") == "webshop"
+    assert envs.detect_env("Action: finish[Paris]") == "search"
+    assert envs.detect_env("hello") == "other" and envs.detect_env("hello", "webshop") == "webshop"
+    assert alfworld.HEADER == "You are an expert agent operating in the ALFRED Embodied Environment."
+
+
+def test_alfworld_constants_match_the_rollout_tool():
+    import importlib.util
+    import os
+    path = os.path.join(FIXTURES, "tools", "make_skillrl_rollouts.py")
+    spec = importlib.util.spec_from_file_location("tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert (alfworld.HEADER, alfworld.TURN_INSTRUCTION) == (tool.HEADER, tool.TURN)

@@ -1,0 +1,166 @@
+"""pipeline.quality: each content rule on tiny literal inputs, exact reasons (issue 13).
+
+The degenerate examples are the ones the issue quotes from the export of the embedded 135M
+model (thinks ``1.25``, skills ``**1**: 2 _Apply when: 3 },_``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import quality
+from pipeline.core.config import QUALITY_RULES, ConfigError, QualityConfig, from_dict
+from pipeline.quality import Tally, Violation, grounding, text, topic
+from tests.helpers.llm_stage_data import cool_apple
+
+Q = QualityConfig()
+
+
+def test_reason_list_is_the_config_list():
+    assert tuple(quality.REASONS) == QUALITY_RULES
+    assert from_dict({"quality": {"flag_rules": ["off_topic"]}}).quality.flag_rules == ["off_topic"]
+    with pytest.raises(ConfigError, match=r"quality.flag_rules: unknown rules \['offtopic'\]"):
+        from_dict({"quality": {"flag_rules": ["offtopic"]}})
+
+
+@pytest.mark.parametrize("value,bad", [
+    ("1.25", True), ("3.75", True), ("**4**: 5, 6 }]} ]{ 10, 11, 12", True), ("**1**: 2 _Apply when: 3 },_", True),
+    ("T1", True), ("open the fridge to cool the apple", False), ("buy it: B07XYZ1234 costs $12.99", False),
+    ("die Tür öffnen", False)])
+def test_no_words(value, bad):
+    assert text.no_words(value, Q.min_letter_share) is bad
+
+
+def test_letter_share_of_the_issue_example():
+    # visible characters: **1**: 2 _Apply when: 3 },_  -> 22, of which 9 letters
+    assert text.letter_share("**1**: 2 _Apply when: 3 },_") == pytest.approx(9 / 22)
+
+
+@pytest.mark.parametrize("title,ok", [("Verify Before Acting", True), ("**Search First**", True), ("**1**", False),
+                                      ("2 }", False), ("Check [Object] twice", False),
+                                      ("one two three four five six seven eight nine ten eleven twelve thirteen", False),
+                                      ("Step 1 2 3", False), ("Heat Object 1", True)])
+def test_is_phrase(title, ok):
+    assert text.is_phrase(title, Q.max_title_words) is ok
+
+
+def test_ngram_loop():
+    assert text.ngram_loop("go to desk go to desk go to desk", 3, 3) == "go to desk"
+    assert text.ngram_loop("go to desk go to desk then stop", 3, 3) is None
+    assert text.ngram_loop("go go go go", 1, 4) == "go"
+    assert text.ngram_loop("go to desk go to desk go to desk", 3, 0) is None  # rule off
+
+
+def test_field_violations_order_and_messages():
+    got = text.field_violations("skills[0].principle", "1 2 3 1 2 3 1 2 3", Q)
+    assert [v.reason for v in got] == ["no_words", "ngram_loop"]
+    assert got[1].detail == "skills[0].principle repeats '1 2 3' 3+ times; write it once"
+    assert text.field_violations("x", "   ", Q) == []  # blank is a form error, reported by the stage
+
+
+def test_reused_think_ignores_case_and_punctuation():
+    got = text.reused([(0, "Find the egg."), (1, "open it"), (2, "find the EGG"), (3, "open it!")])
+    assert [v.message() for v in got] == [
+        "reused_think: the think for step 2 repeats the think for step 0; explain each step on its own",
+        "reused_think: the think for step 3 repeats the think for step 1; explain each step on its own"]
+
+
+@pytest.mark.parametrize("claimed,recorded,ok", [
+    ("take apple 1 from countertop 1", "take apple 1 from countertop 1", True),
+    (" Take Apple 1 from countertop 1.", "take apple 1 from countertop 1", True),
+    ("take apple from countertop", "take apple 1 from countertop 1", True),
+    ("go to cabinet 2", "go to cabinet 1", False),
+    ("take toiletpaper 1 from toilet 1's trash can", "go to toilet 1", False),
+    ("click[buy now]", "click[Buy Now]", True), ("", "look", False)])
+def test_action_matches(claimed, recorded, ok):
+    assert grounding.action_matches(claimed, recorded) is ok
+
+
+def test_span_coverage():
+    obs = "On the countertop 1, you see a apple 1, and a knife 1."
+    assert grounding.span_coverage("you see a apple 1", obs) == 1.0
+    assert grounding.span_coverage("apple 1 on countertop 1", obs) == pytest.approx(3 / 5)  # in order: apple 1 ... 1
+    assert grounding.span_coverage("a childhood diet", obs) == pytest.approx(1 / 3)  # only "a"
+    assert grounding.span_coverage("", obs) == 0.0
+
+
+def test_memory_step_grounding_on_cool_apple():
+    traj = cool_apple()  # step 2: take apple 1 from countertop 1; step 1's observation shows the apple
+    good = {"step_index": 2, "action": "take apple 1 from countertop 1",
+            "critical_observation": "you see a apple 1", "reasoning": "r"}
+    assert grounding.memory_step_violations([good], traj, 0.6) == []
+    wrong_action = dict(good, action="take toiletpaper 1 from toilet 1's trash can")
+    start = dict(good, step_index=0)
+    made_up = dict(good, critical_observation="the toilet has a trash can")
+    got = grounding.memory_step_violations([wrong_action, start, made_up], traj, 0.6)
+    assert [(v.reason, v.detail.split(":")[0].split(" cites")[0]) for v in got] == [
+        ("ungrounded_step", "refined_trajectory[0]"), ("ungrounded_step", "refined_trajectory[1]"),
+        ("ungrounded_observation", "refined_trajectory[2].critical_observation 'the toilet has a trash can' is not in "
+                                   "the observation of step 1 or 2 (0.33 of its words found in order, need 0.6); quote the observation")]
+    assert got[0].detail.startswith("refined_trajectory[0]: step 2's recorded action is 'take apple 1 from countertop 1'")
+
+
+def test_future_leak():
+    traj = cool_apple()
+    # entry 0 shows the room (no apple yet) and explains "go to countertop 1"; the apple is seen at step 1
+    assert grounding.future_entities(traj, 0) == {"apple 1", "knife 1"}
+    assert [v.reason for v in grounding.future_leak("go to the countertop to get apple 1", traj, 0)] == ["future_leak"]
+    assert grounding.future_leak("go to countertop 1, where the apple may be", traj, 0) == []
+    assert grounding.future_leak("take apple 1 now", traj, 1) == []  # seen in observation 1
+
+
+def test_skill_sources():
+    mems = {"m1": {"category": "cool"}, "m2": {"category": "heat"}}
+    ok = {"skill_id": "s", "kind": "task_specific", "category": "cool", "source_memory_ids": ["m1"]}
+    assert grounding.skill_source_violations(ok, mems) == []
+    assert [v.reason for v in grounding.skill_source_violations(dict(ok, source_memory_ids=["m9"]), mems)] == \
+        ["unknown_source_memory"]
+    assert [v.reason for v in grounding.skill_source_violations(dict(ok, source_memory_ids=["m1", "m2"]), mems)] == \
+        ["category_mismatch"]
+    general = dict(ok, kind="general", category="", source_memory_ids=["m1", "m2"])
+    assert grounding.skill_source_violations(general, mems) == []
+
+
+def _fake_encoder(texts):
+    """Bag of two topics: kitchen words vs diet words (unit vectors)."""
+    vecs = np.array([[t.count("apple") + t.count("fridge") + 0.01, t.count("diet") + t.count("childhood")]
+                     for t in texts], dtype=np.float32)
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+def test_off_topic_with_an_injected_encoder():
+    named = [("mistakes[0]", "a childhood diet"), ("mistakes[1]", "cool the apple in the fridge"), ("x", " ")]
+    got = topic.off_topic(named, [["apple fridge"]] * 3, 0.5, _fake_encoder)
+    assert [v.detail.split(" (")[0] for v in got] == ["mistakes[0] 'a childhood diet' is off topic"]
+    assert topic.off_topic(named, [["apple"]] * 3, -1, None) == []  # off: the model is never loaded
+    assert topic.best_similarity(["a"], [[]], _fake_encoder) == [1.0]
+
+
+@pytest.mark.slow
+def test_off_topic_threshold_on_minilm():
+    """The figures behind quality.off_topic_threshold's help text, on the real MiniLM."""
+    episode = ["cool some apple and put it in countertop.",
+               "go to countertop 1; take apple 1 from countertop 1; go to microwave 1"]
+    mistake = ["when holding an object to cool: went to the microwave"]
+    step = ["The cabinet 1 is open. In it, you see a mug 1. take mug 1 from cabinet 1",
+            "heat some mug and put it in cabinet."]
+    cases = [("Eating too much sugar as a child leads to a poor childhood diet", mistake, 0.0, 0.05),
+             ("The weather is nice today and I like football", episode, 0.0, 0.05),
+             ("because of 0", step, 0.05, 0.1),
+             ("Wrong appliance. Verb misread. Reread the goal", mistake, 0.25, 0.3),
+             ("an object must be cooled: used the microwave", episode, 0.45, 0.55)]
+    sims = topic.best_similarity([c[0] for c in cases], [c[1] for c in cases])
+    assert [lo <= s <= hi for s, (_, _, lo, hi) in zip(sims, cases)] == [True] * len(cases), sims
+    assert max(sims[:3]) < Q.off_topic_threshold < min(sims[3:])
+
+
+def test_tally_policy_and_record():
+    t = Tally(flag_rules=["off_topic"])
+    assert t.gate([Violation("off_topic", "d1"), Violation("no_words", "d2"), Violation("ngram_loop", "d3")]) == \
+        "no_words: d2"
+    assert t.gate([Violation("off_topic", "d4")]) is None
+    rec = t.record(4, __import__("collections").Counter({"no_words": 1, "length": 2}))
+    assert rec == {"items": 4, "quarantined": {"no_words": 1}, "rate": {"no_words": 0.25},
+                   "rejected_answers": {"no_words": 1}, "flagged": {"off_topic": 2}}
+    assert quality.reason_of("check_failed", "ungrounded_step: x") == "ungrounded_step"
+    assert quality.reason_of("check_failed", "contextual_description is blank") == "check_failed"
+    assert quality.reason_of("", "") == "llm_failed"

@@ -1,0 +1,270 @@
+"""Content rules inside the LLM stages (issue 13): real sample trajectories (the SkillRL rollouts
+of ``data/samples/skillrl-rollouts/env000``: a success, "cool some cup and put it in
+diningtable", 6 actions; a failure, "cool some vase and put it in fridge") and crafted answers
+served by the scripted stub. Each case asserts the exact quarantine reason, the repair round and
+the manifest's quality record; counts reconcile (runner's invariant)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA, Trajectory
+from pipeline.core.runner import run_stage
+from pipeline.core.stage import StageContext
+from tests.helpers.llm_stage_data import write_upstream
+from tests.helpers.llm_stub import ChatStub
+from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+
+COOL_CUP, VASE = "cool some cup and put it in diningtable.", "cool some vase and put it in fridge."
+
+
+@pytest.fixture()
+def sample_store(tmp_path):
+    """parse + dedupe of the real env000 rollouts into a tmp store; returns (store, {task: trajectory id})
+    (ids hash the source path, so the tests name the two trajectories by their task)."""
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    for stage in ("parse", "remove_loops"):
+        run_stage(stage, ctx, log=lambda s: None)
+    trajs = [Trajectory.from_row(r) for r in store.require("remove_loops").read_rows()]
+    assert [(t.task, t.outcome, len(t.steps) - 1) for t in trajs] == [(COOL_CUP, "success", 6), (VASE, "failure", 6)]
+    return store, {t.task: t.trajectory_id for t in trajs}
+
+
+def run_with(store, stage, script):
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        res = run_stage(stage, stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    return res, store.require(stage), stub
+
+
+GROUNDED = {"contextual_description": "Cool a cup: found it on the countertop and moved it to the dining table.",
+            "refined_trajectory": [{"step_index": 4, "action": "take cup 3 from countertop 2",
+                                    "critical_observation": "On the countertop 2, you see a cup 3",
+                                    "reasoning": "the cup is the object of the task"}],
+            "planning_pattern": "Search [Location] for [Object] -> Take [Object] -> Go to [Target] -> Place [Object]"}
+# the issue's example: an action that never happened, at a step index that does not hold it
+UNGROUNDED = dict(GROUNDED, refined_trajectory=[dict(GROUNDED["refined_trajectory"][0],
+                                                     action="take toiletpaper 1 from toilet 1's trash can")])
+GOOD_FAILURE = {"contextual_description": "Cooling a vase failed: the agent never used the fridge.",
+                "mistakes_to_avoid": [{"trigger_condition": "holding the vase that must be cooled",
+                                       "bad_action": "examined the desk instead of cooling the vase in the fridge"}]}
+DIET = dict(GOOD_FAILURE, mistakes_to_avoid=[{"trigger_condition": "eating as a child",
+                                              "bad_action": "a childhood diet with too much sugar"}])
+
+
+def answer(value):
+    return {"content": json.dumps(value)}
+
+
+def test_memory_ungrounded_step_is_repaired_and_an_off_topic_mistake_quarantined(sample_store):
+    store, ids = sample_store
+    res, art, stub = run_with(store, "memory", [answer(UNGROUNDED), answer(GROUNDED), answer(DIET), answer(DIET)])
+    counts = res.manifest["counts"]
+    assert (counts["in"], counts["out"], counts["quarantine_reasons"]) == (2, 1, {"off_topic": 1})
+    [row] = art.read_rows()
+    assert row["trajectory_id"] == ids[COOL_CUP] and row["refined_trajectory"][0]["action"] == "take cup 3 from countertop 2"
+    [q] = art.read_rows(quarantine=True)
+    assert (q["item_id"], q["raw"]) == (ids[VASE], json.dumps(DIET))
+    assert q["detail"].startswith("off_topic: mistakes_to_avoid[0] 'eating as a child: a childhood diet with too much "
+                                  "sugar' is off topic (similarity ")
+    # the repair request fed the grounding error back, naming the recorded action
+    assert stub.requests[1]["messages"][-1]["content"].startswith(
+        "Your answer was rejected (check_failed): ungrounded_step: refined_trajectory[0]: step 4's recorded action "
+        "is 'take cup 3 from countertop 2', not \"take toiletpaper 1 from toilet 1's trash can\"")
+    assert res.manifest["counters"]["quality"] == {
+        "items": 2, "quarantined": {"off_topic": 1}, "rate": {"off_topic": 0.5},
+        "rejected_answers": {"off_topic": 2, "ungrounded_step": 1}, "flagged": {}}
+    assert res.manifest["llm"]["repairs"] == 2
+
+
+def test_memory_quarantines_ungrounded_and_degenerate_answers(sample_store):
+    store, ids = sample_store
+    soup = dict(GOOD_FAILURE, contextual_description="1.25 }]} 3.75")
+    res, art, _ = run_with(store, "memory", [answer(UNGROUNDED)] * 2 + [answer(soup)] * 2)
+    assert res.manifest["counts"]["quarantine_reasons"] == {"no_words": 1, "ungrounded_step": 1}
+    q = {r["item_id"]: r for r in art.read_rows(quarantine=True)}
+    assert q[ids[COOL_CUP]]["reason"] == "ungrounded_step" and q[ids[COOL_CUP]]["raw"] == json.dumps(UNGROUNDED)
+    assert q[ids[VASE]]["detail"] == "no_words: contextual_description is not text (numbers or symbols): '1.25 }]} 3.75'"
+    assert res.manifest["counters"]["quality"]["rate"] == {"no_words": 0.5, "ungrounded_step": 0.5}
+
+
+def test_flag_rules_count_instead_of_quarantining(sample_store):
+    store, _ = sample_store
+    with ChatStub([answer(UNGROUNDED), answer(GOOD_FAILURE)]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.quality.flag_rules = ["ungrounded_step"]
+        res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert (res.manifest["counts"]["out"], res.manifest["counts"]["quarantined"]) == (2, 0)
+    assert res.manifest["counters"]["quality"]["flagged"] == {"ungrounded_step": 1}
+
+
+# distill: 6 actions + the synthetic done (ALFWorld with admissible lists) = entries 0..6, one call
+ACTIONS = ["go to desk 4", "go to sidetable 4", "go to countertop 2", "take cup 3 from countertop 2",
+           "go to diningtable 4", "move cup 3 to diningtable 4", "done"]
+
+
+def thinks(over=None):
+    texts = [f"The cup must be cooled and placed, so I {a} next." for a in ACTIONS]
+    for i, t in (over or {}).items():
+        texts[i] = t
+    return answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
+
+
+def distill_store(store):
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "skills", [], SKILL_SCHEMA)
+    return store
+
+
+def test_distill_future_leak_repaired(sample_store):
+    store, _ = sample_store
+    # entry 0 sees only the room: "cup 3" first appears in the observation after "go to desk 4"
+    leak = thinks({0: "Go to desk 4 to pick up cup 3."})
+    res, art, stub = run_with(distill_store(store), "distill", [leak, thinks()])
+    assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1}
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]][0] == "The cup must be cooled and placed, so I go to desk 4 next."
+    assert "future_leak: the think for step 0 names cup 3, which the agent has not seen yet" in \
+        stub.requests[1]["messages"][-1]["content"]
+    assert res.manifest["counters"]["quality"]["rejected_answers"] == {"future_leak": 1}
+
+
+@pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"), ({3: "The cup must be cooled and placed, so I go "
+                                                                          "to desk 4 next."}, "reused_think"),
+                                         ({4: "take take take take take take"}, "ngram_loop"),
+                                         ({5: "The weather is nice today and I like football."}, "off_topic")])
+def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over, reason):
+    store, ids = sample_store
+    bad = thinks(over)
+    res, art, _ = run_with(distill_store(store), "distill", [bad, bad])
+    assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1, reason: 1}
+    q = {r["item_id"]: r for r in art.read_rows(quarantine=True)}
+    assert q[ids[COOL_CUP]]["reason"] == reason and q[ids[COOL_CUP]]["raw"] == bad["content"]
+    assert res.manifest["counters"]["quality"]["quarantined"] == {reason: 1}
+    assert res.manifest["counters"]["quality"]["rate"] == {reason: 0.5}
+
+
+# distill.source_thoughts on the real ETO sample: every step of "put a toiletpaper in
+# toiletpaperhanger" carries the thought the ETO agent recorded (5 actions, no admissible lists)
+@pytest.fixture()
+def eto_store(tmp_path):
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/eto-alfworld", inp / "eto")
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    for stage in ("parse", "remove_loops"):
+        run_stage(stage, ctx, log=lambda s: None)
+    trajs = {t.task: t for t in (Trajectory.from_row(r) for r in store.require("remove_loops").read_rows())}
+    return distill_store(store), trajs["put a toiletpaper in toiletpaperhanger."]
+
+
+def test_recorded_thoughts_are_preferred_and_flagged(eto_store):
+    store, traj = eto_store
+    assert [bool(s.thought) for s in traj.steps[1:]] == [True] * 5
+
+    def no_llm():
+        raise AssertionError("every step has a usable recorded thought: no LLM call")
+    cfg = PipelineConfig()
+    res = run_stage("distill", StageContext(store, cfg, llm_factory=no_llm), log=lambda s: None)
+    row = next(r for r in store.require("distill").read_rows() if r["trajectory_id"] == traj.trajectory_id)
+    assert row["model"] == "source"
+    assert [t["think"] for t in row["thinks"]] == [" ".join(s.thought.split()) for s in traj.steps[1:]]
+    assert res.manifest["counters"]["recorded_thoughts"] == sum(
+        len(r["thinks"]) for r in store.require("distill").read_rows())
+    run_stage("build_pairs", StageContext(store, cfg), log=lambda s: None)
+    pairs = [p for p in store.require("build_pairs").read_rows() if p["trajectory_id"] == traj.trajectory_id]
+    assert pairs and all("recorded_thought" in p["flags"] for p in pairs)
+
+
+def test_source_thoughts_ignore_asks_the_llm(eto_store):
+    store, traj = eto_store
+    texts = ["I go to the toiletpaperhanger 1 to check it", "I go to toilet 1 to look for paper",
+             "I take the toiletpaper 1 from toilet 1", "I return to the toiletpaperhanger 1 with it",
+             "I put the toiletpaper 1 on the hanger"]
+    good = answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
+    with ChatStub([good], default={"status": 500}) as stub:  # concurrency 1: the toiletpaper trajectory first
+        cfg = PipelineConfig(llm=stub_llm_config(stub, max_retries=0))
+        cfg.distill.source_thoughts = "ignore"
+        cfg.llm.max_endpoint_failure_rate = 1.0
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    row = next(r for r in store.require("distill").read_rows() if r["trajectory_id"] == traj.trajectory_id)
+    assert [t["think"] for t in row["thinks"]] == texts and row["model"] == "stub-model"
+    assert res.manifest["counters"]["recorded_thoughts"] == 0
+    # the other ETO trajectory got the stub's HTTP 500: quarantined, not given its recorded thoughts
+    assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 1}
+
+
+def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_path):
+    """The general skills of the issue (``**1**: 2 _Apply when: 3 },_``) and a mistake about a
+    childhood diet: both calls are repaired once, then quarantined; the bank keeps only worded,
+    on-topic skills from the category calls."""
+    from pipeline.bank.merge import skill_text
+    from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    soup = answer({"skills": [{"title": "**1**", "principle": "2 _Apply when: 3 },_", "when_to_apply": "4"}]})
+    diet = answer({"mistakes": [{"description": "A childhood diet", "why_it_happens": "Too much sugar as a child",
+                                 "how_to_avoid": "Eat vegetables"}]})
+    cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
+                               "placing it.", "when_to_apply": "The goal says cool."}]})
+    heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
+                               "before placing it.", "when_to_apply": "The goal says heat."}]})
+    with ChatStub([soup, soup, cool, heat, diet, diet]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    rows = store.require("skills").read_rows()
+    assert [r["title"] for r in rows] == ["Cool In Fridge", "Heat In Microwave"]
+    q = store.require("skills").read_rows(quarantine=True)
+    # memory rows: none (every memory also fed a category call); one row per failed call
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [("alfworld/general/", "no_words"),
+                                                              ("alfworld/mistake/", "off_topic")]
+    assert res.manifest["counters"]["quality"] == {
+        "items": 4, "quarantined": {"no_words": 1, "off_topic": 1}, "rate": {"no_words": 0.25, "off_topic": 0.25},
+        "rejected_answers": {"no_words": 2, "off_topic": 2}, "flagged": {}}
+    assert stub.requests[1]["messages"][-1]["content"].startswith(
+        "Your answer was rejected (check_failed): no_words: skills[0].title is not text")
+    assert all(len(skill_text(r).split()) >= 3 for r in rows)
+
+
+def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
+    """heat_mug's recorded thought for action 3 replaced by "1.25": it fails no_words, so the LLM
+    is asked for all four steps (0-2 and the synthetic done) and the rejection is counted."""
+    import dataclasses
+
+    from tests.helpers.llm_stage_data import heat_mug, write_trajectories
+    traj = heat_mug("traj-A")
+    traj.steps[3] = dataclasses.replace(traj.steps[3], thought="1.25")
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [traj])
+    texts = ["go to cabinet 1 to find the mug", "take the mug 1 from the cabinet 1",
+             "heat the mug 1 with the microwave 1", "the mug is heated, so the task is done"]
+    res, art, stub = run_with(distill_store(store), "distill",
+                              [answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})])
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]] == texts
+    assert res.manifest["counters"]["recorded_thoughts"] == 0
+    assert res.manifest["counters"]["quality"]["rejected_answers"] == {"no_words": 1}
+    assert len(stub.requests) == 1
+
+
+def test_a_loop_across_a_mistakes_fields_is_caught():
+    """The mistake the embedded model wrote on the shipped sample (run q1 of issue 13): each field
+    alone is prose and, next to kitchen-flavoured sources, MiniLM puts it at 0.21 (above the
+    off-topic threshold); joined, "eat the same" occurs 3 times."""
+    from pipeline.core.config import QualityConfig
+    from pipeline.stages.skills import skill_violations
+    item = {"description": "When I was a child, I would always eat the same thing twice. When I am hungry, I will "
+                           "eat the same thing again tomorrow.",
+            "why_it_happens": "I'm going to eat the same thing again tomorrow.",
+            "how_to_avoid": "Eat something different every day"}
+    got = skill_violations("mistake", [item], [], QualityConfig())  # no sources: off_topic not checked
+    assert [v.message() for v in got] == ["ngram_loop: mistakes[0] repeats 'eat the same' 3+ times across its "
+                                          "fields; write it once"]

@@ -1,0 +1,162 @@
+"""Stage distill: the per-call schema that forces step indices, the 1:1 check (D-T3), step entries
+with the synthetic done, chunking, and one run on the real embedded model."""
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import pytest
+
+from pipeline import prompts
+
+from pipeline.bank import rows as skillbank
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import DistillConfig, PipelineConfig
+from pipeline.llm.schemas import grammar_schema
+from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
+from pipeline.core.runner import run_stage
+from pipeline.core.stage import StageContext
+from pipeline.stages import distill
+from pipeline.llm import templates as _templates
+from tests.helpers.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream
+from tests.helpers.paths import FIXTURES
+
+ALFWORLD_BANK = os.path.join(FIXTURES, "skillrl-memory", "alfworld",
+                             "claude_style_skills.json")
+
+
+def test_schema_forces_exact_indices():
+    v = jsonschema.Draft202012Validator(distill.thinks_schema([3, 4], 20))
+    assert v.is_valid({"thinks": [{"step_index": 3, "think": "find the apple"}, {"step_index": 4, "think": "done"}]})
+    for bad in ([{"step_index": 3, "think": "a"}],                                               # missing
+                [{"step_index": 4, "think": "a"}, {"step_index": 3, "think": "b"}],              # order
+                [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "b"}, {"step_index": 5, "think": "c"}],
+                [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": ""}],               # empty
+                [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "x" * 21}],         # too long
+                ):
+        assert not v.is_valid({"thinks": bad}), bad
+    # tags and newlines: refused by the grammar form (llama.cpp) only; the check rejects tags everywhere
+    tagged = {"thinks": [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "<action>go</action>"}]}
+    assert v.is_valid(tagged)
+    g = jsonschema.Draft202012Validator(grammar_schema(distill.thinks_schema([3, 4], 20)))
+    assert not g.is_valid(tagged)
+    assert not g.is_valid({"thinks": [{"step_index": 3, "think": "a"}, {"step_index": 4, "think": "line\nbreak"}]})
+    assert distill.check_thinks([3, 4], 20)(tagged) == "think for step 4 contains a tag; write plain text"
+    think = distill.thinks_schema([3, 4], 20)["properties"]["thinks"]["prefixItems"][1]["properties"]["think"]
+    assert (think["maxLength"], think["x-grammar-forbid"]) == (20, "<>{}")  # x-grammar-forbid from the file
+
+
+def test_check_reports_alignment_and_content_errors():
+    check = distill.check_thinks([0, 1, 2], 50)
+    ok = {"thinks": [{"step_index": i, "think": f"reason {i}"} for i in range(3)]}
+    assert check(ok) is None
+    assert check({"thinks": [{"step_index": 1, "think": "a"}, {"step_index": 2, "think": "b"},
+                             {"step_index": 3, "think": "c"}]}) == \
+        "step_index must be exactly [0, 1, 2]: duplicate [], missing [0], extra [3]"
+    assert check({"thinks": [{"step_index": 0, "think": "a"}, {"step_index": 0, "think": "b"},
+                             {"step_index": 1, "think": "c"}, {"step_index": 2, "think": "d"}]}) == \
+        "step_index must be exactly [0, 1, 2]: duplicate [0], missing [], extra []"
+    assert check({"thinks": [{"step_index": 1, "think": "a"}, {"step_index": 0, "think": "b"},
+                             {"step_index": 2, "think": "c"}]}) == "step_index must be in order [0, 1, 2], got [1, 0, 2]"
+    bad = json.loads(json.dumps(ok))
+    bad["thinks"][1]["think"] = "I will <think>"
+    assert check(bad) == "think for step 1 contains a tag; write plain text"
+    bad["thinks"][1]["think"] = "去拿苹果"
+    assert check(bad) == "think for step 1 contains CJK characters; write English"
+    bad["thinks"][1]["think"] = "  "
+    assert check(bad) == "think for step 1 is blank"
+
+
+def test_step_entries_index_convention_and_synthetic_done():
+    traj = heat_mug()
+    entries = distill.step_entries(traj, ["look", "done"])
+    # entry i shows steps[i] and the action steps[i+1].action; the synthetic done gets index n_actions
+    assert [(e["step_index"], e["action"]) for e in entries] == [
+        (0, "go to cabinet 1"), (1, "take mug 1 from cabinet 1"), (2, "heat mug 1 with microwave 1"), (3, "done")]
+    assert entries[1]["observation"] == "The cabinet 1 is open. In it, you see a mug 1."
+    assert entries[2]["hint"] == "I need to heat the mug first."  # the recorded ReAct thought of action 2
+    assert entries[3]["observation"] == "You heat the mug 1 using the microwave 1."
+    assert entries[3]["admissible"] == ["look", "done"]
+    assert len(distill.step_entries(traj, None)) == 3
+    assert distill.render_entry(entries[2]) == (
+        "[step_index 2]\nObservation: You pick up the mug 1 from the cabinet 1.\n"
+        "Admissible actions: go to microwave 1, put mug 1 in/on cabinet 1\n"
+        "Recorded thought (hint): I need to heat the mug first.\nAction taken: heat mug 1 with microwave 1")
+
+
+def test_long_trajectories_are_chunked():
+    traj = cool_apple()  # 6 actions + synthetic done = 7 entries
+    entries = distill.step_entries(traj, prompts.synthetic_done_admissible(traj, 0))
+    reqs = distill.build_requests(traj, entries, "", max_steps=3, max_chars=100)
+    assert [r.key for r in reqs] == ["traj-cool-1#0", "traj-cool-1#1", "traj-cool-1#2"]
+    assert [[p["properties"]["step_index"]["const"] for p in r.schema["properties"]["thinks"]["prefixItems"]]
+            for r in reqs] == [[0, 1, 2], [3, 4, 5], [6]]
+    user = reqs[1].messages[1]["content"]
+    assert "Earlier actions (already explained): go to countertop 1; take apple 1 from countertop 1; " \
+           "go to fridge 1\n\nSteps:\n[step_index 3]" in user
+    assert "Retrieved skills:\n(none)" in user and "Task: cool some apple and put it in countertop." in user
+    assert reqs[2].check({"thinks": [{"step_index": 6, "think": "the apple is in place, so finish"}]}) is None
+
+
+def test_failures_are_not_distilled_and_need_no_llm(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r")
+    write_trajectories(store, [cool_apple("failure", "traj-f")])
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "skills", [], SKILL_SCHEMA)
+
+    def no_llm():
+        raise AssertionError("no success: the LLM must not be started")
+    res = run_stage("distill", StageContext(store, PipelineConfig(), llm_factory=no_llm), log=lambda s: None)
+    assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1} and res.rows == 0
+    q = store.require("distill").read_rows(quarantine=True)[0]
+    assert (q["item_id"], q["detail"]) == ("traj-f", "outcome failure: used for memories, not SFT")
+
+
+@pytest.mark.slow
+def test_run_on_embedded_model(tmp_path):
+    store = ArtifactStore(str(tmp_path / "art"), "r1")
+    trajs = [cool_apple("success", "traj-s1"), heat_mug("traj-s2"), cool_apple("failure", "traj-f1")]
+    write_trajectories(store, trajs)
+    memories = [{"memory_id": f"mem-{t.trajectory_id}", "trajectory_id": t.trajectory_id, "env": "alfworld",
+                 "category": t.category, "outcome": t.outcome, "task": t.task, "contextual_description": "d",
+                 "refined_trajectory": [], "planning_pattern": "p" if t.success else "",
+                 "mistakes_to_avoid": [], "model": "m", "prompt_sha": "s"} for t in trajs]
+    write_upstream(store, "memory", memories, MEMORY_SCHEMA)
+    with open(ALFWORLD_BANK, encoding="utf-8") as f:
+        bank = skillbank.from_skillrl_json(json.load(f), "alfworld")
+    write_upstream(store, "skills", bank, SKILL_SCHEMA)
+    cfg = PipelineConfig(distill=DistillConfig(max_steps_per_call=4, max_think_chars=120))
+    with embedded_llm(str(tmp_path / "log")) as client:
+        res = run_stage("distill", StageContext(store, cfg, llm_factory=lambda: client),
+                        model_id=client.model_id, log=lambda s: None)
+    counts = res.manifest["counts"]
+    assert counts["in"] == 3 and counts["out"] + counts["quarantined"] == 3
+    assert counts["quarantine_reasons"].get("not_success") == 1
+    assert res.manifest["counters"]["calls"] == 3  # 7 entries -> 2 chunks of 4; 4 entries -> 1 chunk
+    rows = store.require("distill").read_rows()
+    by_id = {t.trajectory_id: t for t in trajs}
+    for r in rows:
+        t = by_id[r["trajectory_id"]]
+        n = len(t.steps) - 1 + (1 if r["synthetic_done"] else 0)
+        assert r["synthetic_done"] is True  # both successes end with an admissible list
+        assert [x["step_index"] for x in r["thinks"]] == list(range(n))
+        assert all(0 < len(x["think"]) <= 120 for x in r["thinks"])
+        assert r["memory_ids"] == [f"mem-{t.trajectory_id}"] and r["bank_version"] == bank[0]["bank_version"]
+        expected = prompts.select_skills(bank, "alfworld", t.category, cfg.prompt)
+        assert r["skill_ids_used"] == [s["skill_id"] for s in expected] and r["skill_ids_used"]
+        assert r["model"] == client.model_id and r["prompt_sha"] == _templates.load("distill", "alfworld").sha
+
+
+def test_prompt_keeps_when_to_apply_and_why_it_happens():
+    # the single renderer (prompts.render_skills_block) is what distill puts in its prompt (D-K3)
+    with open(ALFWORLD_BANK, encoding="utf-8") as f:
+        bank = skillbank.from_skillrl_json(json.load(f), "alfworld")
+    traj = heat_mug()
+    skills = prompts.select_skills(bank, "alfworld", "heat", PipelineConfig().prompt)
+    [req] = distill.build_requests(traj, distill.step_entries(traj, None), prompts.render_skills_block(skills), 8, 200)
+    user = req.messages[1]["content"]
+    first = next(s for s in skills if s["kind"] == "general")
+    mistake = next(s for s in skills if s["kind"] == "mistake")
+    assert f"- **{first['title']}**: {first['principle']}\n  _Apply when: {first['when_to_apply']}_" in user
+    assert f"_Why it happens: {mistake['why_it_happens']}_" in user

@@ -1,0 +1,294 @@
+"""Stage skills: pattern dedupe, call planning, answer checks, quarantine of unused memories,
+embedding merge (real sentence-transformers), runs on empty input and on the real model, and the
+train-only bank (memories of val instances held out, pipeline.core.split)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from pipeline.bank import rows as skillbank
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import SkillsConfig, PipelineConfig
+from pipeline.llm.types import JSONResult
+from pipeline.core.records import MEMORY_SCHEMA
+from pipeline.core.runner import run_stage
+from pipeline.core.stage import StageContext
+from pipeline.bank import merge as _skillmerge
+from pipeline.llm import templates as _templates
+from pipeline.stages import skills
+from tests.helpers.llm_stage_data import cool_apple, embedded_llm, write_trajectories, write_upstream
+
+COOL = "Search [Location] for [Object] -> Take [Object] -> Cool [Object] with fridge -> Place [Object] at [Target]"
+HEAT = "Search [Location] for [Object] -> Take [Object] -> Heat [Object] with microwave -> Place [Object] at [Target]"
+
+
+def mem(mid: str, category: str, outcome: str, pattern: str = "", mistakes=()) -> dict:
+    return {"memory_id": mid, "trajectory_id": "traj-" + mid[4:], "env": "alfworld", "category": category,
+            "outcome": outcome, "task": f"{category} some object", "contextual_description": "d",
+            "refined_trajectory": [], "planning_pattern": pattern,
+            "mistakes_to_avoid": [{"trigger_condition": t, "bad_action": b} for t, b in mistakes],
+            "model": "m", "prompt_sha": "p"}
+
+
+MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success", HEAT),
+            mem("mem-3", "cool", "success", "  search [location] for [object] -> take [object] -> cool [object] "
+                                            "with fridge -> place [object] at [target]"),
+            mem("mem-4", "cool", "failure", mistakes=[("holding an object to cool", "went to the microwave")])]
+
+
+def write_dedupe(store: ArtifactStore, instances: dict[str, str]) -> None:
+    """The dedupe artifact aggregate reads env_instance from: one trajectory per id, placed in the
+    given instance (the steps do not matter to aggregate)."""
+    write_trajectories(store, [dataclasses.replace(cool_apple(tid=tid), env_instance=inst)
+                               for tid, inst in instances.items()])
+
+
+def test_dedupe_items_counts_and_cap():
+    items = [("A  b", "m1"), ("c", "m2"), ("a B", "m3"), ("", "m4"), ("d", "m5")]
+    assert skills.dedupe_items(items, 0) == ([("A b", 2), ("c", 1), ("d", 1)], {"m1", "m2", "m3", "m5"})
+    # cap 2: most frequent first, ties by text ("c" < "d"), so m5 feeds nothing
+    assert skills.dedupe_items(items, 2) == ([("A b", 2), ("c", 1)], {"m1", "m2", "m3"})
+    assert skills.dedupe_items([], 5) == ([], set())
+
+
+def test_plan_calls_feeds_successes_and_failures():
+    calls = skills.plan_calls(MEMORIES, "alfworld", SkillsConfig())
+    assert [(c.kind, c.category, [m["memory_id"] for m in c.memories]) for c in calls] == [
+        ("general", "", ["mem-1", "mem-2", "mem-3"]),
+        ("task_specific", "cool", ["mem-1", "mem-3", "mem-4"]),
+        ("task_specific", "heat", ["mem-2"]),
+        ("mistake", "", ["mem-4"])]
+    general = calls[0].request.messages[1]["content"]
+    assert f"- (x2) {COOL}\n- (x1) {HEAT}" in general and "at most 6 GENERAL skills" in general
+    cool = calls[1].request.messages[1]["content"]
+    assert "category \"Cool\"" in cool and "- (x1) when holding an object to cool: went to the microwave" in cool
+    assert calls[0].prompt_sha == _templates.load("skills", "alfworld").sha
+    # D-M7: no success patterns -> no general call; no failures -> no mistake call
+    only_fail = skills.plan_calls([MEMORIES[3]], "alfworld", SkillsConfig())
+    assert [(c.kind, c.category) for c in only_fail] == [("task_specific", "cool"), ("mistake", "")]
+    assert skills.plan_calls([], "alfworld", SkillsConfig()) == []
+
+
+def test_answer_schema_and_check():
+    schema = skills.answer_schema("mistake", 3)
+    arr = schema["properties"]["mistakes"]
+    assert (arr["minItems"], arr["maxItems"], arr["items"]["required"]) == \
+        (1, 3, ["description", "why_it_happens", "how_to_avoid"])
+    check = skills.check_answer("general")
+    assert check({"skills": [{"title": "T", "principle": "P", "when_to_apply": "W"}]}) is None
+    assert check({"skills": [{"title": "T", "principle": " ", "when_to_apply": ""}]}) == \
+        "skills[0] has blank principle, when_to_apply"
+
+
+def test_unused_memories_are_quarantined_with_the_failed_call():
+    calls = skills.plan_calls(MEMORIES, "alfworld", SkillsConfig())
+    for c in calls:  # every category call fails, the general and mistake calls succeed
+        ok = c.kind != "task_specific"
+        c.result = JSONResult(c.request.key, ok, raw="" if ok else "{bad", error="" if ok else "schema_invalid",
+                              detail="" if ok else "at <root>: x")
+    used, quarantine = skills.unused_quarantine(MEMORIES, calls)
+    assert used == {"mem-1", "mem-2", "mem-3", "mem-4"}  # every memory fed a successful call
+    for c in calls:  # now the general and the heat calls fail: mem-2 fed only those two
+        failed = c.kind == "general" or c.category == "heat"
+        c.result = JSONResult(c.request.key, not failed, raw="{x" if failed else "", error="length" if failed else "",
+                              detail="cut" if failed else "")
+    used, quarantine = skills.unused_quarantine(MEMORIES, calls)
+    assert used == {"mem-1", "mem-3", "mem-4"}
+    assert [(q.item_id, q.reason, q.raw) for q in quarantine] == [("mem-2", "length", "{x")]
+    assert quarantine[0].detail == "general call alfworld/general/ failed: cut"
+
+
+def _skill(sid: str, title: str, principle: str, when: str, mem_id: str, kind="general", category="") -> dict:
+    return {"skill_id": sid, "kind": kind, "category": category, "title": title, "principle": principle,
+            "when_to_apply": when, "source_memory_ids": [mem_id], "source_trajectory_ids": ["traj-" + mem_id]}
+
+
+def test_merge_by_embedding_similarity():
+    rows = [_skill("a", "Explore Systematically", "Visit each location once before revisiting any.",
+                   "When searching for an object.", "m1"),
+            _skill("b", "Systematic Exploration", "Visit every location once before going back to any of them.",
+                   "When looking for an object.", "m2"),
+            _skill("c", "Heat With Microwave", "Use the microwave to heat food items.",
+                   "When the goal asks for a hot object.", "m3"),
+            # same text as "a" but another category: never merged across groups
+            _skill("d", "Explore Systematically", "Visit each location once before revisiting any.",
+                   "When searching for an object.", "m4", kind="task_specific", category="cool")]
+    kept, merges = _skillmerge.merge_similar(rows, 0.85)
+    assert [r["skill_id"] for r in kept] == ["a", "c", "d"]
+    assert kept[0]["source_memory_ids"] == ["m1", "m2"] and kept[0]["source_trajectory_ids"] == ["traj-m1", "traj-m2"]
+    assert merges == [{"kept": "a", "dropped": "b", "kind": "general", "category": "",
+                       "similarity": pytest.approx(0.8763, abs=2e-3),
+                       "exact_duplicate": False}]
+    kept, merges = _skillmerge.merge_similar(rows, 0.9)  # paraphrases stay apart at 0.9
+    assert [r["skill_id"] for r in kept] == ["a", "b", "c", "d"] and merges == []
+    assert rows[0]["source_memory_ids"] == ["m1"]  # inputs are not mutated
+
+
+def test_exact_duplicates_merge_without_encoder():
+    rows = [_skill("a", "T", "P", "W", "m1"), _skill("a", "T", "P", "W", "m2")]
+
+    def no_encoder(texts):
+        raise AssertionError("a single distinct skill needs no embedding")
+    kept, merges = _skillmerge.merge_similar(rows, 0.9, encoder=no_encoder)
+    assert [r["source_memory_ids"] for r in kept] == [["m1", "m2"]]
+    assert merges == [{"kept": "a", "dropped": "a", "kind": "general", "category": "", "similarity": 1.0,
+                       "exact_duplicate": True}]
+
+
+def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r")
+    write_dedupe(store, {})
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+
+    def no_llm():
+        raise AssertionError("the LLM must not be started for an empty input")
+    ctx = StageContext(store, PipelineConfig(), env="alfworld", llm_factory=no_llm)
+    res = run_stage("skills", ctx, log=lambda s: None)
+    assert (res.manifest["counts"]["units_in"], res.manifest["counts"]["out"]) == (0, 0)
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    assert bank["general_skills"] == [] and bank["common_mistakes"] == [] and bank["metadata"]["env"] == "alfworld"
+    assert res.manifest["counters"]["split"] == {"val_fraction": 0.1, "seed": 0, "val_instances": [],
+                                                 "train_instances": [], "held_out_memories": 0}
+
+
+@pytest.mark.slow
+def test_run_on_embedded_model(tmp_path):
+    store = ArtifactStore(str(tmp_path / "art"), "r1")
+    write_dedupe(store, {m["trajectory_id"]: "kitchen-1" for m in MEMORIES})  # one instance: all train
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    cfg = PipelineConfig(skills=SkillsConfig(n_general=2, n_task_specific=2, n_mistakes=2))
+    with embedded_llm(str(tmp_path / "log")) as client:
+        res = run_stage("skills", StageContext(store, cfg, llm_factory=lambda: client),
+                        model_id=client.model_id, log=lambda s: None)
+    counts, counters = res.manifest["counts"], res.manifest["counters"]
+    assert counts["units_in"] == 4 and counts["units_out"] + counts["quarantined"] == 4
+    assert counters["calls"] == {"general": 1, "task_specific": 2, "mistake": 1}
+    art = store.require("skills")
+    rows = art.read_rows()
+    fed = {("general", ""): {"mem-1", "mem-2", "mem-3"}, ("task_specific", "cool"): {"mem-1", "mem-3", "mem-4"},
+           ("task_specific", "heat"): {"mem-2"}, ("mistake", ""): {"mem-4"}}
+    for r in rows:  # a skill names exactly the memories of its call (a merge may add those of another)
+        assert fed[(r["kind"], r["category"])] <= set(r["source_memory_ids"])
+        assert r["source_trajectory_ids"] == sorted("traj-" + m[4:] for m in r["source_memory_ids"])
+        assert r["model"] == client.model_id and r["prompt_sha"] == _templates.load("skills", "alfworld").sha
+    assert {r["bank_version"] for r in rows} == {skillbank.bank_version(rows)} == {counters["bank_version"]}
+    with open(os.path.join(art.path, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    def key(r):
+        return r["skill_id"], r["source_memory_ids"]
+    assert sorted(map(key, skillbank.from_skillrl_json(bank, "alfworld"))) == sorted(map(key, rows))
+    assert bank["metadata"]["task_distribution"] == {"cool": {"success": 2, "failure": 1},
+                                                     "heat": {"success": 1, "failure": 0}}
+    assert len(counters["merges"]) == counters["merged"] + counters["exact_duplicates"]
+
+
+def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
+    """Through run_stage on the stub: a call that repeats a skill yields one row (ids are content
+    hashes, so within-call duplicates merge), every skill names its memories and trajectories,
+    the SkillRL export validates, and the bank is registered in <root>/banks."""
+    from pipeline.bank.store import BankStore
+    from pipeline.llm.schemas import load_schema
+    from tests.helpers.llm_stub import ChatStub
+    from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+    import jsonschema
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
+    script = [{"content": json.dumps({"skills": [skill, skill]})},                       # general (repeated)
+              {"content": json.dumps({"skills": [dict(skill, title="Cool In Fridge")]})},  # task_specific cool
+              {"content": json.dumps({"skills": [dict(skill, title="Heat In Microwave")]})},
+              {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
+                                                    "misread", "how_to_avoid": "Reread the goal"}]})}]
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0  # no val instance: this test covers the whole bank path
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    rows = store.require("skills").read_rows()
+    assert res.manifest["counters"]["split"]["val_instances"] == []
+    assert [(r["kind"], r["category"], r["title"] or r["description"]) for r in rows] == [
+        ("general", "", "Search Then Act"), ("task_specific", "cool", "Cool In Fridge"),
+        ("task_specific", "heat", "Heat In Microwave"), ("mistake", "", "Wrong appliance")]
+    assert len({r["skill_id"] for r in rows}) == 4
+    assert [r["source_memory_ids"] for r in rows] == [["mem-1", "mem-2", "mem-3"], ["mem-1", "mem-3", "mem-4"],
+                                                      ["mem-2"], ["mem-4"]]
+    assert rows[1]["source_trajectory_ids"] == ["traj-1", "traj-3", "traj-4"]
+    counters = res.manifest["counters"]
+    assert counters["merges"] == [{"kept": rows[0]["skill_id"], "dropped": rows[0]["skill_id"], "kind": "general",
+                                   "category": "", "similarity": 1.0, "exact_duplicate": True}]
+    assert res.manifest["counts"]["units_out"] == 4 and res.manifest["llm"]["calls"] == 4
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    jsonschema.Draft202012Validator(load_schema("skill_bank")).validate(bank)
+    assert all(e["source_memory_ids"] for e in bank["general_skills"] + bank["common_mistakes"]
+               + [e for v in bank["task_specific_skills"].values() for e in v])
+    banks = BankStore(str(tmp_path))
+    assert banks.head() == counters["bank_version"] == bank["metadata"]["bank_version"]
+    assert (banks.get("HEAD").record["run_id"], counters["bank_parent"]) == ("r1", None)
+
+
+def aggregate_with_val_instance(tmp_path):
+    """Run aggregate (stub LLM, val_fraction 0.3) on MEMORIES placed so that mem-2 is in a val
+    instance; returns ``(store, StageResult, stub)``. Shared with test_export."""
+    from tests.helpers.llm_stub import ChatStub
+    from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    # hash scores at seed 0: kitchen-1 .562, -2 .960, -3 .339, -4 .265 -> only kitchen-4 < 0.3.
+    # traj-5 yielded no memory: its instance is still in the recorded assignment (export needs it).
+    write_dedupe(store, {"traj-1": "kitchen-1", "traj-2": "kitchen-4", "traj-3": "kitchen-1",
+                         "traj-4": "kitchen-2", "traj-5": "kitchen-3"})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
+    script = [{"content": json.dumps({"skills": [skill]})},                                # general
+              {"content": json.dumps({"skills": [dict(skill, title="Cool In Fridge")]})},  # task_specific cool
+              {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
+                                                    "misread", "how_to_avoid": "Reread the goal"}]})}]
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.3
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    return store, res, stub
+
+
+def test_val_instance_memories_are_held_out_of_the_bank(tmp_path):
+    """Leak guard: the split is decided here, by instance, and a val instance's memory feeds no
+    call (else its skills would quote that instance into train and into its own val prompts)."""
+    store, res, stub = aggregate_with_val_instance(tmp_path)
+    # mem-2 (heat, kitchen-4) is gone, so is the heat call: 3 calls, not 4
+    assert len(stub.requests) == 3 and res.manifest["counters"]["calls"] == {"general": 1, "task_specific": 1,
+                                                                              "mistake": 1}
+    assert not any("Heat [Object]" in m["content"] for r in stub.requests for m in r["messages"])
+    rows = store.require("skills").read_rows()
+    assert [r["source_memory_ids"] for r in rows] == [["mem-1", "mem-3"], ["mem-1", "mem-3", "mem-4"], ["mem-4"]]
+    assert [r["source_trajectory_ids"] for r in rows] == [["traj-1", "traj-3"], ["traj-1", "traj-3", "traj-4"],
+                                                          ["traj-4"]]
+    quarantine = store.require("skills").read_rows(quarantine=True)
+    assert [(q["item_id"], q["reason"], q["detail"]) for q in quarantine] == [
+        ("mem-2", "held_out_val", "instance kitchen-4 is in the validation split: kept out of the skill bank")]
+    counts = res.manifest["counts"]
+    assert (counts["units_in"], counts["units_out"], counts["quarantined"]) == (4, 3, 1)
+    assert counts["quarantine_reasons"] == {"held_out_val": 1}
+    assert res.manifest["counters"]["split"] == {
+        "val_fraction": 0.3, "seed": 0, "val_instances": ["kitchen-4"],
+        "train_instances": ["kitchen-1", "kitchen-2", "kitchen-3"], "held_out_memories": 1}
+    with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
+        meta = json.load(f)["metadata"]
+    assert (meta["total_memories_analyzed"], meta["task_distribution"]) == (3, {"cool": {"success": 2, "failure": 1}})
+
+
+def test_only_instances_with_a_success_are_drawn_for_val():
+    """SFT pairs come from successes only: a failure-only instance in val would leave the
+    validation split empty (seen in `make run`), so it is always train."""
+    from pipeline.stages.skills import hold_out_val
+    instance_of = {"t1": "a", "t2": "b", "t3": "c", "t4": "c"}
+    mems = [{"memory_id": f"m{i}", "trajectory_id": f"t{i}"} for i in range(1, 5)]
+    train, held, assignment = hold_out_val(mems, instance_of, 0.99, 0, succeeded={"a", "b"})
+    assert assignment["c"] == "train" and sorted(assignment.values()) == ["train", "train", "val"]
+    val = next(i for i, side in assignment.items() if side == "val")
+    assert [q.item_id for q in held] == [f"m{'ab'.index(val) + 1}"] and len(train) == 3

@@ -1,0 +1,125 @@
+"""Rollouts in TextWorld Express: trajectory recording, SFT/RL prompt parity, txt and Parquet output."""
+import json
+
+import pytest
+
+from pipeline.bank import rows as skillbank
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import ParseConfig, PipelineConfig, PromptConfig
+from pipeline.envs.sim.textworld import EnvTask, TextWorldExpressEnv
+from pipeline.core.records import DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, to_table
+from sft.rl.rollout import project_action, run_episodes
+from sft.rl.rollout_io import write_parquet, write_txt_tree
+from pipeline.core.runner import run_stage
+from pipeline.core.stage import StageContext
+from tests.helpers.rollout_policies import ScriptedPolicy
+
+GOLD = ["look around", "take clean brown shirt", "open wardrobe", "put clean brown shirt in wardrobe"]
+BANK = [skillbank.make_row("general", "", {"title": "Look First", "principle": "Read the room before acting.",
+                                           "when_to_apply": "At the start."}),
+        skillbank.make_row("task_specific", "put_away_objects", {"title": "Open Containers",
+                                                                 "principle": "Open a closed container before putting things in it."}),
+        skillbank.make_row("task_specific", "cooking", {"title": "Read Recipe", "principle": "Read the cookbook."}),
+        skillbank.make_row("mistake", "", {"description": "Repeating a failed action.", "how_to_avoid": "Try another."})]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<think>go</think>\n<action>Take  Clean\nShirt</action>", ("take clean shirt", True)),
+    ("<think>a</think><action>x</action><action>y</action>", ("x", True)),
+    ("<action>open wardrobe</action>", ("open wardrobe", False)),             # no think: format invalid
+    ("<think>想</think><action>look around</action>", ("look around", False)),  # CJK: invalid
+    ("I would open the wardrobe now, then look", ("en the wardrobe now, then look", False)),  # last 30 chars
+])
+def test_project_action(text, expected):
+    assert project_action(text) == expected
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    """twc seed 0 played twice: the gold path (won) and 'inventory' x3 (step-capped failure)."""
+    env = TextWorldExpressEnv(step_limit=20)
+    try:
+        task = EnvTask("twc", 0)
+        won = run_episodes([env], [task], ["g0"], ScriptedPolicy(GOLD), BANK, PromptConfig(), 10, "textworld")
+        lost = run_episodes([env], [task], ["g0"], ScriptedPolicy(["inventory"]), BANK, PromptConfig(), 3, "textworld",
+                            record_offset=1)
+    finally:
+        env.close()
+    return won + lost
+
+
+def test_episode_is_recorded_as_trajectory(episodes):
+    won, lost = episodes
+    t = won.trajectory
+    assert [s.action for s in t.steps] == [None] + GOLD
+    assert [s.reward for s in t.steps] == [0.0, 0.0, 0.0, 0.0, 10.0]
+    assert (t.outcome, t.reward, t.category, t.env, t.env_instance) == ("success", 10.0, "put_away_objects",
+                                                                         "textworld", "twc-train-0")
+    assert t.steps[2].observation == "You take the clean brown shirt."
+    assert json.loads(t.metadata)["scores"] == [0.0, 0.5, 0.5, 1.0]
+    assert won.skill_ids == [BANK[0]["skill_id"], BANK[1]["skill_id"], BANK[3]["skill_id"]]
+    assert (won.won, won.n_invalid) == (True, 0)
+    # 'inventory' is admissible, so the failure has valid steps; it ends at the step cap
+    assert (lost.won, len(lost.trajectory.steps), lost.trajectory.outcome, lost.n_invalid) == (False, 4, "failure", 0)
+    # skills are shown from the FIRST step on (D-R1)
+    first = won.samples[0].messages
+    assert "## Retrieved Relevant Experience" in first[0]["content"] and "### Put Away Objects Skills" in first[0]["content"]
+    assert first[1]["content"].startswith("## Current Progress\n\nYour current observation is: You are in the bedroom.")
+
+
+def test_sft_and_rl_prompts_are_identical(tmp_path, episodes):
+    """The validate stage's SFT pairs for these trajectories carry byte-identical prompts and token ids."""
+    from transformers import AutoTokenizer
+
+    from sft.base_model import ensure_base_model
+    from sft.rl.policy import prompt_ids
+
+    store = ArtifactStore(str(tmp_path), "parity")
+    trajs = [e.trajectory for e in episodes]
+    distilled = [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
+                  "thinks": [{"step_index": i, "think": "I follow the plan."} for i in range(len(t.steps) - 1)],
+                  "synthetic_done": False, "skill_ids_used": e.skill_ids, "memory_ids": [], "bank_version": "",
+                  "model": "m", "prompt_sha": "p"} for e, t in zip(episodes, trajs)]
+    for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
+                                ("skills", BANK, SKILL_SCHEMA), ("distill", distilled, DISTILLED_SCHEMA)):
+        store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
+    run_stage("build_pairs", StageContext(store, PipelineConfig()), log=lambda s: None)
+    pairs = {(p["trajectory_id"], p["step_index"]): p for p in store.require("build_pairs").read_rows()}
+    tok = AutoTokenizer.from_pretrained(str(ensure_base_model()))
+    checked = 0
+    for e in episodes:
+        for s in e.samples:
+            pair = pairs[(e.trajectory.trajectory_id, s.k)]
+            sft_prompt = [dict(m) for m in pair["messages"][:2]]
+            assert sft_prompt == s.messages
+            sft_ids = tok.apply_chat_template(sft_prompt, tokenize=True, add_generation_prompt=True,
+                                              return_dict=True)["input_ids"]
+            assert prompt_ids(tok, s.messages) == list(sft_ids)
+            checked += 1
+    assert checked == 7  # 4 gold actions + 3 failed ones
+
+
+def test_txt_tree_parses_back_with_identical_steps(tmp_path, episodes):
+    files = write_txt_tree(str(tmp_path / "tree"), episodes, PromptConfig())
+    assert [f.split("tree/")[1] for f in files] == ["env000/test1.txt", "env000/test2.txt"]
+    text = open(files[0], encoding="utf-8").read()
+    assert text.startswith("=== Trajectory for Test 1, Env 0 ===\n\nStep -1 | Action: None | Reward: 0.000 | Done: False\n"
+                           "Obs: You are an expert agent")
+    assert "\n\nStep 03 | Action: put clean brown shirt in wardrobe | Reward: 10.000 | Done: True\nObs: " in text
+    cfg = PipelineConfig(parse=ParseConfig(max_per_instance=100))
+    store = ArtifactStore(str(tmp_path), "back")
+    run_stage("parse", StageContext(store, cfg, input_path=str(tmp_path / "tree")), log=lambda s: None)
+    parsed = sorted(store.require("parse").read_rows(), key=lambda r: r["source_uri"])
+    assert len(parsed) == 2
+    for row, ep in zip(parsed, episodes):
+        assert len(row["steps"]) == len(ep.trajectory.steps)
+        assert [s["action"] for s in row["steps"]] == [s.action for s in ep.trajectory.steps]
+        assert [s["observation"] for s in row["steps"]] == [s.observation for s in ep.trajectory.steps]
+        assert row["outcome"] == ep.trajectory.outcome and row["task"] == ep.trajectory.task
+
+
+def test_parquet_artifact_round_trips(tmp_path, episodes):
+    path = write_parquet(str(tmp_path), "r", episodes, {"policy": "scripted"})
+    art = ArtifactStore(str(tmp_path), "r").require("rollout")
+    assert art.path == path and art.manifest["counts"]["out"] == 2 and art.manifest["policy"] == "scripted"
+    assert art.read_rows() == [e.trajectory.to_row() for e in episodes]
