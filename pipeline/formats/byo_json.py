@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from pipeline import envs
 from pipeline.core.records import QuarantineRow, Step, Trajectory
 from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
-                     open_text, reader_trajectory)
+                     Source, reader_trajectory)
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -79,9 +79,10 @@ def _steps_search(raw: list, line: int) -> list[Step]:
     return steps
 
 
-def entry_trajectories(entry: Any, path: str, index: int, line: int, threshold: float
-                       ) -> Iterator[Trajectory | QuarantineRow]:
-    """All trajectories of one entry; a bad inner trajectory is one ``bad_record`` row."""
+def entry_trajectories(entry: Any, src: Source, index: int, line: int) -> Iterator[Trajectory | QuarantineRow]:
+    """All trajectories of entry number ``index`` (at ``line``) of ``src``; a bad inner trajectory
+    is one ``bad_record`` row."""
+    path = src.path
     if not isinstance(entry, dict) or not isinstance(entry.get("trajectories"), list):
         yield bad("bad_record", "entry has no 'trajectories' list", path, line, json.dumps(entry, ensure_ascii=False))
         return
@@ -102,7 +103,7 @@ def entry_trajectories(entry: Any, path: str, index: int, line: int, threshold: 
         env = "search" if is_search else envs.detect_env(task + "\n" + text)
         env = "alfworld" if env == "other" else env
         last = steps[-1]
-        win = threshold if is_search else WIN_REWARD
+        win = src.success_threshold if is_search else WIN_REWARD
         outcome = "success" if last.done and last.reward >= win else "failure"
         source = entry.get("data_source") if is_search else None
         meta = {"env_id": entry.get("env_id"), "type": entry.get("type"), "trajectory_in_entry": j,
@@ -111,22 +112,20 @@ def entry_trajectories(entry: Any, path: str, index: int, line: int, threshold: 
             meta.update(data_source=source, entry_outcome=entry.get("outcome"))
         yield reader_trajectory(
             env=env, env_instance=str(entry.get("env_id") or f"entry{index}"), task=task, outcome=outcome,
-            reward=last.reward, steps=steps, source_uri=path, source_format=FORMAT,
+            reward=last.reward, steps=steps, source_uri=src.source_uri, source_format=FORMAT,
             record_index=index * 1000 + j, source_line=line, category_hint=source, metadata=meta)
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield every trajectory of every entry; ``bad_record`` / ``invalid_json`` rows for the rest."""
-    with open_text(path) as f:
-        text = f.read()
+    path, text = src.path, src.read_text()
     index = 0
     try:
         for key, entry, start, line in iter_json_container(text):
             if isinstance(entry, BadMember):
                 yield bad_member_row(key, entry, path, text, start, line)
             else:
-                yield from entry_trajectories(entry, path, index, line, success_threshold)
+                yield from entry_trajectories(entry, src, index, line)
             index += 1
     except JSONContainerError as e:
         yield from json_error_rows(e, path, text, index, "entries")

@@ -27,7 +27,7 @@ from pipeline import envs
 from pipeline.envs import search as search_env
 from pipeline.core.records import QuarantineRow, Step, Trajectory
 from pipeline.formats.common import (BadMember, JSONContainerError, ThoughtBuffer, bad, bad_member_row, iter_json_container,
-                     json_error_rows, open_text, reader_trajectory)
+                     Source, json_error_rows, reader_trajectory)
 from pipeline.formats.webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
@@ -97,10 +97,10 @@ def _label(rec: dict, last_obs: str, env: str, threshold: float) -> tuple[str, f
     return "success", win, "assumed"
 
 
-def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first_line: int | None,
-                 env_hint: str | None, threshold: float) -> Trajectory | QuarantineRow:
-    """One record -> Trajectory (or a ``non_finite_reward`` row, see ``common.reader_trajectory``);
-    ``lines[i]`` is the file line of message ``i`` (or None).
+def parse_record(rec: Any, lines: list[int | None], src: Source, index: int, first_line: int | None
+                 ) -> Trajectory | QuarantineRow:
+    """Record number ``index`` of ``src`` -> Trajectory (or a ``non_finite_reward`` row, see
+    ``common.reader_trajectory``); ``lines[i]`` is the file line of message ``i`` (or None).
 
     Raises :class:`RecordError` for a record with no usable turns.
     """
@@ -113,7 +113,7 @@ def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first
     first = keep[0][1]
     game_file = rec.get("game_file") if isinstance(rec.get("game_file"), str) else None
     text = "\n".join(c for _, c, _ in keep)
-    env = envs.detect_env(text, env_hint or ("alfworld" if game_file else None))
+    env = envs.detect_env(text, src.env_hint or ("alfworld" if game_file else None))
     t = _TASK.search(first)
     if t:
         task, reset_obs = t[1].strip(), _TASK.sub("", first).strip()
@@ -136,13 +136,13 @@ def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first
     if env == "search":  # one QA action syntax for every source: finish[x] -> <answer>x</answer>
         for s in steps[1:]:
             s.action = search_env.normalise_action(s.action)
-    outcome, reward, source = _label(rec, steps[-1].observation, env, threshold)
+    outcome, reward, source = _label(rec, steps[-1].observation, env, src.success_threshold)
     if outcome == "success" or source == "observation":
         steps[-1].done = True
         steps[-1].reward = reward
     data_source = rec.get("data_source") if isinstance(rec.get("data_source"), str) else None
     if env == "search" and not data_source:
-        data_source = search_env.data_source_from_text(path)
+        data_source = search_env.data_source_from_text(src.path)
     hint = game_file if env == "alfworld" else data_source if env == "search" else None
     meta = {"outcome_source": source}
     for key in ("id", "game_file", "data_source"):
@@ -151,10 +151,10 @@ def parse_record(rec: Any, lines: list[int | None], path: str, index: int, first
     if data_source:
         meta["data_source"] = data_source
     instance = game_file or (rec["id"] if isinstance(rec.get("id"), str) else
-                             f"{os.path.splitext(os.path.basename(path))[0]}/{index}")
+                             f"{os.path.splitext(os.path.basename(src.path))[0]}/{index}")
     return reader_trajectory(
         env=env, env_instance=instance, task=task, outcome=outcome, reward=reward, steps=steps,
-        source_uri=path, source_format=FORMAT, record_index=index, source_line=first_line,
+        source_uri=src.source_uri, source_format=FORMAT, record_index=index, source_line=first_line,
         category_hint=hint, metadata=meta)
 
 
@@ -220,8 +220,7 @@ def _undecoded(line: str) -> str:
     return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per record; ``bad_record`` / ``invalid_json`` rows for the rest.
 
     A JSON list is decoded record by record (a cut file keeps its earlier records; content after
@@ -230,50 +229,55 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     one nested too deeply to decode, is quarantined with its line number and the next line still
     read).
 
-    ``text``: the file's text when the caller has it (``discover.read_file`` passes it for a JSONL
-    file with invalid UTF-8, decoded with ``errors="surrogateescape"``, newlines translated);
-    else the file is opened with ``common.open_text``. A JSONL line holding escaped bytes
+    When ``src.escaped`` (``discover.read_file`` passes the text of a JSONL file with invalid
+    UTF-8 decoded with ``errors="surrogateescape"``), a JSONL line holding escaped bytes
     (U+DC80..U+DCFF) is quarantined ``not_utf8`` with its line number and counts as a record
     (its index is used up, like a bad line's); a JSON document holding any is one ``not_utf8``
     row (a document cannot be split safely).
     """
-    if text is None:
-        with open_text(path) as f:
-            text = f.read()
-        dirty = None
-    else:
-        dirty = _ESCAPED.search(text)
+    text = src.read_text()
+    dirty = _ESCAPED.search(text) if src.escaped else None
     stripped = text.lstrip(" \t\r\n")
     if stripped.startswith("{") and is_jsonl(stripped):
-        index = 0
-        for no, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue
-            if dirty is not None and _ESCAPED.search(line):
-                yield bad("not_utf8", f"invalid UTF-8 in this JSONL line (bytes {_escaped_bytes(line)}); "
-                          "the other lines are read", path, no, _undecoded(line))
-                index += 1
-                continue
-            try:
-                rec = json.loads(line)
-                yield parse_record(rec, [no] * len(_messages(rec)), path, index, no, env_hint, success_threshold)
-            except json.JSONDecodeError as e:
-                yield bad("invalid_json", f"invalid JSON line: {e.msg} (column {e.colno})", path, no, line)
-            except RecursionError:  # e.g. 100k nested brackets: this line only, the next is read
-                yield bad("invalid_json", "invalid JSON line: nested too deeply to decode", path, no, line)
-            except RecordError as e:
-                yield bad("bad_record", str(e), path, no, line)
-            except Exception as e:  # an unforeseen record shape costs this line, not the rest of the file
-                yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", path, no, line)
-            index += 1
-        return
-    if dirty is not None:
+        yield from _read_jsonl(src, text, dirty is not None)
+    elif dirty is not None:
         yield bad("not_utf8", f"invalid UTF-8 (bytes {_escaped_bytes(text[dirty.start():dirty.start() + 200])}) "
-                  "in a JSON document", path, text.count("\n", 0, dirty.start()) + 1,
+                  "in a JSON document", src.path, text.count("\n", 0, dirty.start()) + 1,
                   _undecoded(text[max(0, dirty.start() - 200):dirty.start() + 200]))
-        return
-    index = 0
-    try:  # a top-level object is a single record
+    else:
+        yield from _read_document(src, text)
+
+
+def _read_jsonl(src: Source, text: str, dirty: bool) -> Iterator[Trajectory | QuarantineRow]:
+    """The records of a JSONL ``text``, one per non-blank line; ``dirty``: some line holds
+    escaped invalid bytes (see :func:`read`)."""
+    path, index = src.path, 0
+    for no, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if dirty and _ESCAPED.search(line):
+            yield bad("not_utf8", f"invalid UTF-8 in this JSONL line (bytes {_escaped_bytes(line)}); "
+                      "the other lines are read", path, no, _undecoded(line))
+            index += 1
+            continue
+        try:
+            rec = json.loads(line)
+            yield parse_record(rec, [no] * len(_messages(rec)), src, index, no)
+        except json.JSONDecodeError as e:
+            yield bad("invalid_json", f"invalid JSON line: {e.msg} (column {e.colno})", path, no, line)
+        except RecursionError:  # e.g. 100k nested brackets: this line only, the next is read
+            yield bad("invalid_json", "invalid JSON line: nested too deeply to decode", path, no, line)
+        except RecordError as e:
+            yield bad("bad_record", str(e), path, no, line)
+        except Exception as e:  # an unforeseen record shape costs this line, not the rest of the file
+            yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", path, no, line)
+        index += 1
+
+
+def _read_document(src: Source, text: str) -> Iterator[Trajectory | QuarantineRow]:
+    """The records of a JSON document ``text``: a list of records, or one top-level record."""
+    path, index = src.path, 0
+    try:
         for key, rec, pos, no in iter_json_container(text, single_object=True):
             if isinstance(rec, BadMember):
                 yield bad_member_row(key, rec, path, text, pos, no)
@@ -281,7 +285,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 continue
             try:
                 n = len(_messages(rec))
-                yield parse_record(rec, _message_lines(text, pos, n, no), path, index, no, env_hint, success_threshold)
+                yield parse_record(rec, _message_lines(text, pos, n, no), src, index, no)
             except RecordError as e:
                 yield bad("bad_record", str(e), path, no, json.dumps(rec, ensure_ascii=False)[:4000])
             except Exception as e:  # an unforeseen record shape costs this record, not the rest

@@ -3,10 +3,12 @@ streaming JSON containers with line numbers, and attaching reasoning to the next
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator, TextIO
 
 import pyarrow as pa
 
@@ -76,6 +78,49 @@ def open_text(path: str):
     patterns miss line 1). Raises ``OSError`` like ``open``.
     """
     return open(path, encoding=ENCODING)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file as a reader sees it: the single argument of every reader ``read(src)``.
+
+    Attributes:
+        path: the local file. Quarantine rows name it (the parse stage rebases them), and readers
+            take file and folder names from it (``env000/test1.txt`` -> instance ``env000``).
+        env_hint: ``alfworld``/``webshop``/``search`` when the caller knows it, else ``None`` (detect).
+        success_threshold: graded rewards (WebShop score, QA reward) >= this are successes.
+        uri: the source URI recorded on trajectories and hashed into their ids (the parse stage
+            passes the path relative to the input root, so ids do not depend on the checkout);
+            ``None`` = ``path``. Read it as :attr:`source_uri`.
+        text: the file's decoded text when the caller already has it (``discover.read_file`` does
+            for files up to ``WHOLE_READ_BYTES``); ``None`` = :meth:`read_text` opens the file.
+        escaped: ``text`` was decoded with ``errors="surrogateescape"`` (a JSONL file with invalid
+            UTF-8: each bad byte is one character U+DC80..U+DCFF for the reader to quarantine).
+    """
+    path: str
+    env_hint: str | None = None
+    success_threshold: float = 1.0
+    uri: str | None = None
+    text: str | None = None
+    escaped: bool = False
+
+    @property
+    def source_uri(self) -> str:
+        """The URI to record on trajectories: :attr:`uri`, else :attr:`path`."""
+        return self.path if self.uri is None else self.uri
+
+    def read_text(self) -> str:
+        """The whole text: :attr:`text`, else the file read with :func:`open_text` (same
+        decoding and newline translation). Raises ``OSError`` like ``open``."""
+        if self.text is not None:
+            return self.text
+        with open_text(self.path) as f:
+            return f.read()
+
+    def open(self) -> TextIO:
+        """The text as a stream of ``\\n``-terminated lines (a context manager), for readers that
+        stream large files: over :attr:`text` when held, else :func:`open_text`."""
+        return io.StringIO(self.text) if self.text is not None else open_text(self.path)
 
 
 def line_at(text: str, pos: int) -> int:

@@ -27,11 +27,12 @@ from typing import Callable, Iterator
 from pipeline.core.records import QuarantineRow, Trajectory
 from pipeline.formats import (byo_json, chat_json, react_alfworld_json, react_webshop_log, reflexion_hotpotqa, reflexion_txt,
                skillrl_memory_json, skillrl_search_txt, skillrl_txt)
-from pipeline.formats.common import ENCODING, UTF16_BOMS, bad, utf16_encoding
+from pipeline.formats.common import ENCODING, UTF16_BOMS, Source, bad, utf16_encoding
 
-Reader = Callable[[str, "str | None"], Iterator["Trajectory | QuarantineRow"]]
+#: A reader: ``read(src)`` -> trajectories and quarantine rows (see :mod:`pipeline.formats`).
+Reader = Callable[[Source], Iterator["Trajectory | QuarantineRow"]]
 
-#: format name -> reader ``read(path, env_hint)``.
+#: format name -> reader.
 READERS: dict[str, Reader] = {
     "skillrl_txt": skillrl_txt.read,
     "react_alfworld_json": react_alfworld_json.read,
@@ -49,10 +50,6 @@ HEAD_BYTES = 64 * 1024
 #: Files up to this size are read once (check + sniff + parse share the bytes); larger ones are
 #: checked in 1 MB blocks first so a bad byte deep in a huge file is found with its line.
 WHOLE_READ_BYTES = 16 << 20
-#: Readers that accept the already-decoded ``text=`` (saves re-reading small files).
-TEXT_READERS = frozenset({"skillrl_txt", "skillrl_search_txt"})
-#: Readers that accept ``source_uri=`` (the URI to record instead of ``path``).
-URI_READERS = frozenset({"skillrl_txt"})
 _SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
 
 
@@ -280,8 +277,8 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         fmt: a key of :data:`READERS`, or ``"auto"`` to sniff the content.
         env_hint: ``alfworld``/``webshop``/``search`` when the caller knows it; ``None``/``"auto"`` = detect.
         success_threshold: graded rewards (WebShop score, QA reward) >= this are successes.
-        source_uri: URI to record instead of ``path``, for readers in :data:`URI_READERS` (others
-            record ``path``; the caller rebases those: ``common.rebase``).
+        source_uri: URI to record on trajectories instead of ``path`` (:attr:`common.Source.uri`);
+            quarantine rows name ``path`` (the caller rebases them).
         digest: optional ``hashlib`` object fed the file's bytes once they are read (so the parse
             stage hashes its inputs without reading them a second time); left partial when the
             file cannot be read.
@@ -293,7 +290,7 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
     naming the ``iconv`` conversion, not ``binary_file``.
 
     Every reader sees the text without a leading UTF-8 BOM (decoded with ``common.ENCODING`` here
-    and by ``common.open_text`` in readers that open the file themselves); line numbers count as
+    and by ``common.open_text`` when a reader opens a large file itself); line numbers count as
     if it were not there.
 
     Raises ``ValueError`` only for an unknown ``fmt`` name (a configuration error, not bad input).
@@ -301,53 +298,78 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
     if fmt != "auto" and fmt not in READERS:
         raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
     hint = None if env_hint in (None, "", "auto") else env_hint
-    # data: the whole file (small files only); lenient: a JSONL text with its invalid bytes escaped
-    text = lenient = data = None
     try:
-        if os.path.getsize(path) <= WHOLE_READ_BYTES:
-            with open(path, "rb") as f:
-                data = f.read()
-            if digest is not None:
-                digest.update(data)
-            problem, text = _check_bytes(path, data)
-            head = data[:HEAD_BYTES]
-        else:
-            problem = _check_text(path)
-            with open(path, "rb") as f:
-                head = f.read(HEAD_BYTES)
-                if digest is not None:  # large files only (> WHOLE_READ_BYTES): one more pass
-                    digest.update(head)
-                    while block := f.read(1 << 20):
-                        digest.update(block)
-        if problem is not None and problem.reason in ("binary_file", "not_utf8"):  # rare: not the hot path
-            utf16 = _utf16_row(path, head)
-            if utf16 is not None:
-                problem = utf16
-            elif problem.reason == "not_utf8":
-                lenient = _jsonl_text(path, fmt, head, data)
-                if lenient is not None:
-                    problem, text, fmt = None, lenient, "chat_json"
+        loaded = _load(path, fmt, digest)
     except OSError as e:
         yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
         return
-    if problem:
-        yield problem
+    if loaded.problem:
+        yield loaded.problem
         return
+    fmt = loaded.fmt
     if fmt == "auto":
-        fmt = detect_format(path, head) or ""
+        fmt = detect_format(path, loaded.head) or ""
         if not fmt:
             yield bad("unrecognised_format", "content matches no known input format", path, 1)
             return
-    kwargs = {"text": text} if (text is not None and (fmt in TEXT_READERS or lenient is not None)) else {}
-    if source_uri is not None and fmt in URI_READERS:
-        kwargs["source_uri"] = source_uri
+    src = Source(path, hint, success_threshold, source_uri, loaded.text, loaded.escaped)
+    yield from _run_reader(fmt, src)
+
+
+@dataclass
+class _Loaded:
+    """A file as :func:`_load` found it: ``problem`` (the row that replaces it, else ``None``),
+    its first :data:`HEAD_BYTES` bytes, its text when read whole (``escaped``: decoded with
+    ``surrogateescape``, see :func:`_jsonl_text`) and the format to read it with."""
+    problem: QuarantineRow | None
+    head: bytes
+    text: str | None
+    escaped: bool
+    fmt: str
+
+
+def _load(path: str, fmt: str, digest) -> _Loaded:
+    """Read and check ``path``: whole when small (check, sniff and parse share the bytes), else
+    streamed (:func:`_check_text`); feeds ``digest``; rescues UTF-16 and JSONL files from a bare
+    ``binary_file`` / ``not_utf8`` (see :func:`read_file`). Raises ``OSError`` like ``open``."""
+    text = data = None
+    if os.path.getsize(path) <= WHOLE_READ_BYTES:
+        with open(path, "rb") as f:
+            data = f.read()
+        if digest is not None:
+            digest.update(data)
+        problem, text = _check_bytes(path, data)
+        head = data[:HEAD_BYTES]
+    else:
+        problem = _check_text(path)
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+            if digest is not None:  # large files only (> WHOLE_READ_BYTES): one more pass
+                digest.update(head)
+                while block := f.read(1 << 20):
+                    digest.update(block)
+    loaded = _Loaded(problem, head, text or None, False, fmt)
+    if problem is not None and problem.reason in ("binary_file", "not_utf8"):  # rare: not the hot path
+        utf16 = _utf16_row(path, head)
+        if utf16 is not None:
+            loaded.problem = utf16
+        elif problem.reason == "not_utf8":
+            lenient = _jsonl_text(path, fmt, head, data)
+            if lenient is not None:
+                loaded = _Loaded(None, head, lenient, True, "chat_json")
+    return loaded
+
+
+def _run_reader(fmt: str, src: Source) -> Iterator[Trajectory | QuarantineRow]:
+    """Run reader ``fmt`` on ``src``: what it yields, then a ``reader_error`` row if it raised
+    (what it already yielded is kept) or a ``no_records`` row if it yielded nothing."""
     n = 0
     try:
-        for item in READERS[fmt](path, hint, success_threshold=success_threshold, **kwargs):
+        for item in READERS[fmt](src):
             n += 1
             yield item
     except Exception as e:  # a reader bug or an unforeseen shape must not end the run
-        yield bad("reader_error", f"{fmt}: {type(e).__name__}: {e}", path)
+        yield bad("reader_error", f"{fmt}: {type(e).__name__}: {e}", src.path)
         return
     if n == 0:
-        yield bad("no_records", f"no {fmt} records found", path, 1)
+        yield bad("no_records", f"no {fmt} records found", src.path, 1)

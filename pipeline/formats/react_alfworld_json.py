@@ -15,21 +15,19 @@ from typing import Iterator
 from pipeline.core.records import QuarantineRow, Trajectory
 from pipeline.formats.alfworld_transcript import parse_transcript
 from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
-                     open_text, reader_trajectory)
+                     Source, reader_trajectory)
 
 FORMAT = "react_alfworld_json"
 WIN_REWARD = 10.0
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per transcript entry.
 
     Quarantine reasons: ``bad_record`` (value not a string, or no action), ``invalid_json`` (the
     file is cut or corrupt: entries before the damage are still read).
     """
-    with open_text(path) as f:
-        text = f.read()
+    path, text = src.path, src.read_text()
     index = 0
     try:
         for key, value, start, line in iter_json_container(text):
@@ -50,8 +48,8 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                     if t.trailing_thought:
                         meta["trailing_thought"] = t.trailing_thought
                     yield reader_trajectory(
-                        env=env_hint or "alfworld", env_instance=m[2] if m else str(key), task=t.task,
-                        outcome="success", reward=WIN_REWARD, steps=t.steps, source_uri=path,
+                        env=src.env_hint or "alfworld", env_instance=m[2] if m else str(key), task=t.task,
+                        outcome="success", reward=WIN_REWARD, steps=t.steps, source_uri=src.source_uri,
                         source_format=FORMAT, record_index=index, source_line=line, metadata=meta)
             index += 1
     except JSONContainerError as e:

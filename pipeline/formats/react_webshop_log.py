@@ -13,7 +13,7 @@ import re
 from typing import Iterator
 
 from pipeline.core.records import QuarantineRow, Trajectory
-from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.common import Source, bad, reader_trajectory
 from pipeline.formats.webshop_transcript import parse_episode
 
 FORMAT = "react_webshop_log"
@@ -22,14 +22,14 @@ _INDEX = re.compile(r"^(\d+)\s*$")
 _SUMMARY = re.compile(r"^\d+ [-+\d.eE]+ [-+\d.eE]+ [-+\d.eE]+\s*$")
 
 
-def _episodes(path: str):
+def _episodes(src: Source):
     """Stream the file as ``("episode", index, first_line, body, summary, closed)`` per episode and
     ``("stray", None, first_line, lines, None, False)`` per run of non-blank text outside any
     episode (an index line that does not parse, text between a closing rule and the next
     opening one), so nothing is dropped unseen. ``body``/``lines`` = [(line_no, text)]."""
     current, stray = None, []
     pending_rule = False
-    with open_text(path) as f:
+    with src.open() as f:
         for no, raw in enumerate(f, 1):
             line = raw.rstrip("\n")
             if current is None:
@@ -59,8 +59,7 @@ def _episodes(path: str):
         yield "stray", None, stray[0][0], stray, None, False
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per episode.
 
     Quarantine reasons: ``truncated_episode`` (file ends inside an episode with no summary
@@ -68,8 +67,9 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     episode, e.g. an episode whose index line is damaged: one row per run of such text, with its
     first line and the text, so a lost episode is counted instead of vanishing).
     """
+    path = src.path
     record_index = 0  # counts episodes; stray text is not a record
-    for kind, index, first, body, summary, closed in _episodes(path):
+    for kind, index, first, body, summary, closed in _episodes(src):
         raw = "\n".join(t for _, t in body)
         if kind == "stray":
             yield bad("bad_record", "text outside any episode (an episode starts with a '-----' rule "
@@ -90,7 +90,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         if ep.trailing_thought:
             meta["trailing_thought"] = ep.trailing_thought
         yield reader_trajectory(
-            env=env_hint or "webshop", env_instance=f"fixed_{index}", task=ep.task,
-            outcome="success" if reward >= success_threshold else "failure", reward=reward,
-            steps=ep.steps, source_uri=path, source_format=FORMAT, record_index=record_index - 1,
+            env=src.env_hint or "webshop", env_instance=f"fixed_{index}", task=ep.task,
+            outcome="success" if reward >= src.success_threshold else "failure", reward=reward,
+            steps=ep.steps, source_uri=src.source_uri, source_format=FORMAT, record_index=record_index - 1,
             source_line=first, metadata=meta)

@@ -27,7 +27,7 @@ from typing import Iterator
 from pipeline.envs import search as search_env
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.common import Source, bad, reader_trajectory
 
 FORMAT = "reflexion_hotpotqa"
 _SECTION = re.compile(r"^-{5,} BEGIN (CORRECT|INCORRECT|HALTED) AGENTS -{5,}\s*$")
@@ -112,8 +112,7 @@ def _cut_short(section: str, b: dict, gold_style: bool, ends_in_newline: bool) -
     return None
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per agent block.
 
     Quarantine reasons: ``no_section`` (agent block before any BEGIN ... AGENTS header, so no
@@ -122,8 +121,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     cut one would otherwise read as a finished agent, even a success), ``bad_record`` (no action,
     or a turn number out of order).
     """
-    with open_text(path) as f:
-        whole = f.read()
+    path, whole = src.path, src.read_text()
     lines = whole.split("\n")
     gold_style = any(_GOLD.match(ln) for ln in lines)
     agents = list(_agents(lines))
@@ -169,5 +167,5 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             meta["trailing_thought"] = thought
         yield reader_trajectory(
             env="search", env_instance="q-" + content_hash(b["question"], n=12), task=b["question"],
-            outcome=outcome, reward=reward, steps=steps, source_uri=path, source_format=FORMAT,
+            outcome=outcome, reward=reward, steps=steps, source_uri=src.source_uri, source_format=FORMAT,
             record_index=k, source_line=first, category_hint="hotpotqa", metadata=meta)

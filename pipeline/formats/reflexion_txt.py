@@ -15,7 +15,7 @@ from typing import Iterator
 from pipeline import envs
 from pipeline.core.records import QuarantineRow, Trajectory
 from pipeline.formats.alfworld_transcript import parse_transcript
-from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.common import Source, bad, reader_trajectory
 from pipeline.formats.webshop_transcript import parse_episode
 
 FORMAT = "reflexion_txt"
@@ -51,15 +51,13 @@ def _episodes(lines: list[str]):
         yield body, None, None, ""
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per labelled episode.
 
     Quarantine reasons: ``no_status`` (text after the last ``STATUS:`` line), ``unknown_status``,
     ``bad_record`` (an episode with no action).
     """
-    with open_text(path) as f:
-        lines = f.read().split("\n")
+    path, lines = src.path, src.read_text().split("\n")
     stem = os.path.splitext(os.path.basename(path))[0]
     for k, (body, status, status_line, plan) in enumerate(_episodes(lines)):
         start = body[0][0] if body else status_line
@@ -71,7 +69,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         if outcome is None:
             yield bad("unknown_status", f"unknown episode label STATUS: {status}", path, status_line, raw)
             continue
-        env = envs.detect_env(raw, env_hint)
+        env = envs.detect_env(raw, src.env_hint)
         meta = {"episode": k, "status": status, "plan": plan, "outcome_source": "status_label"}
         if env == "webshop":
             ep = parse_episode(body)
@@ -90,4 +88,4 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             meta["trailing_thought"] = trailing
         yield reader_trajectory(
             env=env, env_instance=f"{stem}/{k}", task=task, outcome=outcome, reward=reward, steps=steps,
-            source_uri=path, source_format=FORMAT, record_index=k, source_line=start, metadata=meta)
+            source_uri=src.source_uri, source_format=FORMAT, record_index=k, source_line=start, metadata=meta)

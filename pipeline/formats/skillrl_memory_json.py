@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from pipeline.core.records import QuarantineRow, Step, Trajectory
 from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
-                     open_text, reader_trajectory)
+                     Source, reader_trajectory)
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -81,7 +81,7 @@ def memory_fields(rec: Any) -> dict[str, Any]:
             "contextual_description": rec.get("contextual_description")}
 
 
-def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory | QuarantineRow:
+def memory_trajectory(rec: Any, source_uri: str, index: int, line: int) -> Trajectory | QuarantineRow:
     """One memory with refined steps -> Trajectory (module docstring; a quarantine row only as
     ``common.reader_trajectory`` makes one); raises :class:`RecordError`."""
     f = memory_fields(rec)
@@ -111,16 +111,14 @@ def memory_trajectory(rec: Any, path: str, index: int, line: int) -> Trajectory 
                 step_indices=[e.get("step_index") for e in entries])
     return reader_trajectory(
         env=f["env"], env_instance=str(f["origin_env_id"] or f["memory_id"] or index), task=f["goal"],
-        outcome=f["outcome"], reward=reward, steps=steps, source_uri=path, source_format=FORMAT,
+        outcome=f["outcome"], reward=reward, steps=steps, source_uri=source_uri, source_format=FORMAT,
         record_index=index, source_line=line, category_hint=f["data_source"], metadata=meta)
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per memory with refined steps; quarantine reasons:
     ``memory_without_steps`` (failures), ``bad_record``, ``invalid_json``."""
-    with open_text(path) as f:
-        text = f.read()
+    path, text = src.path, src.read_text()
     index = 0
     try:
         for key, rec, start, line in iter_json_container(text):
@@ -130,7 +128,7 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
                 continue
             raw = json.dumps(rec, ensure_ascii=False)
             try:
-                yield memory_trajectory(rec, path, index, line)
+                yield memory_trajectory(rec, src.source_uri, index, line)
             except NoSteps as e:
                 yield bad("memory_without_steps", f"{e}; the whole memory (planning_pattern, mistakes_to_avoid) "
                           "is kept in raw", path, line, raw,
@@ -142,12 +140,10 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
         yield from json_error_rows(e, path, text, index)
 
 
-def read_bank(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0
-              ) -> Iterator[Trajectory | QuarantineRow]:
+def read_bank(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """A skill bank is recognised and quarantined as a whole: one ``skill_bank_not_trajectories``
     row whose detail names its sections (``invalid_json`` if it does not decode)."""
-    with open_text(path) as f:
-        text = f.read()
+    path, text = src.path, src.read_text()
     try:
         bank = json.loads(text)
     except json.JSONDecodeError as e:

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from pipeline.envs import search as search_env
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import bad, reader_trajectory, line_at, open_text
+from pipeline.formats.common import Source, bad, line_at, reader_trajectory
 
 FORMAT = "skillrl_search_txt"
 _QUESTION = re.compile(r"Your question:[ \t]*(.*)")
@@ -59,13 +59,10 @@ def data_source(text: str, path: str) -> tuple[str | None, str]:
     return from_stem, ("stem_ranges" if from_stem else "none")
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None
-         ) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the one trajectory of a Search rollout file, or one quarantine row
     (``no_question``, ``no_steps``)."""
-    if text is None:  # read_file passes the text of small files it already decoded
-        with open_text(path) as f:
-            text = f.read()
+    path, text = src.path, src.read_text()
     q = _QUESTION.search(text)
     if not q or not q[1].strip():
         yield bad("no_question", "no 'Your question:' line", path, 1, text)
@@ -98,6 +95,6 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
             "reward_line_found": bool(rewards), "final_action_fallback": fallback}
     yield reader_trajectory(
         env="search", env_instance=f"{parent}_{stem}", task=q[1].strip(),
-        outcome="success" if reward >= success_threshold else "failure", reward=reward, steps=steps,
-        source_uri=path, source_format=FORMAT, record_index=0, source_line=1, category_hint=source,
+        outcome="success" if reward >= src.success_threshold else "failure", reward=reward, steps=steps,
+        source_uri=src.source_uri, source_format=FORMAT, record_index=0, source_line=1, category_hint=source,
         metadata=meta)

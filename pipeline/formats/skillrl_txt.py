@@ -32,7 +32,7 @@ from typing import Iterator
 
 from pipeline import envs
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import bad, reader_trajectory, open_text
+from pipeline.formats.common import Source, bad, reader_trajectory
 
 FORMAT = "skillrl_txt"
 WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won, spec §2)
@@ -202,12 +202,8 @@ def split_block(body: str) -> tuple[str, dict[str, str]]:
     return (body[o.start():] if o else ""), {k: v.strip() for k, v in keys.items()}
 
 
-def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1.0, text: str | None = None,
-         source_uri: str | None = None) -> Iterator[Trajectory | QuarantineRow]:
+def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield the one trajectory of a rollout file, or one quarantine row saying why not.
-
-    ``source_uri`` (default ``path``) is recorded on the trajectory and hashed into its id, so
-    the parse stage can pass the path relative to the input root and hash each file once.
 
     Quarantine reasons: ``bad_step_header`` (a ``Step`` line that does not parse, D-P1),
     ``bad_step_sequence`` (ids not -1, 0, 1, ...: a step is missing), ``no_steps``, and
@@ -217,52 +213,22 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     an episode that stopped there and still reads as one.
     env_instance is the ``envNNN`` folder (else the banner's env number, else the file stem).
     """
-    if text is None:  # read_file passes the text of small files it already decoded
-        with open_text(path) as f:
-            text = f.read()
-    env = envs.detect_env(text[:8192], env_hint)  # the Step -1 prompt names the environment
+    path, text = src.path, src.read_text()
+    env = envs.detect_env(text[:8192], src.env_hint)  # the Step -1 prompt names the environment
     heads = _header_spans(text)
     if not heads:
         yield bad("no_steps", "no 'Step <id> | Action: ...' headers found", path, 1, text)
         return
+    blocks = _blocks(text, heads, path)
+    if isinstance(blocks, QuarantineRow):
+        yield blocks
+        return
+    parsed = _steps(blocks, env, path)
+    if isinstance(parsed, QuarantineRow):
+        yield parsed
+        return
+    steps, invalid = parsed
     banner = _BANNER.search(text, 0, heads[0][0])
-    line, prev = 1, 0
-    blocks = []
-    for k, (start, stop) in enumerate(heads):
-        line, prev = line + text.count("\n", prev, start), start
-        m = _HEADER.match(text[start:stop])
-        if not m:
-            yield bad("bad_step_header", "step header does not parse (expected "
-                      "'Step <id> | Action: <a> | Reward: <float> | Done: True|False')", path, line,
-                      text[start:stop])
-            return
-        if int(m[1]) != k - 1:
-            yield bad("bad_step_sequence", f"step id {m[1]} where {k - 1} was expected (a step is missing "
-                      "or out of order)", path, line)
-            return
-        end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
-        blocks.append((m, line, text[stop + 1:end]))
-    steps, invalid = [], []
-    with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
-    for k, (m, line, body) in enumerate(blocks):
-        payload, keys = split_block(body)
-        obs, adm = clean_observation(payload, env)
-        has_list = _ADM_LEAD in payload
-        if k == len(blocks) - 1 and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
-            yield bad("truncated_file", "the last step's Obs payload ends before its admissible-action list is "
-                      "complete, while every earlier step has one: the file was cut short (a cut episode would "
-                      "otherwise read as a failure)", path, line, body[-RAW_TAIL:])
-            return
-        with_list += has_list
-        action = None if m[1] == "-1" else m[2].strip()  # D-P4
-        think = _THINK.search(keys["Raw Model Output"]) if "Raw Model Output" in keys else None
-        steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
-                          reward=float(m[3]), done=m[4] == "True", line=line,
-                          thought=think[1].strip() or None if think else None))
-        valid = keys.get("Valid Action", "").lower()
-        if action is not None and (valid == "false" or (valid != "true" and keys.get("Invalid Reason"))):
-            invalid.append({"index": len(steps) - 1, "line": line, "reason": keys.get("Invalid Reason", ""),
-                            "parsed_action": keys.get("Parsed Action")})
     t = _TASK.search(text)
     task = t[1].strip() if t else ""
     last = steps[-1]
@@ -275,4 +241,51 @@ def read(path: str, env_hint: str | None = None, *, success_threshold: float = 1
     yield reader_trajectory(
         env=env, env_instance=_instance(path, banner[2] if banner else None), task=task,
         outcome="success" if won else "failure", reward=last.reward, steps=steps,
-        source_uri=source_uri or path, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)
+        source_uri=src.source_uri, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)
+
+
+def _blocks(text: str, heads: list[tuple[int, int]], path: str) -> list[tuple[re.Match, int, str]] | QuarantineRow:
+    """``[(header match, line, body)]`` per step block of ``text`` (``heads``: the header spans),
+    or the ``bad_step_header`` / ``bad_step_sequence`` row of the first header that is wrong."""
+    line, prev = 1, 0
+    blocks = []
+    for k, (start, stop) in enumerate(heads):
+        line, prev = line + text.count("\n", prev, start), start
+        m = _HEADER.match(text[start:stop])
+        if not m:
+            return bad("bad_step_header", "step header does not parse (expected "
+                       "'Step <id> | Action: <a> | Reward: <float> | Done: True|False')", path, line,
+                       text[start:stop])
+        if int(m[1]) != k - 1:
+            return bad("bad_step_sequence", f"step id {m[1]} where {k - 1} was expected (a step is missing "
+                       "or out of order)", path, line)
+        end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
+        blocks.append((m, line, text[stop + 1:end]))
+    return blocks
+
+
+def _steps(blocks: list[tuple[re.Match, int, str]], env: str, path: str
+           ) -> tuple[list[Step], list[dict]] | QuarantineRow:
+    """``(steps, invalid_actions)`` of the step blocks, or the ``truncated_file`` row when the
+    last block was cut short (see :func:`read`)."""
+    steps, invalid = [], []
+    with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
+    for k, (m, line, body) in enumerate(blocks):
+        payload, keys = split_block(body)
+        obs, adm = clean_observation(payload, env)
+        has_list = _ADM_LEAD in payload
+        if k == len(blocks) - 1 and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
+            return bad("truncated_file", "the last step's Obs payload ends before its admissible-action list is "
+                       "complete, while every earlier step has one: the file was cut short (a cut episode would "
+                       "otherwise read as a failure)", path, line, body[-RAW_TAIL:])
+        with_list += has_list
+        action = None if m[1] == "-1" else m[2].strip()  # D-P4
+        think = _THINK.search(keys["Raw Model Output"]) if "Raw Model Output" in keys else None
+        steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
+                          reward=float(m[3]), done=m[4] == "True", line=line,
+                          thought=think[1].strip() or None if think else None))
+        valid = keys.get("Valid Action", "").lower()
+        if action is not None and (valid == "false" or (valid != "true" and keys.get("Invalid Reason"))):
+            invalid.append({"index": len(steps) - 1, "line": line, "reason": keys.get("Invalid Reason", ""),
+                            "parsed_action": keys.get("Parsed Action")})
+    return steps, invalid

@@ -84,13 +84,15 @@ def test_is_jsonl_probe():
 
 
 def test_read_given_text_with_escaped_bytes():
-    """``text=`` as discover.read_file passes it (invalid bytes decoded with surrogateescape):
-    JSONL loses only the lines holding one; a JSON document is one not_utf8 row at its line."""
+    """An escaped ``Source.text`` as discover.read_file passes it (invalid bytes decoded with
+    surrogateescape): JSONL loses only the lines holding one; a JSON document is one not_utf8 row
+    at its line."""
     from pipeline.formats import chat_json
+    from pipeline.formats.common import Source
     raw = open(FIREACT, "rb").read().replace(b"Kimberly Ann Hart", b"Kimberly Ann H\xe4rt", 1)
-    items = list(chat_json.read(FIREACT, text=raw.decode("utf-8", "surrogateescape")))
+    items = list(chat_json.read(Source(FIREACT, text=raw.decode("utf-8", "surrogateescape"), escaped=True)))
     assert [(i.reason, i.line) if hasattr(i, "reason") else i.record_index for i in items] == [0, 1, 2, ("not_utf8", 4)]
     assert "Kimberly Ann H\ufffdrt" in items[3].raw
     doc = '[\n  {"messages": [\n    {"role": "user", "content": "caf\udce9"}]}\n]'
-    (q,) = list(chat_json.read("doc.json", text=doc))
+    (q,) = list(chat_json.read(Source("doc.json", text=doc, escaped=True)))
     assert (q.reason, q.line, q.detail) == ("not_utf8", 3, "invalid UTF-8 (bytes E9) in a JSON document")

@@ -272,3 +272,25 @@ def test_binary_with_nul_every_other_byte_stays_binary(tmp_path):
     p.write_bytes(b"".join(i.to_bytes(2, "little") for i in range(1, 300)))
     (q,) = list(read_file(str(p)))
     assert (q.reason, q.line) == ("binary_file", 1)
+
+
+def test_every_reader_takes_one_source_and_uses_its_text_and_uri(tmp_path):
+    """One signature for all readers: ``read(Source)``. Given the text, a reader does not open
+    the file (here a path that does not exist) and records ``Source.uri`` on its trajectories."""
+    from pipeline.formats.common import Source
+    from pipeline.formats.discover import READERS
+    seen = {}
+    for p in list_input_files("data/samples") + list_input_files(FIX):
+        fmt = detect_format(p, open(p, "rb").read(65536))
+        if fmt and fmt not in seen and any(isinstance(i, Trajectory) for i in read_file(p, fmt)):
+            seen[fmt] = p
+    assert set(seen) == set(READERS) - {"skillrl_bank_json"}  # a bank is never trajectories
+    for fmt, p in seen.items():
+        via_discover = list(read_file(p, fmt, source_uri="u/x.txt"))
+        text = open(p, encoding="utf-8-sig", newline=None).read()
+        direct = list(READERS[fmt](Source(p, text=text, uri="u/x.txt")))
+        assert direct == via_discover, fmt
+        moved = list(READERS[fmt](Source(str(tmp_path / "gone" / os.path.basename(p)), text=text, uri="u/x.txt")))
+        trajs = [t for t in moved if isinstance(t, Trajectory)]
+        assert len(trajs) == sum(isinstance(t, Trajectory) for t in direct) > 0, fmt
+        assert {t.source_uri for t in trajs} == {"u/x.txt"}, fmt
