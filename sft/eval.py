@@ -42,7 +42,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import typer
 
-from pipeline.core.config import ConfigError, build_flat, config_field
+from pipeline.core.config import ConfigError, PromptConfig, build_flat, check_fields, config_field
 
 _f = config_field
 
@@ -76,9 +76,8 @@ class EvalConfig:
     max_new_tokens: int = _f(96, "new tokens per action (think + action)", min=1)
     temperature: float = _f(0.0, "sampling temperature; 0 = greedy (repeatable)", min=0)
     batch_size: int = _f(8, "episodes played in lock-step (one batched generation per step)", min=1)
-    history_length: int = _f(2, "observation/action pairs in the prompt (must equal SFT's)", min=0)
-    top_k_general: int = _f(6, "general skills shown (must equal SFT's)", min=0)
-    max_mistakes: int = _f(5, "common mistakes shown (must equal SFT's)", min=0)
+    prompt: PromptConfig = dataclasses.field(default_factory=PromptConfig, metadata={
+        "help": "prompt rendering; a run's checkpoint is evaluated with the run's own `prompt` section"})
     torch_threads: int = _f(0, "CPU threads for torch (0 = torch default)", min=0)
 
 
@@ -86,9 +85,14 @@ def eval_config(**overrides: Any) -> EvalConfig:
     """An :class:`EvalConfig` from flat overrides (``games`` may be a comma-separated string);
     raises :class:`pipeline.core.config.ConfigError` for an unknown key, bad type or range, or an
     unknown TextWorld Express game."""
+    from sft.rl.config import pop_prompt
     if isinstance(overrides.get("games"), str):
         overrides["games"] = [g.strip() for g in overrides["games"].split(",") if g.strip()]
+    overrides, prompt = pop_prompt(overrides, "eval config")
     cfg = build_flat(EvalConfig, overrides, what="eval config")
+    if prompt is not None:
+        cfg.prompt = prompt
+    check_fields(cfg.prompt, "prompt")
     if cfg.env == "textworld":
         from pipeline.envs.sim.textworld import GAME_CATEGORIES
         bad = [g for g in cfg.games if g not in GAME_CATEGORIES] or ([] if cfg.games else ["(none)"])
@@ -189,15 +193,12 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
     """Play every task once with ``policy`` (batches of ``cfg.batch_size``); returns episode rows.
 
     Raises ``RuntimeError`` when the env engine cannot start (no Java / package)."""
-    from pipeline.core.config import PromptConfig
     from pipeline.progress import bar as progress_bar
     from sft.rl.rollout import run_episodes
 
     from sft.rl.grpo import make_envs
     from sft.rl.config import GRPOConfig
 
-    pcfg = PromptConfig(history_length=cfg.history_length, top_k_general=cfg.top_k_general,
-                        max_mistakes=cfg.max_mistakes, skills=True)
     width = min(cfg.batch_size, len(tasks))
     gcfg = GRPOConfig(env=cfg.env, max_env_steps=cfg.max_steps)
     rows: list[dict[str, Any]] = []
@@ -210,7 +211,7 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
         for i in range(0, len(tasks), width):
             chunk = tasks[i:i + width]
             eps = run_episodes(envs[:len(chunk)], chunk, [f"eval:{t.instance}" for t in chunk], policy, bank_rows,
-                               pcfg, cfg.max_steps, cfg.env, record_offset=i, bank_version=bank_version)
+                               cfg.prompt, cfg.max_steps, cfg.env, record_offset=i, bank_version=bank_version)
             rows += [episode_row(i + j, ep, t) for j, (ep, t) in enumerate(zip(eps, chunk))]
             bar.update(len(chunk))
             bar.set_postfix(wins=sum(r["won"] for r in rows))
@@ -345,13 +346,18 @@ def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = No
     ``runs/<run_id>/eval_<which>/``; the entry point of the DAG tasks ``eval_sft`` / ``eval_grpo``.
 
     ``base`` (``base_model``, '' = embedded SmolLM2) uses the run's exported bank, like SFT did.
+    Prompts follow the run's recorded ``prompt`` section when it has a ``build_pairs`` artifact
+    (:func:`sft.rl.config.run_prompt_config`), else ``cfg.prompt``.
     Returns :func:`evaluate`'s dict.
     Raises ``FileNotFoundError`` when the checkpoint is missing, ``ValueError`` for an unknown name."""
     from pipeline.core.artifacts import ArtifactStore
     if which not in (*RUN_CHECKPOINTS, "base"):
         raise ValueError(f"unknown checkpoint {which!r}; choose from {', '.join([*RUN_CHECKPOINTS, 'base'])}")
+    from sft.rl.config import PROMPT_STAGE, run_prompt_config
     cfg = cfg or EvalConfig()
     store = ArtifactStore(root, run_id)
+    if store.load(PROMPT_STAGE) is not None:  # the prompts the run's pairs were rendered with
+        cfg = dataclasses.replace(cfg, prompt=run_prompt_config(store))
     spec = "base" if which == "base" else os.path.join(store.run_dir, RUN_CHECKPOINTS[which])
     if spec != "base" and not os.path.isdir(spec):
         raise FileNotFoundError(f"no {which} checkpoint in {spec}")

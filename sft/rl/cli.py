@@ -204,9 +204,11 @@ def grpo(
     if run_id:
         clash = [f"--{k.replace('_', '-')}" for k, v in dict(output_dir=output_dir, model=model,
                                                              skill_bank=skill_bank).items() if v is not None]
+        from sft.rl.config import LEGACY_PROMPT_KEYS
+        clash += [f"{k} (in --config)" for k in ("prompt", *LEGACY_PROMPT_KEYS) if k in data]
         if clash:  # grpo_for_run sets these from the run; silently dropping them would mislead
             raise typer.BadParameter(f"{', '.join(clash)} cannot be combined with --run-id (the run's "
-                                     "SFT checkpoint, skill bank and runs/RUN_ID/grpo are used)")
+                                     "SFT checkpoint, skill bank, prompt config and runs/RUN_ID/grpo are used)")
     elif not (output_dir or data.get("output_dir")):
         raise typer.BadParameter("give --run-id (continue a pipeline run) or --output-dir (a standalone run)")
     overrides = {k: v for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model,

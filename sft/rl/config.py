@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.core.config import ConfigError, build_flat, check_fields, config_field
+from pipeline.core.config import ConfigError, PromptConfig, build_flat, check_fields, config_field
 
 
 _f = config_field
@@ -73,10 +73,10 @@ class GRPOConfig:
     lora_target_modules: str = _f("all-linear", "comma-separated module names, or 'all-linear' (with lora_r > 0)")
     torch_threads: int = _f(1, "CPU threads for torch (0 = torch default). 1 is fastest on shared cores: measured "
                                "32-token generation 4.3 s with 1 thread vs 94 s with 2 under load", min=0)
-    # --- prompt (must equal the SFT export's PromptConfig)
-    history_length: int = _f(2, "observation/action pairs in the prompt (spec §12.1; same as SFT)", min=0)
-    top_k_general: int = _f(6, "general skills shown (spec §12.1 top_k)", min=0)
-    max_mistakes: int = _f(5, "common mistakes shown", min=0)
+    # --- prompt: the run's own PromptConfig (sft.rl.step.run_prompt_config), never a copy of its fields
+    prompt: PromptConfig = field(default_factory=PromptConfig, metadata={
+        "help": "prompt rendering (history window, skills shown); a pipeline run's GRPO step uses the run's "
+                "`prompt` section so SFT and RL prompts are byte-identical"})
     # --- validation and skill evolution
     eval_steps: int = _f(5, "validate (and maybe evolve the bank) every N steps; 0 = never (spec §12.1 test_freq)",
                          min=0)
@@ -104,6 +104,7 @@ class GRPOConfig:
         non-empty ``games`` list of known TextWorld Express games, ``val_tasks >= 1`` when
         validation runs (``eval_steps > 0``)."""
         check_fields(self)
+        check_fields(self.prompt, "prompt")
         for name in ("temperature", "top_p"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)!r}")
@@ -135,11 +136,61 @@ def to_dict(cfg: GRPOConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+#: Flat keys of earlier releases that now live in ``prompt`` (accepted for one release, with a warning).
+LEGACY_PROMPT_KEYS = ("history_length", "top_k_general", "max_mistakes")
+
+
+def pop_prompt(data: dict[str, Any], what: str = "GRPO config") -> tuple[dict[str, Any], PromptConfig | None]:
+    """``(data without prompt keys, PromptConfig or None when data names none)``: ``prompt`` may
+    be a :class:`PromptConfig` or a mapping of its fields; the legacy flat keys
+    (:data:`LEGACY_PROMPT_KEYS`) are moved into it with a ``FutureWarning``. Raises
+    :class:`ConfigError` for a ``prompt`` of another type or an invalid prompt field."""
+    data = dict(data)
+    prompt = data.pop("prompt", None)
+    legacy = {k: data.pop(k) for k in LEGACY_PROMPT_KEYS if k in data}
+    if legacy:
+        import warnings
+        warnings.warn(f"{what} keys {sorted(legacy)} are now under `prompt:`; the flat form will stop "
+                      "working in the next release", FutureWarning, stacklevel=3)
+    if isinstance(prompt, PromptConfig):
+        return data, dataclasses.replace(prompt, **legacy) if legacy else prompt
+    if prompt is not None and not isinstance(prompt, dict):
+        raise ConfigError(f"prompt: expected a mapping of prompt fields, got {type(prompt).__name__}")
+    if prompt is None and not legacy:
+        return data, None
+    return data, build_flat(PromptConfig, {**(prompt or {}), **legacy}, what=f"{what} prompt")
+
+
 def from_dict(data: dict[str, Any]) -> GRPOConfig:
-    """Build a config from a flat dict, each value coerced to its field's type
+    """Build a config from a dict of field values, each coerced to its field's type
     (``pipeline.core.config.coerce``) and checked (:meth:`GRPOConfig.validate`); raises
     :class:`pipeline.core.config.ConfigError` (a ``ValueError``) for a non-mapping, an unknown key,
-    a wrong type or an out-of-range value. ``games`` may also be a comma-separated string."""
+    a wrong type or an out-of-range value. ``games`` may also be a comma-separated string;
+    ``prompt`` a :class:`PromptConfig` or a mapping of its fields (the flat keys
+    :data:`LEGACY_PROMPT_KEYS` still work, with a ``FutureWarning``)."""
     if isinstance(data, dict) and isinstance(data.get("games"), str):
         data = {**data, "games": [g.strip() for g in data["games"].split(",") if g.strip()]}
-    return build_flat(GRPOConfig, data, what="GRPO config").validate()
+    prompt = None
+    if isinstance(data, dict):
+        data, prompt = pop_prompt(data)
+    cfg = build_flat(GRPOConfig, data, what="GRPO config")
+    return (dataclasses.replace(cfg, prompt=prompt) if prompt is not None else cfg).validate()
+
+
+#: The stage whose manifest records the prompt config the SFT pairs were rendered with.
+PROMPT_STAGE = "build_pairs"
+
+
+def run_prompt_config(store: Any) -> PromptConfig:
+    """The :class:`PromptConfig` a pipeline run rendered its SFT pairs with, read from the
+    ``config.prompt`` facts of its ``build_pairs`` manifest (``store``: an
+    ``pipeline.core.artifacts.ArtifactStore``), so GRPO and evaluation render the same bytes.
+
+    Raises ``ArtifactError`` when the run has no complete ``build_pairs`` artifact and
+    :class:`ConfigError` when its manifest records no (or an invalid) prompt section."""
+    art = store.require(PROMPT_STAGE)
+    recorded = (art.manifest.get("config") or {}).get("prompt")
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"the {PROMPT_STAGE} manifest of run {store.run_id} records no prompt config "
+                          f"(config.prompt): rerun {PROMPT_STAGE} so its prompts can be matched")
+    return build_flat(PromptConfig, recorded, what=f"prompt config of run {store.run_id}")

@@ -42,7 +42,7 @@ import random
 import time
 from typing import Any
 
-from pipeline.core.config import LLMConfig, PromptConfig
+from pipeline.core.config import LLMConfig
 from pipeline.progress import bar as progress_bar
 from sft.rl.rollout import Episode, episode_summary, run_episodes
 
@@ -52,12 +52,6 @@ from sft.rl.loss import episode_reward, group_advantages, policy_loss
 from sft.rl.evolution import SkillBank, evolve
 
 __all__ = ["train", "group_advantages", "episode_reward"]
-
-
-def prompt_config(cfg: GRPOConfig) -> PromptConfig:
-    """The prompt settings; they must equal the SFT export's ``PromptConfig`` (spec §13)."""
-    return PromptConfig(history_length=cfg.history_length, top_k_general=cfg.top_k_general,
-                        max_mistakes=cfg.max_mistakes, skills=True)
 
 
 def make_envs(cfg: GRPOConfig, n: int) -> list[Any]:
@@ -254,7 +248,7 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
         state = ckpt.restore_state(resume_from, optimizer)
         start, bank = state["step"], state["bank"]
     log = _Log(os.path.join(cfg.output_dir, "grpo_log.jsonl"))
-    pcfg = prompt_config(cfg)
+    pcfg = cfg.prompt
     train_tasks, val_tasks = make_task_lists(cfg)
     n_slots = cfg.tasks_per_step * cfg.num_generations
     model_id = f"grpo:{os.path.basename(os.path.normpath(model_dir))}"

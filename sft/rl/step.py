@@ -16,7 +16,7 @@ from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
 
 from sft import manifest as sft_manifest
-from sft.rl.config import GRPOConfig, smoke, to_dict
+from sft.rl.config import GRPOConfig, run_prompt_config, smoke, to_dict
 
 STEP = "grpo"
 INPUTS_FILE = "grpo_inputs.json"
@@ -31,7 +31,8 @@ def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: b
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run GRPO starting from ``runs/<run_id>/sft_fit`` with ``export/skill_bank.json``.
 
-    ``cfg`` defaults to the small CPU budget (:func:`sft.rl.config.smoke`). Returns the GRPO
+    ``cfg`` defaults to the small CPU budget (:func:`sft.rl.config.smoke`); its ``prompt`` is
+    replaced by the run's (:func:`sft.rl.config.run_prompt_config`). Returns the GRPO
     manifest plus ``skipped`` and ``uri``. Raises ``ArtifactError`` without an export artifact and
     ``FileNotFoundError`` without an SFT checkpoint (run ``skillpipe sft fit`` first).
     """
@@ -45,8 +46,9 @@ def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: b
         raise FileNotFoundError(f"no SFT checkpoint in {sft_dir}: run `skillpipe sft fit --run-id {run_id}` first")
     bank = os.path.join(export.path, "skill_bank.json")
     out = os.path.join(store.run_dir, STEP)
+    # the run's own prompt section: the SFT pairs were rendered with it, so RL prompts match them byte for byte
     cfg = dataclasses.replace(cfg or smoke(), output_dir=out, model=sft_dir, skill_bank=bank,
-                              skill_bank_env=_bank_env(bank))
+                              skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
     inputs = {"sft": {k: sft.get(k) for k in ("global_step", "final_loss", "export")},
               "bank_sha256": sha256_file(bank), "config": to_dict(cfg)}
     key = content_hash(inputs, n=32)

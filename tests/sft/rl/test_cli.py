@@ -60,8 +60,11 @@ def test_bare_grpo_is_a_usage_error_not_a_full_default_run(tmp_path, monkeypatch
 @pytest.mark.parametrize("args,msg", [
     (["--max-steps", "0"], "max_steps: must be >= 1, got 0"),  # used to overwrite the GRPO result with 0 steps
     (["--output-dir", "x"], "--output-dir cannot be combined with --run-id"),
+    (["--config", "PROMPT_YAML"], "prompt (in --config) cannot be combined with --run-id"),
 ])
 def test_grpo_run_id_with_bad_options_is_refused_before_training(tmp_path, args, msg):
+    (tmp_path / "prompt.yaml").write_text("prompt: {history_length: 3}\n")
+    args = [str(tmp_path / "prompt.yaml") if a == "PROMPT_YAML" else a for a in args]
     res, out = _invoke("grpo", "--run-id", "sample", "--root", str(tmp_path), *args)
     assert res.exit_code == 2 and msg in out, out
     assert not (tmp_path / "runs").exists()
@@ -74,6 +77,9 @@ def test_grpo_run_id_with_bad_options_is_refused_before_training(tmp_path, args,
     ("games: [twc, bogus]\n", "games: unknown TextWorld Express game(s) 'bogus'"),
     ("max_step: 3\n", "unknown GRPO config keys ['max_step']"),
     ("- 1\n", "expected a mapping of GRPOConfig fields, got list"),
+    ("prompt: {history_length: -1}\n", "history_length: must be >= 0, got -1"),
+    ("prompt: {history: 3}\n", "unknown GRPO config prompt keys ['history']"),
+    ("prompt: 3\n", "prompt: expected a mapping of prompt fields, got int"),
 ])
 def test_grpo_config_file_errors_are_usage_errors(tmp_path, yaml_text, msg):
     p = tmp_path / "g.yaml"
@@ -106,3 +112,30 @@ def test_grpo_config_coerces_like_the_pipeline_config():
     cfg = from_dict({"games": "twc, cookingworld", "scale_rewards": "no", "max_steps": 3.0, "output_dir": "o"})
     assert (cfg.games, cfg.scale_rewards, cfg.max_steps) == (["twc", "cookingworld"], False, 3)
     assert smoke().num_generations == 2  # the CPU budget itself passes validation
+
+
+def test_grpo_config_nests_the_prompt_config():
+    from pipeline.core.config import PromptConfig
+    from sft.rl.config import from_dict, to_dict
+    cfg = from_dict({"output_dir": "o", "prompt": {"history_length": "3", "skills": "false"}})
+    assert cfg.prompt == PromptConfig(history_length=3, skills=False)
+    assert to_dict(cfg)["prompt"] == {"history_length": 3, "top_k_general": 6, "max_mistakes": 5, "skills": False}
+    assert from_dict({"output_dir": "o", "prompt": PromptConfig(max_mistakes=1)}).prompt.max_mistakes == 1
+    with pytest.warns(FutureWarning, match=r"\['history_length'\] are now under `prompt:`"):
+        assert from_dict({"output_dir": "o", "history_length": 4}).prompt == PromptConfig(history_length=4)
+
+
+def test_run_prompt_config_reads_the_build_pairs_manifest(tmp_path):
+    import pyarrow as pa
+
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.config import ConfigError, PromptConfig
+    from sft.rl.config import run_prompt_config
+    store = ArtifactStore(str(tmp_path), "r")
+    empty = pa.table({"x": pa.array([], pa.int64())})
+    store.write("build_pairs", empty, [], {"fingerprint": "f", "config": {"prompt": {"history_length": 0,
+                                                                                    "top_k_general": 1}}})
+    assert run_prompt_config(store) == PromptConfig(history_length=0, top_k_general=1)
+    store.write("build_pairs", empty, [], {"fingerprint": "g", "config": {}})
+    with pytest.raises(ConfigError, match="records no prompt config"):
+        run_prompt_config(store)

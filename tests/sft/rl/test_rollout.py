@@ -34,18 +34,25 @@ def test_project_action(text, expected):
     assert project_action(text) == expected
 
 
-@pytest.fixture(scope="module")
-def episodes():
-    """twc seed 0 played twice: the gold path (won) and 'inventory' x3 (step-capped failure)."""
-    env = TextWorldExpressEnv(step_limit=20)
-    try:
-        task = EnvTask("twc", 0)
-        won = run_episodes([env], [task], ["g0"], ScriptedPolicy(GOLD), BANK, PromptConfig(), 10, "textworld")
-        lost = run_episodes([env], [task], ["g0"], ScriptedPolicy(["inventory"]), BANK, PromptConfig(), 3, "textworld",
-                            record_offset=1)
-    finally:
-        env.close()
+def play(env: TextWorldExpressEnv, prompt: PromptConfig) -> list:
+    """twc seed 0 played twice with ``prompt``: the gold path (won) and 'inventory' x3 (step-capped failure)."""
+    task = EnvTask("twc", 0)
+    won = run_episodes([env], [task], ["g0"], ScriptedPolicy(GOLD), BANK, prompt, 10, "textworld")
+    lost = run_episodes([env], [task], ["g0"], ScriptedPolicy(["inventory"]), BANK, prompt, 3, "textworld",
+                        record_offset=1)
     return won + lost
+
+
+@pytest.fixture(scope="module")
+def tw_env():
+    env = TextWorldExpressEnv(step_limit=20)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def episodes(tw_env):
+    return play(tw_env, PromptConfig())
 
 
 def test_episode_is_recorded_as_trajectory(episodes):
@@ -67,13 +74,9 @@ def test_episode_is_recorded_as_trajectory(episodes):
     assert first[1]["content"].startswith("## Current Progress\n\nYour current observation is: You are in the bedroom.")
 
 
-def test_sft_and_rl_prompts_are_identical(tmp_path, episodes):
-    """The validate stage's SFT pairs for these trajectories carry byte-identical prompts and token ids."""
-    from transformers import AutoTokenizer
-
-    from sft.base_model import ensure_base_model
-    from sft.rl.policy import prompt_ids
-
+def build_pairs(tmp_path, episodes, config: PipelineConfig) -> dict:
+    """Run the build_pairs stage of a run on the trajectories of ``episodes`` (a think for every
+    action) under ``config``; returns ``(store, {(trajectory_id, step_index): pair row})``."""
     store = ArtifactStore(str(tmp_path), "parity")
     trajs = [e.trajectory for e in episodes]
     distilled = [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
@@ -83,20 +86,59 @@ def test_sft_and_rl_prompts_are_identical(tmp_path, episodes):
     for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
                                 ("skills", BANK, SKILL_SCHEMA), ("distill", distilled, DISTILLED_SCHEMA)):
         store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
-    run_stage("build_pairs", StageContext(store, PipelineConfig()), log=lambda s: None)
-    pairs = {(p["trajectory_id"], p["step_index"]): p for p in store.require("build_pairs").read_rows()}
-    tok = AutoTokenizer.from_pretrained(str(ensure_base_model()))
+    run_stage("build_pairs", StageContext(store, config), log=lambda s: None)
+    return store, {(p["trajectory_id"], p["step_index"]): p for p in store.require("build_pairs").read_rows()}
+
+
+def assert_same_prompts(pairs: dict, episodes) -> int:
+    """Every RL step prompt equals its SFT pair's prompt in bytes and in token ids: the SFT side
+    tokenized as build_pairs counts it (``pipeline.tokens``' embedded tokenizer), the RL side as
+    the GRPO policy does (``sft.rl.policy.prompt_ids`` on the converted base model). Returns the
+    number of prompts compared."""
+    from transformers import AutoTokenizer
+
+    from pipeline.tokens import embedded_tokenizer_dir
+    from sft.base_model import ensure_base_model
+    from sft.rl.policy import prompt_ids
+
+    sft_tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir())
+    rl_tok = AutoTokenizer.from_pretrained(str(ensure_base_model()))
     checked = 0
     for e in episodes:
         for s in e.samples:
-            pair = pairs[(e.trajectory.trajectory_id, s.k)]
-            sft_prompt = [dict(m) for m in pair["messages"][:2]]
-            assert sft_prompt == s.messages
-            sft_ids = tok.apply_chat_template(sft_prompt, tokenize=True, add_generation_prompt=True,
-                                              return_dict=True)["input_ids"]
-            assert prompt_ids(tok, s.messages) == list(sft_ids)
+            sft_prompt = [dict(m) for m in pairs[(e.trajectory.trajectory_id, s.k)]["messages"][:2]]
+            assert json.dumps(sft_prompt).encode() == json.dumps(s.messages).encode()
+            sft_ids = sft_tok.apply_chat_template(sft_prompt, tokenize=True, add_generation_prompt=True,
+                                                  return_dict=True)["input_ids"]
+            assert prompt_ids(rl_tok, s.messages) == list(sft_ids)
             checked += 1
-    assert checked == 7  # 4 gold actions + 3 failed ones
+    return checked
+
+
+def test_sft_and_rl_prompts_are_identical(tmp_path, episodes):
+    """Default prompt config: the build_pairs stage's SFT pairs carry the RL prompts' bytes and token ids."""
+    _, pairs = build_pairs(tmp_path, episodes, PipelineConfig())
+    assert assert_same_prompts(pairs, episodes) == 7  # 4 gold actions + 3 failed ones
+
+
+def test_grpo_renders_with_the_runs_prompt_config(tmp_path, tw_env, episodes):
+    """A run with a non-default prompt section: GRPO's config takes it from the run (not its own
+    defaults), and its rollout prompts equal the run's SFT pairs in bytes and token ids."""
+    from sft.rl.config import run_prompt_config, smoke
+
+    run_prompt = PromptConfig(history_length=1, top_k_general=0, max_mistakes=0)
+    store, pairs = build_pairs(tmp_path, episodes, PipelineConfig(prompt=run_prompt))
+    cfg = smoke(output_dir=str(tmp_path / "grpo"), prompt=run_prompt_config(store))
+    assert cfg.prompt == run_prompt != smoke(output_dir="x").prompt
+    rl = play(tw_env, cfg.prompt)  # what sft.rl.grpo.train hands run_episodes
+    assert [e.trajectory.trajectory_id for e in rl] == [e.trajectory.trajectory_id for e in episodes]
+    assert assert_same_prompts(pairs, rl) == 7
+    # the setting shows: one history pair only, and no general skill or mistake in the block
+    last_user = rl[0].samples[-1].messages[1]["content"]  # action 4: one pair (3) instead of two (2, 3)
+    assert "below are the most recent 1 observations" in last_user.lower()
+    assert "Action 3: 'open wardrobe'" in last_user and "Action 2:" not in last_user
+    assert "Look First" not in rl[0].samples[0].messages[0]["content"]
+    assert "Look First" in episodes[0].samples[0].messages[0]["content"]
 
 
 def test_txt_tree_parses_back_with_identical_steps(tmp_path, episodes):
