@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pipeline.confighelp import section_names
 from pipeline.report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
 from pipeline.stages import STAGES
 
@@ -108,7 +109,8 @@ def run(
                                                         "run id: a second one exits 1 at once, naming the holder"),
     root: str = typer.Option(".", help="folder that holds runs/"),
     stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (sections as in pipeline/core/config.py)"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help=f"YAML config file (sections: {', '.join(section_names())}); "
+                                         "every key with its default and help: skillpipe config --show"),
     llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),
     llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
@@ -269,6 +271,41 @@ def report(
     err.print(f"[report] {res['bytes'] / 1e6:.2f} MB, {len(res['pngs'])} charts (PNGs in {res['png_dir']})",
               highlight=False, markup=False)
     console.print(res["path"], highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command("config")
+def config_show(
+    ctx: typer.Context,
+    show: bool = typer.Option(False, "--show", help="print the effective config: the defaults merged with "
+                              "--config FILE, as YAML with each key's help text as a comment"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config file to merge over the defaults "
+                                         "(the file skillpipe run --config reads)"),
+    as_json: bool = typer.Option(False, "--json", help="with --show: plain JSON, no comments"),
+):
+    """Show the pipeline config: every section and key with its effective value and help text.
+    The YAML printed is itself a valid --config file."""
+    if not show:
+        console.print(ctx.get_help(), highlight=False, markup=False)
+        return
+    from pipeline.confighelp import commented_yaml
+    from pipeline.core.config import to_dict
+    cfg = _load_config_option(config)
+    if as_json:  # typer.echo, not rich: values are printed verbatim (no markup, emoji or wrapping)
+        typer.echo(json.dumps(to_dict(cfg), indent=2, ensure_ascii=False))
+        return
+    origin = f"the defaults merged with {config}" if config else "the defaults (no --config file)"
+    typer.echo(commented_yaml(cfg, f"skillpipe effective config: {origin}"), nl=False)
+
+
+def _load_config_option(path: Optional[str]):
+    """The config of a ``--config`` option (``None`` = defaults); a file that cannot be read or
+    holds a bad value is a usage error (exit 2) naming the file and the key."""
+    import yaml
+    from pipeline.core.config import load_config
+    try:
+        return load_config(path)
+    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint="--config")
 
 
 @app.command("serve-llm")

@@ -1,7 +1,7 @@
 """Typed configuration of the pipeline: one dataclass per stage plus the LLM endpoint.
 
 Every field has a default and a help text (``field(metadata={"help": ...})``), in the manner of
-TRL's config dataclasses, so ``skillpipe run --help`` and the manifest document themselves. A
+TRL's config dataclasses; ``skillpipe config --show`` prints them beside the effective values. A
 stage's config is part of its fingerprint: changing a value reruns that stage and everything
 downstream. Load overrides from YAML with :func:`load_config`.
 
