@@ -233,7 +233,10 @@ class PromptConfig:
     skills: bool = _f(True, "include the retrieved skills block at every step")
 
 
-_POLICIES = ("quarantine", "flag")  # = pipeline.stages.build_pairs.POLICIES (a test keeps them equal)
+#: Policies of a build_pairs rule: quarantine the pair, or keep it and count the rule as a flag.
+POLICIES = ("quarantine", "flag")
+#: WebShop trajectory policy after an inadmissible click (``build_pairs.webshop_reject``).
+WEBSHOP_REJECT_POLICIES = ("drop_whole", "truncate")
 
 
 @dataclass
@@ -244,20 +247,20 @@ class BuildPairsConfig:
                                     "its GGUF) | a local Hugging Face tokenizer folder (the model you train) | "
                                     "approx (chars/4 x 1.3, no tokenizer; pipeline/tokens.py)")
     not_admissible: str = _f("quarantine", "policy for a target action not in the admissible list: quarantine | flag",
-                             choices=_POLICIES)
-    empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=_POLICIES)
+                             choices=POLICIES)
+    empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=POLICIES)
     short_think: str = _f("quarantine", "policy for a reasoning with fewer than min_think_words words, e.g. "
                                         "'1.5-2.3' (quarantine | flag; flag keeps the pair and counts it in the "
                                         "dataset card). Default quarantine (issue 13): numbers are not reasoning "
                                         "and must not become SFT targets",
-                          choices=_POLICIES)
+                          choices=POLICIES)
     min_think_words: int = _f(3, "words of >= 2 letters a non-blank reasoning needs (rule short_think; "
                                  "0 turns the rule off)", min=0)
     leakage: str = _f("quarantine", "policy for a prompt that contains the target answer: quarantine | flag",
-                       choices=_POLICIES)
+                       choices=POLICIES)
     webshop_reject: str = _f("drop_whole", "WebShop trajectory with an inadmissible click: drop_whole | truncate "
                                            "(keep the pairs before it; spec TV11)",
-                             choices=("drop_whole", "truncate"))
+                             choices=WEBSHOP_REJECT_POLICIES)
 
 
 #: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).

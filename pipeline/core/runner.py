@@ -1,50 +1,27 @@
 """Run one stage or the whole pipeline: the single entry point of the CLI and the Airflow DAG.
 
-A stage module (``pipeline/stages/<name>.py``) defines::
-
-    NAME: str                      # e.g. "remove_loops"
-    INPUTS: tuple[str, ...]        # upstream stage names it reads
-    SCHEMA: pyarrow.Schema         # of its output rows
-    USES_LLM: bool
-    CONFIG: tuple[str, ...]        # PipelineConfig sections it reads (only these are fingerprinted)
-    def prompt_files(ctx) -> list[str]       # template files hashed into the fingerprint
-    def run(ctx: StageContext) -> StageOutput
-
-The runner computes the stage fingerprint *before* running (inputs + config + prompt templates
-+ model + code version); when a complete artifact with the same fingerprint exists the stage is
-skipped. After running it checks the count invariant (units in = units out + quarantined), and
-writes Parquet, quarantine and manifest atomically.
+Stages are :class:`~pipeline.core.stage.Stage` objects from the registry
+(:func:`pipeline.stages.get_stage`); the contract they implement, and what the runner does for
+each of them (freshness check, fingerprint and skip, count invariant, atomic write), is
+described in :mod:`pipeline.core.stage`.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from pipeline import __version__
-from pipeline.core.artifacts import ArtifactError, ArtifactStore, EncodedPart, StageArtifact
+from pipeline.core.artifacts import ArtifactError, ArtifactStore, EncodedPart
 from pipeline.core.config import PipelineConfig, to_dict
 from pipeline.core.fsutil import sha256_file
-from pipeline.core.lineage import content_hash, input_sha256
-from pipeline.core.records import QuarantineRow, to_table
-from pipeline.core.stage import StageContext, StageOutput, StageResult
-from pipeline.stages import STAGES
-
-MAX_LISTED_INPUTS = 1000  # input files listed one by one in the parse manifest
-
-
-class CountMismatch(RuntimeError):
-    """A stage lost or invented rows: units in != units out + quarantined."""
-
-
-class StageFailed(RuntimeError):
-    """A stage could not do its work (e.g. the LLM endpoint is down); nothing is written, so a
-    rerun (or an Airflow retry) redoes it, paying only for answers not already cached."""
-
+from pipeline.core.lineage import content_hash
+from pipeline.core.records import to_table
+from pipeline.core.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
+                                 StageResult)
+from pipeline.stages import STAGES, get_stage
 
 #: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
 TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
@@ -73,16 +50,10 @@ def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dic
             "fingerprint_complete": fp, "failed_requests": summary}
 
 
-def stage_module(name: str):
-    if name not in STAGES:
-        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
-    return importlib.import_module(f"pipeline.stages.{name}")
-
-
 def check_fresh(store: ArtifactStore, stage: str, seen: set[str] | None = None) -> None:
     """Raise ``ArtifactError`` when ``stage``'s artifact (or an ancestor's) was built from an
-    upstream artifact that has since been rewritten, e.g. parse rerun on a new input but dedupe
-    not: running a later stage on it would silently mix two inputs."""
+    upstream artifact that has since been rewritten, e.g. parse rerun on a new input but
+    remove_loops not: running a later stage on it would silently mix two inputs."""
     seen = seen if seen is not None else set()
     if stage in seen:
         return
@@ -104,63 +75,108 @@ def check_fresh(store: ArtifactStore, stage: str, seen: set[str] | None = None) 
         check_fresh(store, up, seen)
 
 
-def _input_fingerprint(ctx: StageContext, mod) -> list[dict[str, str]]:
-    for s in mod.INPUTS:  # never build on a stale upstream artifact
-        check_fresh(ctx.store, s)
-    if not mod.INPUTS:  # parse reads files
-        from pipeline.formats.discover import list_input_files
-        # One digest over (relative path, sha256) of every file: constant memory however many
-        # files; the per-file list is kept in the manifest only for small inputs.
-        import hashlib
-        root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-        digest, listing, n = hashlib.sha256(), [], 0
-        for p in list_input_files(ctx.input_path):  # serial: threads only fight over the GIL here
-            rel, sha = os.path.relpath(p, root), input_sha256(p)
-            digest.update(f"{rel}\0{sha}\n".encode())
-            n += 1
-            if n <= MAX_LISTED_INPUTS:
-                listing.append({"uri": rel, "sha256": sha})
-        return [{"files": n, "sha256": digest.hexdigest(), "listed": listing if n <= MAX_LISTED_INPUTS else []}]
-    # What upstream artifacts hold, not where they are: a moved run folder or another --root
-    # keeps every fingerprint (and an upstream rerun that wrote the same bytes reruns nothing).
-    return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in mod.INPUTS]
-
-
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",
                 inputs: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
     """Stage fingerprint and the facts it was computed from (stored in the manifest).
 
-    ``inputs`` replaces the input fingerprint when the stage computed it itself (parse hashes
-    its files in its workers while reading them; the value is the same)."""
-    mod = stage_module(name)
+    ``inputs``: the stage's input facts when it reported them itself
+    (:attr:`~pipeline.core.stage.StageOutput.input_facts`); else :meth:`Stage.input_facts`.
+    Raises ``ValueError`` for an unknown stage, ``ArtifactError`` for a missing upstream."""
+    stage = get_stage(name)
     # keyed by path relative to the project (two templates may share a file name)
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    prompts = {os.path.relpath(os.path.abspath(p), top): sha256_file(p) for p in mod.prompt_files(ctx)}
+    prompts = {os.path.relpath(os.path.abspath(p), top): sha256_file(p) for p in stage.prompt_files(ctx)}
     facts = {
-        "stage": name,
-        "inputs": inputs if inputs is not None else _input_fingerprint(ctx, mod),
+        "stage": stage.name,
+        "inputs": inputs if inputs is not None else stage.input_facts(ctx),
         "env": ctx.env,
-        "config": _config_facts(ctx.config, mod),
+        "config": _config_facts(ctx.config, stage),
         "prompts": prompts,
-        "model": model_id if mod.USES_LLM else "",
+        "model": model_id if stage.uses_llm else "",
         "code_version": __version__,
     }
     return content_hash(facts, n=32), facts
 
 
-def _config_facts(config: PipelineConfig, mod) -> dict[str, Any]:
-    """The config a stage's fingerprint covers: only the sections it declares in ``CONFIG`` (so
-    changing ``build_pairs.max_tokens`` reruns validate and, through its input fingerprint, export,
-    but not the LLM stages before it), plus the result-relevant
+def _config_facts(config: PipelineConfig, stage: Stage) -> dict[str, Any]:
+    """The config a stage's fingerprint covers: only the sections it declares in
+    ``config_sections`` (so changing ``build_pairs.max_tokens`` reruns build_pairs and, through
+    its input fingerprint, export, but not the LLM stages before it), plus the result-relevant
     LLM settings for LLM stages. The LLM transport settings (URL, concurrency, timeouts) do not
     change results: they stay out, so pointing at a replica of the same model reruns nothing.
-    A stage module without ``CONFIG`` gets the whole config (safe default)."""
+    A stage without ``config_sections`` gets the whole config (safe default)."""
     full = to_dict(config)
-    sections = getattr(mod, "CONFIG", None)
+    sections = stage.config_sections
     facts = full if sections is None else {s: full[s] for s in sections}
-    if mod.USES_LLM or sections is None:
+    if stage.uses_llm or sections is None:
         facts["llm"] = {k: full["llm"][k] for k in ("model", "temperature", "max_tokens", "seed")}
     return facts
+
+
+def _reusable(stage: Stage, ctx: StageContext, model_id: str, force: bool,
+              log: Callable[[str], None]) -> tuple[StageResult | None, str, dict[str, Any]]:
+    """``(result of the existing artifact when it can be reused, fingerprint, facts)``.
+
+    With nothing to reuse (``force``, or no artifact yet) the fingerprint is left to after the
+    run (``("", {})``): a stage that reports its input facts then reads its inputs only once."""
+    existing = ctx.store.load(stage.name)
+    if force or existing is None:
+        return None, "", {}
+    fp, facts = fingerprint(ctx, stage.name, model_id)
+    if existing.fingerprint == fp:
+        log(f"[{stage.name}] unchanged (fingerprint {fp[:12]}): skipped")
+        return StageResult(stage.name, existing.path, existing.manifest["counts"]["out"], fp, True,
+                           existing.manifest), fp, facts
+    if existing.manifest.get("fingerprint_complete") == fp:
+        n_failed = existing.manifest["failed_requests"]["total"]
+        log(f"[{stage.name}] {n_failed} LLM request(s) failed last time: rerunning to retry them "
+            "(answers received before come from the LLM cache)")
+    return None, fp, facts
+
+
+def _check_endpoint(stage: Stage, ctx: StageContext, out: StageOutput, units_in: int) -> None:
+    """Raise :class:`StageFailed` when more LLM items failed at the endpoint (connection,
+    timeout, HTTP) than ``llm.max_endpoint_failure_rate`` allows: the data is not to blame."""
+    transport = {r: out.reasons[r] for r in TRANSPORT_REASONS if out.reasons.get(r)}
+    if stage.uses_llm and sum(transport.values()) > ctx.config.llm.max_endpoint_failure_rate * max(units_in, 1):
+        raise StageFailed(
+            f"[{stage.name}] {sum(transport.values())} of {units_in} items failed at the LLM endpoint after "
+            f"retries ({', '.join(f'{k}={v}' for k, v in transport.items())}): is "
+            f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
+            f"was not written; rerun it (answers already received are cached).")
+
+
+def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts: dict[str, Any],
+              counts: tuple[int, int], llm_stats: dict[str, int], wall_s: float) -> dict[str, Any]:
+    """The stage manifest (without the keys the store adds: status, files, written_at,
+    content_sha256). ``counts``: ``(rows written, quarantine rows)``. Raises
+    :class:`CountMismatch` when units in != units out + quarantined, :class:`StageFailed` when
+    the LLM endpoint failed too often."""
+    n_rows, n_quarantined = counts
+    units_in = out.rows_in if out.units_in is None else out.units_in
+    units_out = n_rows if out.units_out is None else out.units_out
+    if units_in != units_out + n_quarantined:
+        raise CountMismatch(f"[{stage.name}] units in {units_in} != out {units_out} + quarantined {n_quarantined}")
+    _check_endpoint(stage, ctx, out, units_in)
+    return {
+        "stage": stage.name, "run_id": ctx.store.run_id, **facts,
+        **failed_request_facts(out, fp, ctx.config.llm.retry_failed),
+        "input_path": ctx.input_path if not stage.inputs else "",
+        "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
+                   "out": n_rows, "quarantined": n_quarantined,
+                   "quarantine_reasons": dict(sorted(out.reasons.items()))},
+        "counters": out.counters, "llm": llm_stats, "wall_s": wall_s,
+    }
+
+
+def _counted(out: StageOutput) -> Iterator[tuple[Any, Any]]:
+    """``out.stream`` with each batch's quarantine reasons added to ``out.reasons``."""
+    for rows, qrows in out.stream:
+        if isinstance(qrows, EncodedPart):  # encoded by a worker: it counted its reasons
+            out.reasons.update(qrows.reasons or {})
+        else:
+            out.reasons.update(q.reason for q in qrows)
+        yield rows, qrows
 
 
 def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = False,
@@ -168,78 +184,49 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     """Run stage ``name`` of the run in ``ctx`` unless an identical artifact exists.
 
     Raises:
-        ArtifactError: an upstream stage has no complete artifact.
+        ValueError: unknown stage name.
+        ArtifactError: an upstream stage has no complete artifact, or a stale one.
         CountMismatch: the stage's counts do not reconcile (a bug: nothing is written).
+        StageFailed: the stage could not do its work (nothing is written).
     """
-    mod = stage_module(name)
-    existing = ctx.store.load(name)
-    # A stage that reports its own input fingerprint (parse) need not hash its inputs up front
-    # when nothing could be skipped anyway: one read of every file instead of two.
-    deferred = getattr(mod, "REPORTS_INPUT_FINGERPRINT", False) and (force or existing is None)
-    fp, facts = "", {}
-    if not deferred:
-        fp, facts = fingerprint(ctx, name, model_id)
-        if existing and existing.fingerprint == fp and not force:
-            log(f"[{name}] unchanged (fingerprint {fp[:12]}): skipped")
-            return StageResult(name, existing.path, existing.manifest["counts"]["out"], fp, True, existing.manifest)
-        if existing and existing.manifest.get("fingerprint_complete") == fp and not force:
-            n_failed = existing.manifest["failed_requests"]["total"]
-            log(f"[{name}] {n_failed} LLM request(s) failed last time: rerunning to retry them "
-                "(answers received before come from the LLM cache)")
-
+    stage = get_stage(name)
+    for s in stage.inputs:  # never build on a stale upstream artifact
+        check_fresh(ctx.store, s)
+    reused, fp, facts = _reusable(stage, ctx, model_id, force, log)
+    if reused is not None:
+        return reused
     t0 = time.monotonic()
-    llm_before = ctx._llm.stats_snapshot() if (mod.USES_LLM and ctx._llm is not None) else None
-    out: StageOutput = mod.run(ctx)
+    llm_before = ctx.llm_snapshot()
+    out: StageOutput = stage.run(ctx)
 
     def finish(n_rows: int, n_quarantined: int) -> tuple[dict[str, Any], dict[str, bytes | str]]:
         nonlocal fp, facts
-        reported = out.counters.pop("input_fingerprint", None)
-        if deferred:
-            fp, facts = fingerprint(ctx, name, model_id, inputs=reported)
-        units_in = out.rows_in if out.units_in is None else out.units_in
-        units_out = n_rows if out.units_out is None else out.units_out
-        if units_in != units_out + n_quarantined:
-            raise CountMismatch(f"[{name}] units in {units_in} != out {units_out} + quarantined {n_quarantined}")
-        transport = {r: out.reasons[r] for r in TRANSPORT_REASONS if out.reasons.get(r)}
-        if mod.USES_LLM and sum(transport.values()) > ctx.config.llm.max_endpoint_failure_rate * max(units_in, 1):
-            raise StageFailed(
-                f"[{name}] {sum(transport.values())} of {units_in} items failed at the LLM endpoint after retries "
-                f"({', '.join(f'{k}={v}' for k, v in transport.items())}): is "
-                f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
-                f"was not written; rerun it (answers already received are cached).")
-        llm_stats = ctx._llm.stats_delta(llm_before) if (mod.USES_LLM and ctx._llm is not None) else {}
-        failed = failed_request_facts(out, fp, ctx.config.llm.retry_failed)
-        return {
-            "stage": name, "run_id": ctx.store.run_id, **facts, **failed,
-            "input_path": ctx.input_path if not mod.INPUTS else "",
-            "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
-                       "out": n_rows, "quarantined": n_quarantined,
-                       "quarantine_reasons": dict(sorted(out.reasons.items()))},
-            "counters": out.counters, "llm": llm_stats, "wall_s": round(time.monotonic() - t0, 3),
-        }, out.extra_files
+        if not fp:  # nothing could be reused: fingerprinted now, from what the stage reports
+            fp, facts = fingerprint(ctx, stage.name, model_id, inputs=out.input_facts)
+        llm_stats = ctx.llm_stats(llm_before) if stage.uses_llm else {}
+        manifest = _manifest(stage, ctx, out, fp, facts, (n_rows, n_quarantined), llm_stats,
+                             round(time.monotonic() - t0, 3))
+        return manifest, out.extra_files
 
     if out.stream is not None:  # large stages: bounded memory, rows never all in memory
-        def batches():
-            for rows, qrows in out.stream:
-                if isinstance(qrows, EncodedPart):  # encoded by a worker: it counted its reasons
-                    out.reasons.update(qrows.reasons or {})
-                else:
-                    out.reasons.update(q.reason for q in qrows)
-                yield rows, qrows
-        art = ctx.store.write_stream(name, mod.SCHEMA, batches(), finish)
+        art = ctx.store.write_stream(stage.name, stage.schema, _counted(out), finish)
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
-        art = ctx.store.write(name, to_table(out.rows, mod.SCHEMA), out.quarantine + out.request_quarantine,
-                              manifest, extra, split_files=getattr(mod, "SPLIT_FILES", None))
-    c = art.manifest["counts"]
+        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine,
+                              manifest, extra, split_files=stage.split_files)
+    _log_written(stage.name, art.manifest, log)
+    return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)
+
+
+def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]) -> None:
+    c = manifest["counts"]
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
-        f"{c['quarantine_reasons'] or ''} ({art.manifest['wall_s']:.1f}s)")
-    failed = art.manifest.get("failed_requests") or {}
-    if failed.get("total") and art.manifest.get("fingerprint_complete"):
+        f"{c['quarantine_reasons'] or ''} ({manifest['wall_s']:.1f}s)")
+    failed = manifest.get("failed_requests") or {}
+    if failed.get("total") and manifest.get("fingerprint_complete"):
         log(f"[{name}] {failed['total']} LLM request(s) failed {failed['by_reason']}: raw output quarantined; "
             "the stage is recorded as incomplete and a plain rerun retries exactly those requests")
-    return StageResult(name, art.path, c["out"], art.fingerprint, False, art.manifest)
 
 
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
@@ -279,21 +266,18 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
     from pipeline.core.runlock import run_lock
 
     check_run_id(run_id)
-    names = list(stages or STAGES)
-    for n in names:
-        stage_module(n)  # fail fast on a typo
-    names.sort(key=STAGES.index)
+    # fail fast on a typo; old stage names map to the new ones; run order whatever the given order
+    names = sorted({get_stage(n).name for n in (stages or STAGES)}, key=STAGES.index)
+    chosen = [get_stage(n) for n in names]
     store = ArtifactStore(root, run_id)
     results = []
     with run_lock(store.run_dir, run_id), contextlib.ExitStack() as stack:
         ctx = StageContext(store, config, input_path=input_path, env=env,
                            llm_factory=llm_factory(config.llm, store.run_dir, stack))
-        model = ""
-        if any(stage_module(n).USES_LLM for n in names):
-            model = model_id_for(config.llm)
-        for n in names:
-            remove_stale_temp(store, n, log)
-            results.append(run_stage(n, ctx, model_id=model, force=force, log=log))
+        model = model_id_for(config.llm) if any(s.uses_llm for s in chosen) else ""
+        for stage in chosen:
+            remove_stale_temp(store, stage.name, log)
+            results.append(run_stage(stage.name, ctx, model_id=model, force=force, log=log))
     return results
 
 

@@ -18,15 +18,22 @@ artifact of rows plus a quarantine of the units it could not use. Subclass :clas
                     rows.append(t)
             return StageOutput(rows, rejected, rows_in=len(rows) + len(rejected))
 
-and add an instance to ``pipeline.stages.REGISTRY``. The runner (:mod:`pipeline.core.runner`) does
-the rest, the same way for every stage:
+    STAGE = Shorten()                         # the registry picks up the module's STAGE
 
-* **fingerprint** before running: :meth:`Stage.input_facts` (upstream content hashes), the
-  declared config sections (+ the result-relevant LLM settings when ``uses_llm``), the SHA-256
-  of :meth:`Stage.prompt_files`, the model id and the code version. A complete artifact with the
-  same fingerprint is reused (the stage is skipped);
+put it in ``pipeline/stages/shorten.py`` and add its name to ``pipeline.stages.STAGES`` (run
+order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for every stage:
+
+* **freshness** before running: every upstream artifact must have been built from the current
+  version of its own upstreams, else ``ArtifactError`` (never mix two inputs);
+* **fingerprint**: :meth:`Stage.input_facts` (upstream content hashes), the declared config
+  sections (+ the result-relevant LLM settings when ``uses_llm``), the SHA-256 of
+  :meth:`Stage.prompt_files`, the model id and the code version. When a complete artifact
+  exists it is computed before running, and an artifact with the same fingerprint is reused
+  (the stage is skipped); otherwise it is computed after running, and a stage that learned its
+  input facts while reading (parse hashes its files as it reads them) hands them back in
+  :attr:`StageOutput.input_facts` so nothing is read twice;
 * **count invariant** after running: units in = units out + quarantined (``StageOutput``), else
-  :class:`~pipeline.core.runner.CountMismatch` and nothing is written;
+  :class:`CountMismatch` and nothing is written;
 * **atomic write** of the Parquet parts, the quarantine and the manifest (a killed process leaves
   the previous artifact or none, never half of one).
 
@@ -43,6 +50,15 @@ import pyarrow as pa
 from pipeline.core.artifacts import ArtifactStore, StageArtifact
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import QuarantineRow
+
+
+class CountMismatch(RuntimeError):
+    """A stage lost or invented rows: units in != units out + quarantined."""
+
+
+class StageFailed(RuntimeError):
+    """A stage could not do its work (e.g. the LLM endpoint is down); nothing is written, so a
+    rerun (or an Airflow retry) redoes it, paying only for answers not already cached."""
 
 
 def reject(stage: str, reason: str, detail: str = "", item_id: str = "", raw: str = "",
@@ -81,13 +97,15 @@ class Stage:
         return []
 
     def input_facts(self, ctx: "StageContext") -> list[dict[str, Any]]:
-        """What the stage reads, as fingerprint facts: by default the content hash of each
-        upstream artifact (never its location, so a moved run folder reruns nothing)."""
+        """What the stage reads, as fingerprint facts (JSON-ready dicts): by default the content
+        hash of each upstream artifact (never its location, so a moved run folder reruns
+        nothing). A stage that reads input files overrides it; if it can compute the same facts
+        more cheaply while running, it also sets :attr:`StageOutput.input_facts`."""
         return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
 
     def run(self, ctx: "StageContext") -> "StageOutput":
         """Do the work; return rows + quarantine (or a stream of batches). Must not write files:
-        the runner writes the artifact. Raise :class:`~pipeline.core.runner.StageFailed` when
+        the runner writes the artifact. Raise :class:`StageFailed` when
         the work cannot be done at all (e.g. the LLM endpoint is down)."""
         raise NotImplementedError
 
@@ -99,9 +117,11 @@ class Stage:
 class StageOutput:
     """What a stage returns.
 
-    ``units_in`` counts what the stage consumed after any expansion (e.g. validate expands
+    ``units_in`` counts what the stage consumed after any expansion (e.g. build_pairs expands
     trajectories into candidate pairs); ``units_out`` counts how many of those ended up used
-    (defaults to ``len(rows)``; aggregate reports memories used, since its rows are skills).
+    (defaults to ``len(rows)``; skills reports memories used, since its rows are skills).
+    ``input_facts``: the stage's :meth:`Stage.input_facts`, when it computed them while running
+    (set it before the last batch of a stream); ``None`` = the runner calls ``input_facts``.
     """
     rows: list[dict[str, Any]]
     quarantine: list[QuarantineRow]
@@ -116,9 +136,10 @@ class StageOutput:
     # reads them only after the last batch.
     stream: Iterator[tuple[Any, Any]] | None = None
     reasons: Counter = field(default_factory=Counter)
+    input_facts: list[dict[str, Any]] | None = None
     # Every LLM request of this run that failed (``JSONResult`` with ``ok=False``), and one
     # quarantine row for each failed request whose raw output no unit's row in ``quarantine``
-    # keeps (e.g. aggregate's mistakes call when its memories also fed a successful call).
+    # keeps (e.g. skills' mistakes call when its memories also fed a successful call).
     # Request rows go to the quarantine artifact but are not units: they stay out of the count
     # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
     failed_requests: list[Any] = field(default_factory=list)
@@ -160,3 +181,13 @@ class StageContext:
                 raise RuntimeError("this run has no LLM endpoint configured")
             self._llm = self.llm_factory()
         return self._llm
+
+    def llm_snapshot(self) -> dict[str, int] | None:
+        """The LLM client's cumulative call counters, or ``None`` when no client was opened
+        yet (this never starts one)."""
+        return None if self._llm is None else self._llm.stats_snapshot()
+
+    def llm_stats(self, since: dict[str, int] | None) -> dict[str, int]:
+        """The LLM client's call counters since the :meth:`llm_snapshot` ``since`` (``None``:
+        since the client started); ``{}`` when no client was opened."""
+        return {} if self._llm is None else self._llm.stats_delta(since)

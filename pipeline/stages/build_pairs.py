@@ -1,4 +1,4 @@
-"""Stage validate: expand distilled trajectories into SFT pairs and check every pair.
+"""Stage ``build_pairs``: expand distilled trajectories into SFT pairs and check every pair.
 
 Inputs: ``remove_loops`` (trajectories), ``skills`` (skill bank rows), ``distill`` (one row per
 trajectory with a think per recorded action, plus the synthetic ``done`` think for ALFWorld).
@@ -6,7 +6,7 @@ Each distilled trajectory becomes one candidate pair per action (+ the synthetic
 the count invariant is one candidate pair (a distill row that cannot be expanded counts as one).
 
 Rules (DESIGN §3.6, spec D-T3/D-T5/D-W1/D-W2), checked in this order; the reason string is the
-quarantine ``reason`` (or the flag, when config.BuildPairsConfig sets the rule's policy to "flag"):
+quarantine ``reason`` (or the flag, when ``config.BuildPairsConfig`` sets the rule's policy to "flag"):
 
 * ``missing_think``       no think for this action (distill guarantees 1:1, so this is a bug signal)
 * ``think_has_tags``      reasoning contains <think>/<action>/<search>/<answer>/<information> tags
@@ -56,24 +56,17 @@ from pipeline.core import lineage
 from pipeline.prompts import (needs_synthetic_done, prompt_template_files, render_skills_block,
                        render_step_messages, render_target, select_skills, synthetic_done_admissible,
                        visible_admissible)
+from pipeline.core.config import check_fields
 from pipeline.core.records import SFT_PAIR_SCHEMA, QuarantineRow, Trajectory
-from pipeline.core.stage import StageContext, StageOutput
+from pipeline.core.stage import Stage, StageContext, StageOutput, reject
 from pipeline.tokens import counter_for
 
-NAME = "build_pairs"
-INPUTS = ("remove_loops", "skills", "distill")
-SCHEMA = SFT_PAIR_SCHEMA
-USES_LLM = False
-CONFIG = ("build_pairs", "prompt", "distill")  # config sections it reads (fingerprinted; + llm when USES_LLM)
+NAME = "build_pairs"  # the stage's name, in its quarantine rows
 
 _TAG_PARTS = rules.TAG_PART
 _WEBSHOP_ACTION = re.compile(r"(search|click)\[(.+)\]", re.I | re.S)
 _SEARCH_ACTION = re.compile(r"<(search|answer)>(.+?)</\1>", re.S)
 _WORD = re.compile(r"[^\W\d_]{2,}")  # a run of >= 2 letters (any script; digits/underscore excluded)
-
-
-def prompt_files(ctx: StageContext) -> list[str]:
-    return prompt_template_files()
 
 
 def pair_tokens(messages: list[dict], target: str, tokenizer: str) -> int:
@@ -179,11 +172,6 @@ def candidates(d: dict[str, Any], traj: Trajectory, seed: int, synthetic_ok: boo
     return out, stray
 
 
-POLICIES = ("quarantine", "flag")
-#: WebShop trajectory policy after an inadmissible click (TV11 ours), ``config.build_pairs.webshop_reject``.
-WEBSHOP_REJECT_POLICIES = ("drop_whole", "truncate")
-
-
 def invalid_source_actions(traj: Trajectory) -> dict[int, str]:
     """``{step index: reason}`` of actions the source marked invalid (reader metadata, D-P8)."""
     try:
@@ -212,10 +200,9 @@ def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None,
     out = []
     for cand, row, q in results:
         if row is not None and (policy == "drop_whole" or cand.k > first):
-            q = QuarantineRow(NAME, "trajectory_rejected",
-                              f"pair {first} of this WebShop trajectory has an inadmissible click "
-                              f"(build_pairs.webshop_reject={policy})", row["pair_id"], traj.source_uri,
-                              row["source_line"], row["output"])
+            q = reject(NAME, "trajectory_rejected", f"pair {first} of this WebShop trajectory has an "
+                       f"inadmissible click (build_pairs.webshop_reject={policy})", row["pair_id"],
+                       row["output"], traj.source_uri, row["source_line"])
             row = None
         elif row is not None:
             row["flags"].append("trajectory_truncated")
@@ -223,55 +210,65 @@ def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None,
     return out
 
 
-def run(ctx: StageContext) -> StageOutput:
-    """Expand and check every distilled trajectory; raises ``ValueError`` for an unknown policy."""
+class BuildPairs(Stage):
+    """Expand distilled trajectories into SFT pairs and check each one (module docstring)."""
+    name = NAME
+    inputs = ("remove_loops", "skills", "distill")
+    schema = SFT_PAIR_SCHEMA
+    config_sections = ("build_pairs", "prompt", "distill")
+
+    def prompt_files(self, ctx: StageContext) -> list[str]:
+        return prompt_template_files()
+
+    def run(self, ctx: StageContext) -> StageOutput:
+        """Expand and check every distilled trajectory; raises ``ConfigError`` (a ``ValueError``)
+        for a policy that is not one of its choices."""
+        cfg = ctx.config
+        check_fields(cfg.build_pairs, "build_pairs")  # a config built in code skipped load_config's check
+        trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()}
+        bank = ctx.upstream("skills").read_rows()
+        distilled = ctx.upstream("distill").read_rows()
+        rows, quarantine, units = [], [], 0
+        flags: Counter = Counter()
+        for d in distilled:
+            results, rejected = _expand(d, trajs.get(d["trajectory_id"]), bank, ctx)
+            units += len(results) + len(rejected)
+            quarantine += rejected
+            if results:  # the WebShop rule looks at the whole trajectory's pairs
+                results = reject_webshop(results[0][0].traj, results, cfg.build_pairs.webshop_reject)
+            for _, row, q in results:
+                if q:
+                    quarantine.append(q)
+                else:
+                    flags.update(row["flags"])
+                    rows.append(row)
+        return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(distilled), units_in=units,
+                           counters={"flags": dict(sorted(flags.items())), "pairs": len(rows),
+                                     "tokenizer": counter_for(cfg.build_pairs.tokenizer).name})
+
+
+def _expand(d: dict[str, Any], traj: Trajectory | None, bank: list[dict[str, Any]], ctx: StageContext
+            ) -> tuple[list[tuple[Candidate, dict | None, QuarantineRow | None]], list[QuarantineRow]]:
+    """Check every candidate pair of distill row ``d``: ``(checked candidates, quarantine rows of
+    the units that are no candidate)``: a missing trajectory or skill (the whole row is one
+    unit), a think that matches no action."""
+    tid = d["trajectory_id"]
+    missing = sorted(set(d.get("skill_ids_used") or []) - {r["skill_id"] for r in bank})
+    if traj is None:
+        return [], [reject(NAME, "missing_trajectory", f"trajectory {tid} is not in the remove_loops artifact",
+                           tid)]
+    if missing:
+        return [], [reject(NAME, "missing_skills", f"skills {missing} are not in the skills artifact", tid,
+                           source_uri=traj.source_uri, line=traj.source_line)]
     cfg = ctx.config
-    for rule in ("not_admissible", "empty_think", "short_think", "leakage"):
-        if getattr(cfg.build_pairs, rule) not in POLICIES:
-            raise ValueError(f"build_pairs.{rule} must be one of {POLICIES}, got {getattr(cfg.build_pairs, rule)!r}")
-    webshop_reject = cfg.build_pairs.webshop_reject
-    if webshop_reject not in WEBSHOP_REJECT_POLICIES:
-        raise ValueError(f"build_pairs.webshop_reject must be one of {WEBSHOP_REJECT_POLICIES}, got {webshop_reject!r}")
-    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()}
-    bank = ctx.upstream("skills").read_rows()
-    bank_ids = {r["skill_id"] for r in bank}
-    distilled = ctx.upstream("distill").read_rows()
-    rows, quarantine, units = [], [], 0
-    flags: Counter = Counter()
-    for d in distilled:
-        tid = d["trajectory_id"]
-        traj = trajs.get(tid)
-        missing = sorted(set(d.get("skill_ids_used") or []) - bank_ids)
-        if traj is None or missing:
-            units += 1
-            reason = "missing_trajectory" if traj is None else "missing_skills"
-            detail = (f"trajectory {tid} is not in the dedupe artifact" if traj is None
-                      else f"skills {missing} are not in the aggregate artifact")
-            quarantine.append(QuarantineRow(NAME, reason, detail, tid, traj.source_uri if traj else "",
-                                            traj.source_line if traj else None, ""))
-            continue
-        used = set(d.get("skill_ids_used") or [])
-        category = d.get("category") or traj.category
-        skills = select_skills([r for r in bank if r["skill_id"] in used], traj.env, category, cfg.prompt)
-        block = render_skills_block(skills)
-        cands, stray = candidates(d, traj, cfg.distill.seed, needs_synthetic_done(traj, cfg.distill))
-        for i, why in stray:
-            units += 1
-            quarantine.append(QuarantineRow(NAME, "unexpected_think", f"think step_index {i}: {why}", tid,
-                                            traj.source_uri, traj.source_line, ""))
-        results = []
-        for cand in cands:
-            units += 1
-            results.append((cand, *check_pair(cand, d, block, ctx)))
-        for _, row, q in reject_webshop(traj, results, webshop_reject):
-            if q:
-                quarantine.append(q)
-            else:
-                flags.update(row["flags"])
-                rows.append(row)
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(distilled), units_in=units,
-                       counters={"flags": dict(sorted(flags.items())), "pairs": len(rows),
-                                 "tokenizer": counter_for(cfg.build_pairs.tokenizer).name})
+    used = set(d.get("skill_ids_used") or [])
+    skills = select_skills([r for r in bank if r["skill_id"] in used], traj.env, d.get("category") or traj.category,
+                           cfg.prompt)
+    block = render_skills_block(skills)
+    cands, stray = candidates(d, traj, cfg.distill.seed, needs_synthetic_done(traj, cfg.distill))
+    rejected = [reject(NAME, "unexpected_think", f"think step_index {i}: {why}", tid, source_uri=traj.source_uri,
+                       line=traj.source_line) for i, why in stray]
+    return [(cand, *check_pair(cand, d, block, ctx)) for cand in cands], rejected
 
 
 def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
@@ -288,37 +285,15 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
             return None
         target = render_target(think, action, env)
         pid = lineage.pair_id(traj.trajectory_id, cand.k, _instruction(full), target)
-        return QuarantineRow(NAME, reason, detail, pid, traj.source_uri, line, target)
+        return reject(NAME, reason, detail, pid, target, traj.source_uri, line)
 
-    shown = visible_admissible(cand.admissible)
-    invalid = {} if cand.synthetic else invalid_source_actions(traj)
-    checks = [
-        (cand.k in invalid, "invalid_action_in_source",
-         f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
-        (cand.think is None, "missing_think", "distill row has no think for this action", "quarantine"),
-        (rules.has_tag(think), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
-        (rules.has_cjk(think), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
-        (cand.think is not None and not think, "empty_think", "reasoning is blank", vcfg.empty_think),
-        (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
-         f"reasoning has {think_words(think)} words of letters (< build_pairs.min_think_words="
-         f"{vcfg.min_think_words}): {think[:40]!r}", vcfg.short_think),
-        (not action_format_ok(action, env), "bad_action_format", f"action {action!r} has no valid {env} form",
-         "quarantine"),
-    ]
-    for bad, reason, detail, policy in checks:
+    for bad, reason, detail, policy in _early_rules(cand, think, action, vcfg):
         if bad and (q := fail(reason, detail, policy)):
             return None, q
 
-    if env != "search" and not (env == "webshop" and action.lower().startswith("search[")):
-        if not shown:
-            flags.append("no_admissible_list")
-        elif (real := match_admissible(action, shown)) is None:
-            if q := fail("not_admissible", f"action {action!r} not in the {len(shown)} admissible actions",
-                         vcfg.not_admissible):
-                return None, q
-        elif real != action:
-            flags.append("action_normalised")
-            action = real
+    action, q = _admissible(action, env, visible_admissible(cand.admissible), flags, fail, vcfg.not_admissible)
+    if q:
+        return None, q
 
     target = render_target(think, action, env)
     if not target_format_ok(target, env) and (q := fail("bad_format", "target is not one <think> then one action")):
@@ -350,6 +325,44 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
     }, None
 
 
+def _early_rules(cand: Candidate, think: str, action: str, vcfg) -> list[tuple[bool, str, str, str]]:
+    """The rules checked before the admissible list, in order: ``(broken, reason, detail, policy)``;
+    ``think``/``action`` stripped, ``vcfg`` the ``build_pairs`` config."""
+    env = cand.traj.env
+    invalid = {} if cand.synthetic else invalid_source_actions(cand.traj)
+    return [
+        (cand.k in invalid, "invalid_action_in_source",
+         f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
+        (cand.think is None, "missing_think", "distill row has no think for this action", "quarantine"),
+        (rules.has_tag(think), "think_has_tags", "reasoning contains prompt/action tags", "quarantine"),
+        (rules.has_cjk(think), "think_has_cjk", "reasoning contains CJK characters", "quarantine"),
+        (cand.think is not None and not think, "empty_think", "reasoning is blank", vcfg.empty_think),
+        (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
+         f"reasoning has {think_words(think)} words of letters (< build_pairs.min_think_words="
+         f"{vcfg.min_think_words}): {think[:40]!r}", vcfg.short_think),
+        (not action_format_ok(action, env), "bad_action_format", f"action {action!r} has no valid {env} form",
+         "quarantine"),
+    ]
+
+
+def _admissible(action: str, env: str, shown: list[str], flags: list[str], fail, policy: str
+                ) -> tuple[str, QuarantineRow | None]:
+    """Rule ``not_admissible`` (not for Search, nor for WebShop ``search[...]``): ``(action, None)``,
+    the action replaced by the real item it matches after normalisation (flag
+    ``action_normalised``), or ``(action, quarantine row)``; ``fail(reason, detail, policy)``
+    builds the row or records the flag."""
+    if env == "search" or (env == "webshop" and action.lower().startswith("search[")):
+        return action, None
+    if not shown:
+        flags.append("no_admissible_list")
+    elif (real := match_admissible(action, shown)) is None:
+        return action, fail("not_admissible", f"action {action!r} not in the {len(shown)} admissible actions", policy)
+    elif real != action:
+        flags.append("action_normalised")
+        return real, None
+    return action, None
+
+
 def _instruction(messages: list[dict]) -> str:
     """Alpaca instruction: system + blank line + user (the RL prompt read as one text)."""
     return messages[0]["content"] + "\n\n" + messages[1]["content"]
@@ -364,3 +377,6 @@ def _fit(traj: Trajectory, cand: Candidate, block: str, pcfg, target: str, max_t
         if pair_tokens(msgs, target, tokenizer) <= max_tokens:
             return msgs, h
     return None, 0
+
+
+STAGE = BuildPairs()

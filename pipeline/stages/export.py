@@ -1,4 +1,4 @@
-"""Stage export: train/val split by environment instance, SFT files for LLaMA-Factory and TRL.
+"""Stage ``export``: train/val split by environment instance, SFT files for LLaMA-Factory and TRL.
 
 Reads the validated SFT pairs and the skill bank; writes the same pairs as Parquet with ``split``
 set, one file set per split in the Hugging Face Hub's layout (:data:`SPLIT_FILES`:
@@ -31,24 +31,13 @@ from typing import Any
 from pipeline import envs
 from pipeline.prompts import prompt_template_files
 from pipeline.quality import metrics as qmetrics
-from pipeline.core.records import Trajectory
-from pipeline.core.records import SFT_PAIR_SCHEMA
-from pipeline.core.stage import StageContext, StageOutput
-from pipeline.core.split import assignment_from_record, split_instances  # noqa: F401  (split_instances: old import path)
-
-NAME = "export"
-INPUTS = ("build_pairs", "skills")
-SCHEMA = SFT_PAIR_SCHEMA
-USES_LLM = False
-CONFIG = ("export", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
+from pipeline.core.records import SFT_PAIR_SCHEMA, Trajectory
+from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.core.split import assignment_from_record
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 #: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
 SPLIT_FILES = ("split", {"train": "train", "val": "validation"})
-
-
-def prompt_files(ctx: StageContext) -> list[str]:
-    return prompt_template_files()
 
 
 def jsonl_line(row: dict[str, Any]) -> str:
@@ -181,29 +170,44 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
     return files
 
 
-def run(ctx: StageContext) -> StageOutput:
-    ecfg = ctx.config.export
-    pairs = ctx.upstream("build_pairs").read_rows()
-    agg = ctx.upstream("skills")
-    bank_rows = agg.read_rows()
-    record = (agg.manifest.get("counters") or {}).get("split")
-    # The bank's own split wins over the config: if export.val_fraction/seed changed but aggregate
-    # was not rerun, following the config would put instances the bank has seen into val.
-    val_fraction, seed = (record["val_fraction"], record["seed"]) if record else (ecfg.val_fraction, ecfg.seed)
-    assignment = assignment_from_record(record, (r["env_instance"] for r in pairs), val_fraction, seed)
-    rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
-    metrics = quality_metrics(ctx, rows, bank_rows)
-    files = {
-        TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
-        VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
-        "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
-        **skill_bank_files(bank_rows, rows),
-        "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
-        + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill")),
-    }
-    split_counts = Counter(r["split"] for r in rows)
-    return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
-                       counters={"train": split_counts["train"], "val": split_counts["val"],
-                                 "instances": len(assignment),
-                                 "split_from": "skills" if record else "hash", "quality_metrics": metrics},
-                       extra_files=files)
+class Export(Stage):
+    """Split the pairs by instance and write the SFT files (module docstring)."""
+    name = "export"
+    inputs = ("build_pairs", "skills")
+    schema = SFT_PAIR_SCHEMA
+    config_sections = ("export", "quality")
+    split_files = SPLIT_FILES
+
+    def prompt_files(self, ctx: StageContext) -> list[str]:
+        return prompt_template_files()
+
+    def run(self, ctx: StageContext) -> StageOutput:
+        """The pairs with ``split`` set, and the files of the module docstring as extra files."""
+        ecfg = ctx.config.export
+        pairs = ctx.upstream("build_pairs").read_rows()
+        agg = ctx.upstream("skills")
+        bank_rows = agg.read_rows()
+        record = (agg.manifest.get("counters") or {}).get("split")
+        # The bank's own split wins over the config: if export.val_fraction/seed changed but aggregate
+        # was not rerun, following the config would put instances the bank has seen into val.
+        val_fraction, seed = (record["val_fraction"], record["seed"]) if record else (ecfg.val_fraction, ecfg.seed)
+        assignment = assignment_from_record(record, (r["env_instance"] for r in pairs), val_fraction, seed)
+        rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
+        metrics = quality_metrics(ctx, rows, bank_rows)
+        files = {
+            TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
+            VAL_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "val"),
+            "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
+            **skill_bank_files(bank_rows, rows),
+            "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
+            + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill")),
+        }
+        split_counts = Counter(r["split"] for r in rows)
+        return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
+                           counters={"train": split_counts["train"], "val": split_counts["val"],
+                                     "instances": len(assignment),
+                                     "split_from": "skills" if record else "hash", "quality_metrics": metrics},
+                           extra_files=files)
+
+
+STAGE = Export()

@@ -25,12 +25,12 @@ and returns the bytes plus per-group ranking facts (:class:`ChunkResult`); the m
 applies the global caps and writes each task's bytes as one part file. Only when a global cap
 drops rows of a task is that task's part decoded and re-encoded without them.
 
-Input digest: the workers also SHA-256 every file from the bytes they read anyway, and the stage
-reports ``counters["input_fingerprint"]``, equal to what ``runner._input_fingerprint`` computes
-for parse (``[{"files", "sha256", "listed"}]``: one digest over ``"<relative path>\\0<sha256>\\n"``
-in path order), so the runner takes it from here (``REPORTS_INPUT_FINGERPRINT``) instead of
-reading every input file a second time before the stage starts (~0.3-0.8 s of the 3,000-env
-benchmark) whenever the stage runs anyway (forced, or no earlier artifact).
+Input facts (:class:`InputDigest`, the one definition): ``[{"files", "sha256", "listed"}]``, one
+digest over ``"<relative path>\\0<sha256>\\n"`` in path order. :meth:`Parse.input_facts` hashes
+the files for the runner's skip check; when the stage runs anyway (forced, or no earlier
+artifact) the workers SHA-256 every file from the bytes they read anyway and the stage hands the
+same facts back in ``StageOutput.input_facts``, so no file is read twice (~0.3-0.8 s of the
+3,000-env benchmark).
 """
 from __future__ import annotations
 
@@ -49,18 +49,12 @@ from pipeline.core.config import ParseConfig
 from pipeline.formats.common import bad, rebase, trajectories_table, trajectory_row
 from pipeline.formats.discover import list_input_files, read_file
 from pipeline.formats.parallel import ordered_map, worker_count
-from pipeline.core.lineage import ID_HEX, UNREADABLE
+from pipeline.core.lineage import ID_HEX, UNREADABLE, input_sha256
 from pipeline.core.records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
-from pipeline.core.runner import MAX_LISTED_INPUTS
-from pipeline.core.stage import StageContext, StageOutput
+from pipeline.core.stage import Stage, StageContext, StageOutput
 from pipeline.selection import GlobalCaps, content_digest, rank_instances
 
-NAME = "parse"
-INPUTS: tuple[str, ...] = ()
-SCHEMA = TRAJECTORY_SCHEMA
-USES_LLM = False
-CONFIG = ("parse",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
-REPORTS_INPUT_FINGERPRINT = True  # counters["input_fingerprint"]: the runner then skips its own hashing pass
+MAX_LISTED_INPUTS = 1000  # input files listed one by one in the parse manifest
 
 #: Worker processes (0 = one per CPU); inputs with fewer than ``MIN_FILES_FOR_POOL`` files are
 #: read in-process (starting a pool costs more than it saves).
@@ -71,8 +65,31 @@ CHUNK_FILES = 1000  # at most this many files per worker task (whole groups; a g
 TASKS_PER_WORKER = 16  # tasks per worker when the pool is used: the last task's tail is short
 
 
-def prompt_files(ctx: StageContext) -> list[str]:
-    return []
+class InputDigest:
+    """The input facts of parse, built file by file in path order: one SHA-256 over
+    ``"<relative path>\\0<file sha256>\\n"`` (constant memory however many files), and the
+    per-file list for small inputs (at most ``MAX_LISTED_INPUTS`` files)."""
+
+    def __init__(self) -> None:
+        self.digest, self.listing, self.files = hashlib.sha256(), [], 0
+
+    def add(self, rel: str, sha: str) -> None:
+        """Account one file: ``rel`` its path relative to the input root, ``sha`` its hex
+        SHA-256 (or ``lineage.UNREADABLE``)."""
+        self.digest.update(f"{rel}\0{sha}\n".encode())
+        self.files += 1
+        if self.files <= MAX_LISTED_INPUTS:
+            self.listing.append({"uri": rel, "sha256": sha})
+
+    def facts(self) -> list[dict]:
+        """``[{"files": n, "sha256": hex, "listed": [{"uri", "sha256"}] or [] when too many}]``."""
+        return [{"files": self.files, "sha256": self.digest.hexdigest(),
+                 "listed": self.listing if self.files <= MAX_LISTED_INPUTS else []}]
+
+
+def input_root(input_path: str) -> str:
+    """The folder input URIs are relative to: ``input_path`` itself, or a file's folder."""
+    return input_path if os.path.isdir(input_path) else os.path.dirname(input_path)
 
 
 @dataclass
@@ -224,73 +241,100 @@ def _drop_rows(parts: list[EncodedPart], dropped: dict[int, tuple[str, str]]
     return encoder.finish(), quarantine
 
 
-def run(ctx: StageContext) -> StageOutput:
-    """Read ``ctx.input_path``; see the module docstring. Counts: in = kept + quarantined."""
-    cfg = ctx.config.parse
-    files = list_input_files(ctx.input_path)
-    root = ctx.input_path if os.path.isdir(ctx.input_path) else os.path.dirname(ctx.input_path)
-    out = StageOutput(rows=[], quarantine=[], rows_in=0)
-    read_by_format, kept_by_format, kept_by_cat = Counter(), Counter(), Counter()
-    seen_instances: set[tuple[str, str]] = set()
-    kept_instances: set[tuple[str, str]] = set()
-    split = set()
-    digest, listing = hashlib.sha256(), []  # as runner._input_fingerprint: see the module docstring
+class _Selection:
+    """The main process's side of selection: global caps and cross-group duplicates over the
+    chunks in order, and the counters of the manifest."""
 
-    def stream():
-        gcaps = GlobalCaps(cfg)
+    def __init__(self, cfg: ParseConfig, out: StageOutput, inputs: InputDigest):
+        self.gcaps, self.out, self.inputs = GlobalCaps(cfg), out, inputs
         # content digest -> trajectory id of every kept row so far, both as ints (8 bytes of the
         # digest; ids are "traj-" + 16 hex): ~100 bytes per row instead of ~170
-        first: dict[int, int] = {}
-        for chunk in _results(root, files, cfg, ctx.env):
-            dropped: dict[int, tuple[str, str]] = {}  # chunk row position -> (reason, why): duplicates, global caps
-            start = 0
-            for res in chunk.groups:
-                for rel, sha in res.inputs:
-                    digest.update(f"{rel}\0{sha}\n".encode())
-                    if len(listing) <= MAX_LISTED_INPUTS:
-                        listing.append({"uri": rel, "sha256": sha})
-                read_by_format.update(res.read_by_format)
-                out.rows_in += sum(res.read_by_format.values()) + sum(
-                    n for reason, n in res.reasons.items() if reason not in SELECTION_REASONS)
-                for p, (_, _, tid, digest_) in enumerate(res.facts, start):
-                    dkey = int.from_bytes(digest_[:8], "little")  # 64 bits: ~3e-8 odds of a false match in 1e6 rows
-                    if dkey in first:  # a copy of a row of an earlier group
-                        dropped[p] = ("duplicate_trajectory", _same_as(f"traj-{first[dkey]:0{ID_HEX}x}"))
-                    else:
-                        first[dkey] = int(tid[5:], 16)
-                for key, has_success, items in res.ranked:
-                    split.update({key} & seen_instances)
-                    seen_instances.add(key)
-                    items = [p for p in items if p not in dropped]
-                    if not items:
-                        continue
-                    for p, why in zip(items, gcaps.admit(key, has_success, len(items))):
-                        if why:
-                            dropped[p] = ("not_selected", why)
-                        else:
-                            kept_instances.add(key)
-                for p, (fmt, cat, _, _) in enumerate(res.facts, start):
-                    if p not in dropped:
-                        kept_by_format[fmt] += 1
-                        kept_by_cat[cat] += 1
-                start += len(res.facts)
-            parts, capped = _drop_rows(chunk.parts, dropped) if dropped else (chunk.parts, [])
-            for part in parts:
-                yield part, []
-            for qpart in chunk.quarantine:
-                yield [], qpart
-            if capped:
-                yield [], capped
-        out.counters.update({
-            "files": len(files),
-            "read_by_source_format": dict(sorted(read_by_format.items())),
-            "kept_by_source_format": dict(sorted(kept_by_format.items())),
-            "kept_by_env_category_outcome": dict(sorted(kept_by_cat.items())),
-            "kept_instances": len(kept_instances),
-            "instances_split_across_groups": len(split),
-            "input_fingerprint": [{"files": len(files), "sha256": digest.hexdigest(),
-                                   "listed": listing if len(files) <= MAX_LISTED_INPUTS else []}],
-        })
+        self.first: dict[int, int] = {}
+        self.read_by_format, self.kept_by_format, self.kept_by_cat = Counter(), Counter(), Counter()
+        self.seen_instances: set[tuple[str, str]] = set()
+        self.kept_instances: set[tuple[str, str]] = set()
+        self.split: set[tuple[str, str]] = set()
 
-    out.stream = stream()
-    return out
+    def chunk(self, chunk: ChunkResult) -> dict[int, tuple[str, str]]:
+        """``{chunk row position: (reason, why)}`` of the chunk's rows dropped here."""
+        dropped: dict[int, tuple[str, str]] = {}
+        start = 0
+        for res in chunk.groups:
+            self._group(res, start, dropped)
+            start += len(res.facts)
+        return dropped
+
+    def _group(self, res: GroupResult, start: int, dropped: dict[int, tuple[str, str]]) -> None:
+        for rel, sha in res.inputs:
+            self.inputs.add(rel, sha)
+        self.read_by_format.update(res.read_by_format)
+        self.out.rows_in += sum(res.read_by_format.values()) + sum(
+            n for reason, n in res.reasons.items() if reason not in SELECTION_REASONS)
+        for p, (_, _, tid, digest_) in enumerate(res.facts, start):
+            dkey = int.from_bytes(digest_[:8], "little")  # 64 bits: ~3e-8 odds of a false match in 1e6 rows
+            if dkey in self.first:  # a copy of a row of an earlier group
+                dropped[p] = ("duplicate_trajectory", _same_as(f"traj-{self.first[dkey]:0{ID_HEX}x}"))
+            else:
+                self.first[dkey] = int(tid[5:], 16)
+        for key, has_success, items in res.ranked:
+            self.split.update({key} & self.seen_instances)
+            self.seen_instances.add(key)
+            items = [p for p in items if p not in dropped]
+            for p, why in zip(items, self.gcaps.admit(key, has_success, len(items)) if items else ()):
+                if why:
+                    dropped[p] = ("not_selected", why)
+                else:
+                    self.kept_instances.add(key)
+        for p, (fmt, cat, _, _) in enumerate(res.facts, start):
+            if p not in dropped:
+                self.kept_by_format[fmt] += 1
+                self.kept_by_cat[cat] += 1
+
+    def counters(self) -> dict:
+        return {"files": self.inputs.files,
+                "read_by_source_format": dict(sorted(self.read_by_format.items())),
+                "kept_by_source_format": dict(sorted(self.kept_by_format.items())),
+                "kept_by_env_category_outcome": dict(sorted(self.kept_by_cat.items())),
+                "kept_instances": len(self.kept_instances),
+                "instances_split_across_groups": len(self.split)}
+
+
+class Parse(Stage):
+    """Read the input files into trajectories and select (module docstring)."""
+    name = "parse"
+    schema = TRAJECTORY_SCHEMA
+    config_sections = ("parse",)
+
+    def input_facts(self, ctx: StageContext) -> list[dict]:
+        """The files under ``ctx.input_path``, hashed (:class:`InputDigest`)."""
+        root, digest = input_root(ctx.input_path), InputDigest()
+        for p in list_input_files(ctx.input_path):  # serial: threads only fight over the GIL here
+            digest.add(os.path.relpath(p, root), input_sha256(p))
+        return digest.facts()
+
+    def run(self, ctx: StageContext) -> StageOutput:
+        """Read ``ctx.input_path``; see the module docstring. Counts: in = kept + quarantined."""
+        cfg = ctx.config.parse
+        files = list_input_files(ctx.input_path)
+        out = StageOutput(rows=[], quarantine=[], rows_in=0)
+        inputs = InputDigest()
+        selection = _Selection(cfg, out, inputs)
+
+        def stream():
+            for chunk in _results(input_root(ctx.input_path), files, cfg, ctx.env):
+                dropped = selection.chunk(chunk)
+                parts, capped = _drop_rows(chunk.parts, dropped) if dropped else (chunk.parts, [])
+                for part in parts:
+                    yield part, []
+                for qpart in chunk.quarantine:
+                    yield [], qpart
+                if capped:
+                    yield [], capped
+            out.counters.update(selection.counters())
+            out.input_facts = inputs.facts()
+
+        out.stream = stream()
+        return out
+
+
+STAGE = Parse()

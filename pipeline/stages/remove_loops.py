@@ -26,7 +26,6 @@ is the row-dict reference the tests compare it with.
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -35,25 +34,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.artifacts import EncodedPart, PartEncoder
-from pipeline.formats.common import bad, trajectory_row
+from pipeline.core.artifacts import parquet_parts
+from pipeline.formats.common import trajectory_row
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
-from pipeline.core.stage import StageContext, StageOutput
-
-NAME = "remove_loops"
-INPUTS = ("parse",)
-SCHEMA = TRAJECTORY_SCHEMA
-USES_LLM = False
-CONFIG = ("remove_loops",)  # config sections it reads (fingerprinted; + llm when USES_LLM)
+from pipeline.core.stage import Stage, StageContext, StageOutput, reject
 
 _STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
 _INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type
 _REASONING = re.compile(r"^\s*think\s*(?::|\[)", re.I)
 _WS = re.compile(r"\s+")
-
-
-def prompt_files(ctx: StageContext) -> list[str]:
-    return []
 
 
 def _norm(text: str | None) -> str:
@@ -181,12 +171,7 @@ def remove_loops_trajectory(t: Trajectory) -> tuple[Trajectory, list[list[int]]]
 
 def _row_groups(folder: str) -> list[tuple[str, int]]:
     """``(part path, row group index)`` of every row group of the upstream artifact, in order."""
-    parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
-    out = []
-    for name in parts:
-        path = os.path.join(folder, name)
-        out += [(path, i) for i in range(pq.ParquetFile(path).num_row_groups)]
-    return out
+    return [(path, i) for path in parquet_parts(folder) for i in range(pq.ParquetFile(path).num_row_groups)]
 
 
 def remove_loops_group(args: tuple[str, int, int]) -> tuple[list[EncodedPart] | list[dict], list, int, int, int]:
@@ -226,9 +211,9 @@ def remove_loops_rows(rows: list[dict], min_actions: int) -> tuple[pa.Table | li
 
 
 def _too_short(row: dict, n_actions: int, min_actions: int):
-    return bad("too_short", f"{n_actions} actions left after loop removal (min_actions={min_actions})",
-               row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
-               item_id=row["trajectory_id"], stage=NAME, limit=None)
+    return reject(RemoveLoops.name, "too_short", f"{n_actions} actions left after loop removal "
+                  f"(min_actions={min_actions})", row["trajectory_id"], json.dumps(row, ensure_ascii=False),
+                  row["source_uri"], row["source_line"])
 
 
 def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, list, int, int]:
@@ -300,24 +285,35 @@ def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, lis
     return out.select(TRAJECTORY_SCHEMA.names), qrows, shortened, n_removed
 
 
-def run(ctx: StageContext) -> StageOutput:
-    """Dedupe every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
-    upstream = ctx.upstream("parse")
-    tasks = [(path, i, ctx.config.remove_loops.min_actions) for path, i in _row_groups(upstream.path)]
-    n_rows = upstream.manifest.get("counts", {}).get("out", 0)
-    workers = worker_count(WORKERS) if n_rows >= MIN_ROWS_FOR_POOL else 1
-    out = StageOutput(rows=[], quarantine=[], rows_in=0)
-    counts = {"trajectories_shortened": 0, "steps_removed": 0}
+class RemoveLoops(Stage):
+    """Remove no-op loops from every parsed trajectory (module docstring)."""
+    name = "remove_loops"
+    inputs = ("parse",)
+    schema = TRAJECTORY_SCHEMA
+    config_sections = ("remove_loops",)
 
-    def stream():
-        for kept, qrows, n_in, shortened, removed in ordered_map(remove_loops_group, tasks, workers, chunk=1, shrink=True):
-            out.rows_in += n_in
-            counts["trajectories_shortened"] += shortened
-            counts["steps_removed"] += removed
-            for batch in kept:
-                yield batch, []
-            yield [], qrows
-        out.counters.update(counts)
+    def run(self, ctx: StageContext) -> StageOutput:
+        """Remove loops from every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
+        upstream = ctx.upstream("parse")
+        tasks = [(path, i, ctx.config.remove_loops.min_actions) for path, i in _row_groups(upstream.path)]
+        n_rows = upstream.manifest.get("counts", {}).get("out", 0)
+        workers = worker_count(WORKERS) if n_rows >= MIN_ROWS_FOR_POOL else 1
+        out = StageOutput(rows=[], quarantine=[], rows_in=0)
+        counts = {"trajectories_shortened": 0, "steps_removed": 0}
 
-    out.stream = stream()
-    return out
+        def stream():
+            for kept, qrows, n_in, shortened, removed in ordered_map(remove_loops_group, tasks, workers, chunk=1,
+                                                                     shrink=True):
+                out.rows_in += n_in
+                counts["trajectories_shortened"] += shortened
+                counts["steps_removed"] += removed
+                for batch in kept:
+                    yield batch, []
+                yield [], qrows
+            out.counters.update(counts)
+
+        out.stream = stream()
+        return out
+
+
+STAGE = RemoveLoops()

@@ -1,6 +1,5 @@
 """Runner mechanics: fingerprint skip, count invariant, streaming stages, config in fingerprints."""
 import json
-import types
 
 import pyarrow as pa
 import pytest
@@ -10,31 +9,45 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import QuarantineRow
 from pipeline.core.runner import CountMismatch, run_stage
-from pipeline.core.stage import StageContext, StageOutput
+from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.stages import STAGES, get_stage
 from tests.helpers.paths import REPO
 
 SCHEMA = pa.schema([("id", pa.string())])
+INPUTS = [{"uri": "a.txt", "sha256": "x"}]  # stands for upstream facts: no upstream artifact needed
+
+
+class FakeStage(Stage):
+    """A stage named like a real one (its config section exists) that returns a canned output."""
+    name = "remove_loops"
+    schema = SCHEMA
+    config_sections = ("remove_loops",)
+
+    def __init__(self, calls, make_output):
+        self.calls, self.make_output = calls, make_output
+
+    def input_facts(self, ctx):
+        return INPUTS
+
+    def run(self, ctx):
+        self.calls.append(1)
+        return self.make_output()
 
 
 def fake_stage(calls, make_output):
-    def run(ctx):
-        calls.append(1)
-        return make_output()
-    return types.SimpleNamespace(NAME="remove_loops", INPUTS=(), SCHEMA=SCHEMA, USES_LLM=False,
-                                 prompt_files=lambda ctx: [], run=run)
+    return FakeStage(calls, make_output)
 
 
 @pytest.fixture
-def ctx(tmp_path, monkeypatch):
+def ctx(tmp_path):
     data = tmp_path / "in"
     data.mkdir()
     (data / "a.txt").write_text("hello")
-    monkeypatch.setattr(runner, "_input_fingerprint", lambda ctx, mod: [{"uri": "a.txt", "sha256": "x"}])
     return StageContext(ArtifactStore(str(tmp_path), "r"), PipelineConfig(), input_path=str(data))
 
 
-def use(monkeypatch, mod):
-    monkeypatch.setattr(runner, "stage_module", lambda name: mod)
+def use(monkeypatch, stage):
+    monkeypatch.setattr(runner, "get_stage", lambda name: stage)
 
 
 def test_unchanged_stage_is_skipped_and_config_change_reruns(ctx, monkeypatch):
@@ -50,7 +63,9 @@ def test_unchanged_stage_is_skipped_and_config_change_reruns(ctx, monkeypatch):
 
 
 def test_llm_transport_settings_do_not_change_the_fingerprint(ctx, monkeypatch):
-    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[], quarantine=[], rows_in=0)))
+    stage = fake_stage([], lambda: StageOutput(rows=[], quarantine=[], rows_in=0))
+    stage.uses_llm = True
+    use(monkeypatch, stage)
     fp1, _ = runner.fingerprint(ctx, "remove_loops")
     ctx.config.llm.concurrency, ctx.config.llm.base_url = 16, "http://elsewhere/v1"
     assert runner.fingerprint(ctx, "remove_loops")[0] == fp1
@@ -85,7 +100,37 @@ def test_streaming_stage_counts_and_reasons(ctx, monkeypatch):
 
 def test_unknown_stage_name_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown stage 'distil'"):
-        runner.stage_module("distil")
+        get_stage("distil")
+    with pytest.raises(ValueError, match="unknown stage 'distil'"):
+        runner.run_pipeline("/nonexistent", "r", "", PipelineConfig(), stages=["distil"])
+
+
+def test_every_registered_stage_is_a_stage_object_named_like_its_module():
+    for name in STAGES:
+        stage = get_stage(name)
+        assert stage.name == name and all(s in STAGES[:STAGES.index(name)] for s in stage.inputs)
+    assert get_stage("dedupe").name == "remove_loops"  # old names still accepted
+
+
+def test_a_stage_that_reports_its_input_facts_is_not_hashed_twice(ctx, monkeypatch):
+    """A stage that runs anyway (no artifact yet, or forced) is fingerprinted after it ran, from
+    the input facts it reported; the skip check of the next run computes the same facts."""
+    asked = []
+
+    class Reporting(FakeStage):
+        def input_facts(self, ctx):
+            asked.append(1)
+            return INPUTS
+
+    def make():
+        return StageOutput(rows=[{"id": "a"}], quarantine=[], rows_in=1, input_facts=INPUTS)
+    use(monkeypatch, Reporting([], make))
+    first = run_stage("remove_loops", ctx, log=lambda m: None)
+    assert asked == [] and first.manifest["inputs"] == INPUTS
+    again = run_stage("remove_loops", ctx, log=lambda m: None)
+    assert asked == [1] and again.skipped and again.fingerprint == first.fingerprint
+    run_stage("remove_loops", ctx, force=True, log=lambda m: None)
+    assert asked == [1]
 
 
 def test_safe_run_id_maps_airflow_ids():
@@ -115,34 +160,36 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
 def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
     """A config change reruns only the stages that read it (README: "that stage and everything
     downstream"; downstream stages see it through their input fingerprints, stubbed here)."""
-    names = ("parse", "remove_loops", "memory", "skills", "distill", "build_pairs", "export")
-    first = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    names = STAGES
+    fps = lambda: {n: runner.fingerprint(ctx, n, inputs=INPUTS)[0] for n in names}  # noqa: E731
+    first = fps()
     ctx.config.build_pairs.max_tokens = 1234
-    before = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    before = fps()
     assert [n for n in names if before[n] != first[n]] == ["build_pairs"]
     ctx.config.export.val_fraction = 0.3  # the split is decided before the bank is built
-    after = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    after = fps()
     assert [n for n in names if before[n] != after[n]] == ["skills", "export"]
-    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and validate
-    again = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and build_pairs
+    again = fps()
     assert [n for n in names if again[n] != after[n]] == ["distill", "build_pairs"]
     ctx.config.llm.temperature = 0.3  # LLM stages only
-    last = {n: runner.fingerprint(ctx, n)[0] for n in names}
+    last = fps()
     assert [n for n in names if last[n] != again[n]] == ["memory", "skills", "distill"]
 
 
-@pytest.mark.parametrize("name", runner.STAGES)
+@pytest.mark.parametrize("name", STAGES)
 def test_stage_reads_only_declared_config_sections(name):
     """Guard for the rule above: a stage that reads a section it does not declare would be
     skipped with a stale artifact after that section changes."""
     import dataclasses
+    import importlib
     import inspect
     import re
-    mod = runner.stage_module(name)
+    stage = get_stage(name)
     sections = {f.name for f in dataclasses.fields(PipelineConfig)}
-    src = inspect.getsource(mod)
+    src = inspect.getsource(importlib.import_module(f"pipeline.stages.{name}"))
     used = {m for m in re.findall(r"(?:ctx\.config|\bcfg)\.(\w+)", src) if m in sections}
-    allowed = set(mod.CONFIG) | ({"llm"} if mod.USES_LLM else set())
+    allowed = set(stage.config_sections) | ({"llm"} if stage.uses_llm else set())
     assert used and used <= allowed, (name, used - allowed)
     assert not re.search(r"ctx\.config\b(?!\.)", src.replace("cfg = ctx.config\n", "")), "whole config passed on"
 

@@ -163,7 +163,7 @@ def test_length_truncates_history_then_quarantines(tmp_path):
 
 def test_unknown_policy_is_rejected(tmp_path):
     traj = one_step()
-    with pytest.raises(ValueError, match="build_pairs.leakage must be one of"):
+    with pytest.raises(ValueError, match="build_pairs.leakage: must be one of quarantine, flag"):
         run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], leakage="fix")
 
 
@@ -224,5 +224,5 @@ def test_short_think_flag_is_counted_in_the_dataset_card(tmp_path):
 
 def test_unknown_short_think_policy_is_rejected(tmp_path):
     traj = one_step()
-    with pytest.raises(ValueError, match="build_pairs.short_think must be one of"):
+    with pytest.raises(ValueError, match="build_pairs.short_think: must be one of quarantine, flag"):
         run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], short_think="fix")
