@@ -15,6 +15,7 @@ import os
 import pendulum
 from airflow.sdk import Param, dag, setup, task, teardown
 
+from pipeline.core.manifest import XCOM_KEYS
 from pipeline.stages import STAGES
 
 
@@ -86,7 +87,7 @@ def skillpipe():
         from sft.run_step import fit_for_run
         a = _args(params, {"base_url": "", "model": ""})
         m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
-        return {"uri": m["uri"], "rows": m["global_step"], "fingerprint": m["export"]["fingerprint"]}
+        return {k: m[k] for k in XCOM_KEYS}  # rows: SFT pairs trained on; fingerprint: the step's
 
     @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
     def grpo(sft: dict, params=None) -> dict:
@@ -94,7 +95,7 @@ def skillpipe():
         from sft.rl.step import grpo_for_run
         a = _args(params, {"base_url": "", "model": ""})
         m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
-        return {"uri": m["uri"], "rows": m["steps"], "fingerprint": m["bank_version"]}
+        return {k: m[k] for k in XCOM_KEYS}  # rows: training episodes; fingerprint: the step's
 
     def eval_task(which: str, task_id: str):
         @task(task_id=task_id, doc_md=f"Evaluate the `{which}` checkpoint on held-out TextWorld Express games "
@@ -105,8 +106,8 @@ def skillpipe():
             cfg = eval_config(games=params["eval_games"], episodes=int(params["eval_episodes"]), max_steps=5,
                               max_new_tokens=48, torch_threads=1)
             r = eval_for_run(a["root"], a["run_id"], which, cfg, progress=False)
-            return {"uri": r["uri"], "rows": r["rows"], "fingerprint": r["fingerprint"],
-                    "success_rate": r["success_rate"], "success_ci95": r["success_ci95"]}
+            return {**{k: r[k] for k in XCOM_KEYS}, "success_rate": r["success_rate"],
+                    "success_ci95": r["success_ci95"]}
         return _eval
 
     # A teardown: it runs when everything before it is done, failed or not (a failed run gets a

@@ -18,18 +18,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import uuid
 from pathlib import Path
+
+from pipeline.core.fsutil import publish_dir, temp_name
+
+from pipeline.llm.server import default_cache_dir  # noqa: F401 (sft's callers import it from here)
 
 #: Files whose bytes define the weights / the tokenizer (for the manifest content hashes).
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "chat_template.jinja", "tokenizer.model")
-
-
-def default_cache_dir() -> Path:
-    """``$SKILLPIPE_CACHE`` or ``~/.cache/skillpipe``."""
-    return Path(os.environ.get("SKILLPIPE_CACHE") or Path.home() / ".cache" / "skillpipe")
 
 
 def convert_gguf(gguf: Path, dest: Path) -> Path:
@@ -42,13 +40,11 @@ def convert_gguf(gguf: Path, dest: Path) -> Path:
     model.hf_quantizer = None  # DESIGN §8: otherwise save_pretrained treats it as quantized
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = temp_name(dest)
     try:
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        if dest.exists():  # another process won the race: keep its folder
-            return dest
-        os.rename(tmp, dest)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        publish_dir(tmp, dest)  # another process may have won the race: then its folder is kept
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from pipeline.core.fsutil import atomic_write_json
+
 MANIFEST_NAME = "skillpipe_sft_manifest.json"
 SCHEMA_VERSION = 1
 
@@ -44,12 +46,7 @@ def build_manifest(*, export: dict[str, Any], base_model: dict[str, str], config
 def write_manifest(folder: str, manifest: dict[str, Any]) -> str:
     """Write ``manifest`` into ``folder`` atomically (temp file + rename); returns its path."""
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, MANIFEST_NAME)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_json(os.path.join(folder, MANIFEST_NAME), manifest)
 
 
 def read_manifest(folder: str) -> dict[str, Any] | None:

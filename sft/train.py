@@ -19,7 +19,6 @@ training, 50 s for the whole ``fit`` with the converted model cached (+~20 s to 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ import sys
 from typing import Any, Sequence
 
 from pipeline.core.artifacts import MANIFEST, read_parquet_dir
+from pipeline.core.fsutil import sha256_file
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 from sft import invariants, manifest as mf
@@ -65,8 +65,7 @@ def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list
         with open(man_path, encoding="utf-8") as f:
             fingerprint = json.load(f)["fingerprint"]
     else:
-        with open(path, "rb") as f:
-            fingerprint = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+        fingerprint = "sha256:" + sha256_file(path)
     rows, quarantine, banks, counts = [], [], set(), {"total": table.num_rows, "other_split": 0}
     for r in table.to_pylist():
         if r.get("split", "train") != split:

@@ -18,8 +18,9 @@ import os
 import random
 import shutil
 import time
-import uuid
 from typing import Any
+
+from pipeline.core.fsutil import atomic_write_json, temp_name
 
 MANIFEST = "checkpoint.json"
 
@@ -39,7 +40,7 @@ def save(output_dir: str, step: int, model, tokenizer, optimizer, bank, config: 
 
     final = checkpoint_dir(output_dir, step)
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = temp_name(final)
     try:
         model.save_pretrained(os.path.join(tmp, "policy"))
         tokenizer.save_pretrained(os.path.join(tmp, "policy"))
@@ -50,8 +51,7 @@ def save(output_dir: str, step: int, model, tokenizer, optimizer, bank, config: 
                     "policy_dir": "policy", "optimizer": "optimizer.pt", "rng": "rng.pt",
                     **content_hashes(os.path.join(tmp, "policy")), "config": config,
                     "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
-        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+        atomic_write_json(os.path.join(tmp, MANIFEST), manifest)
         if os.path.exists(final):
             shutil.rmtree(final)
         os.rename(tmp, final)

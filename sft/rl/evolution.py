@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core import lineage
+from pipeline.core.fsutil import atomic_write_json
 
 from pipeline.bank import rows as skillbank
 from pipeline.llm.types import JSONRequest
@@ -80,11 +81,8 @@ class SkillBank:
                                                               "history": self.history})
 
     def save(self, path: str) -> str:
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=2, ensure_ascii=False)
-        os.replace(tmp, path)
-        return path
+        """Write :meth:`to_json` to ``path`` atomically; returns ``path``."""
+        return atomic_write_json(path, self.to_json())
 
     @classmethod
     def from_json(cls, data: dict[str, Any], env: str, source_env: str = "") -> "SkillBank":

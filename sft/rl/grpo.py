@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from pipeline.core.config import LLMConfig
+from pipeline.core.fsutil import atomic_write_json
 from pipeline.progress import bar as progress_bar
 from sft.rl.rollout import Episode, episode_summary, run_episodes
 
@@ -302,6 +303,5 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
     summary = {"output_dir": cfg.output_dir, "steps": step, "started_at_step": start, "checkpoint": last_ckpt,
                "bank_version": bank.version, "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": model_dir}
-    with open(os.path.join(cfg.output_dir, "grpo_manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+    atomic_write_json(os.path.join(cfg.output_dir, "grpo_manifest.json"), summary)
     return summary

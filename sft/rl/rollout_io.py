@@ -26,6 +26,7 @@ from typing import Any
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PromptConfig
+from pipeline.core.fsutil import atomic_write
 from pipeline.prompts import render_step_messages
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import Episode
@@ -66,10 +67,7 @@ def write_txt_tree(out_dir: str, episodes: list[Episode], prompt_cfg: PromptConf
         folder = os.path.join(out_dir, f"env{n:03d}")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"test{tests[inst]}.txt")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(render_txt(ep, tests[inst], n, prompt_cfg))
-        os.replace(tmp, path)
+        atomic_write(path, render_txt(ep, tests[inst], n, prompt_cfg))
         paths.append(path)
     return paths
 

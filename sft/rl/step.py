@@ -1,8 +1,10 @@
 """The ``grpo`` step of a pipeline run: online GRPO from the run's SFT checkpoint and skill bank.
 
 Shared by the Airflow task ``grpo``, ``skillpipe rl grpo --run-id`` and ``make run``. Output goes to
-``<root>/runs/<run_id>/grpo/``. Skipped when the SFT checkpoint, the bank and the config are
-unchanged since the last complete run (``grpo_inputs.json`` next to ``grpo_manifest.json``).
+``<root>/runs/<run_id>/grpo/``. Skipped, like a data stage, when its fingerprint
+(:mod:`pipeline.core.manifest`: the export's content, which holds the bank, the SFT step's
+fingerprint and result, the config, the code version) is the one recorded in
+``grpo_manifest.json``.
 """
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ import json
 import os
 from typing import Any, Callable
 
+from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.fsutil import sha256_file
-from pipeline.core.lineage import content_hash
 
 from sft import manifest as sft_manifest
 from sft.rl.config import GRPOConfig, run_prompt_config, smoke, to_dict
 
 STEP = "grpo"
-INPUTS_FILE = "grpo_inputs.json"
+MANIFEST_NAME = "grpo_manifest.json"
+#: Fields that name places or how to resume, not what is trained: outside the fingerprint (the
+#: SFT checkpoint and the bank are covered by the input facts instead of their paths).
+NOT_FINGERPRINTED = ("output_dir", "model", "model_cache_dir", "skill_bank", "resume")
 
 
 def _bank_env(bank_path: str) -> str:
@@ -27,47 +31,65 @@ def _bank_env(bank_path: str) -> str:
         return (json.load(f).get("metadata") or {}).get("env", "")
 
 
+def run_config(store: ArtifactStore, cfg: GRPOConfig | None = None) -> GRPOConfig:
+    """``cfg`` (default :func:`sft.rl.config.smoke`) pointed at run ``store``: its SFT checkpoint
+    as the starting policy, its exported bank, ``runs/<run_id>/grpo`` as output and the run's
+    own prompt section (the SFT pairs were rendered with it, so RL prompts match them byte for
+    byte). Raises ``ArtifactError`` without an export or build_pairs artifact."""
+    bank = os.path.join(store.require("export").path, "skill_bank.json")
+    return dataclasses.replace(cfg or smoke(), output_dir=os.path.join(store.run_dir, STEP),
+                               model=os.path.join(store.run_dir, "sft_fit"), skill_bank=bank,
+                               skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
+
+
+def fingerprint(store: ArtifactStore, cfg: GRPOConfig, sft: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(fingerprint, facts)`` of the step: the export's content, the SFT step (``sft``: its
+    manifest) and ``cfg`` without paths. Raises ``ArtifactError`` for a missing or stale export."""
+    inputs = step_manifest.upstream_facts(store, ["export"])
+    inputs.append({"stage": "sft_fit", **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}})
+    config = {k: v for k, v in to_dict(cfg).items() if k not in NOT_FINGERPRINTED}
+    return step_manifest.step_fingerprint(STEP, inputs, config)
+
+
 def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: bool = False,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run GRPO starting from ``runs/<run_id>/sft_fit`` with ``export/skill_bank.json``.
+    """Run GRPO on run ``run_id`` (:func:`run_config`) unless its fingerprint is unchanged.
 
-    ``cfg`` defaults to the small CPU budget (:func:`sft.rl.config.smoke`); its ``prompt`` is
-    replaced by the run's (:func:`sft.rl.config.run_prompt_config`). Returns the GRPO
-    manifest plus ``skipped`` and ``uri``. Raises ``ArtifactError`` without an export artifact and
-    ``FileNotFoundError`` without an SFT checkpoint (run ``skillpipe sft fit`` first).
+    Returns the GRPO manifest plus ``skipped`` and the XCom fields ``uri`` (the output folder),
+    ``rows`` (training episodes played) and ``fingerprint``. Raises ``ArtifactError`` without an
+    export or build_pairs artifact and ``FileNotFoundError`` without an SFT checkpoint (run
+    ``skillpipe sft fit`` first).
     """
     from sft.rl.grpo import train
 
     store = ArtifactStore(root, run_id)
-    export = store.require("export")
-    sft_dir = os.path.join(store.run_dir, "sft_fit")
-    sft = sft_manifest.read_manifest(sft_dir)
+    cfg = run_config(store, cfg)
+    sft = sft_manifest.read_manifest(cfg.model)
     if sft is None:
-        raise FileNotFoundError(f"no SFT checkpoint in {sft_dir}: run `skillpipe sft fit --run-id {run_id}` first")
-    bank = os.path.join(export.path, "skill_bank.json")
-    out = os.path.join(store.run_dir, STEP)
-    # the run's own prompt section: the SFT pairs were rendered with it, so RL prompts match them byte for byte
-    cfg = dataclasses.replace(cfg or smoke(), output_dir=out, model=sft_dir, skill_bank=bank,
-                              skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
-    inputs = {"sft": {k: sft.get(k) for k in ("global_step", "final_loss", "export")},
-              "bank_sha256": sha256_file(bank), "config": to_dict(cfg)}
-    key = content_hash(inputs, n=32)
-    inputs_path, manifest_path = os.path.join(out, INPUTS_FILE), os.path.join(out, "grpo_manifest.json")
-    if not force and os.path.exists(inputs_path) and os.path.exists(manifest_path):
-        with open(inputs_path, encoding="utf-8") as f:
-            same = json.load(f).get("key") == key
-        if same:
-            with open(manifest_path, encoding="utf-8") as f:
-                m = json.load(f)
-            log(f"[{STEP}] unchanged (SFT step {sft['global_step']}, bank {m['bank_version']}): skipped")
-            return dict(m, skipped=True, uri=out)
+        raise FileNotFoundError(f"no SFT checkpoint in {cfg.model}: run `skillpipe sft fit --run-id {run_id}` first")
+    fp, facts = fingerprint(store, cfg, sft)
+    path = os.path.join(cfg.output_dir, MANIFEST_NAME)
+    prev = None if force else step_manifest.reusable(path, fp)
+    if prev is not None:
+        log(f"[{STEP}] unchanged (fingerprint {fp[:12]}, bank {prev['bank_version']}): skipped")
+        return _result(prev, cfg.output_dir, skipped=True)
     m = train(cfg)
     register_banks(root, run_id, cfg, m)
-    with open(inputs_path, "w", encoding="utf-8") as f:
-        json.dump({"key": key, **inputs}, f, indent=2, default=str)
+    m = step_manifest.record(path, dict(m, train_episodes=train_episodes(m["log"])), fp, facts)
     for line in step_log_lines(m["log"]):
         log(f"[{STEP}] {line}")
-    return dict(m, skipped=False, uri=out)
+    return _result(m, cfg.output_dir, skipped=False)
+
+
+def _result(m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:
+    return {**m, **step_manifest.xcom(out, m.get("train_episodes", 0), m["fingerprint"]), "skipped": skipped}
+
+
+def train_episodes(log_path: str) -> int:
+    """Training episodes logged in ``grpo_log.jsonl`` (every group's rewards, all steps)."""
+    with open(log_path, encoding="utf-8") as f:
+        entries = [json.loads(raw) for raw in f if raw.strip()]
+    return sum(len(g.get("rewards", [])) for e in entries if e.get("kind") == "train" for g in e.get("groups", []))
 
 
 def register_banks(root: str, run_id: str, cfg: GRPOConfig, summary: dict[str, Any]) -> None:
