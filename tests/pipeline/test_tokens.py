@@ -14,6 +14,7 @@ from sft.base_model import ensure_base_model
 from sft.config import SFTFitConfig
 from sft.demo import demo_rows, write_demo_export
 from sft.train import drop_too_long, fit
+from tests.helpers.paths import REPO
 from tests.pipeline.test_prompts import tv6
 from tests.pipeline.stages.test_build_pairs import distilled, run_validate
 
@@ -90,3 +91,17 @@ def test_fit_quarantines_a_row_longer_than_max_length_instead_of_failing(tmp_pat
     assert m["export"]["rows"]["used"] == k - len(too_long)
     q = pq.read_table(os.path.join(out, "quarantine.parquet")).to_pylist()
     assert [(x["reason"], x["item_id"]) for x in q] == [("too_long", p) for p in too_long]
+
+
+def test_pipeline_never_imports_sft():
+    """``sft`` builds on ``pipeline``, never the reverse (the embedded model's cache folder lives in
+    ``pipeline.llm.server``): no module of the pipeline package imports ``sft``."""
+    import ast
+    import pathlib
+    offenders = []
+    for path in sorted(pathlib.Path(REPO, "pipeline").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n == "sft" or n.startswith("sft.")]
+    assert offenders == []
