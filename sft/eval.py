@@ -237,7 +237,7 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     from pipeline.core.lineage import content_hash
     from pipeline.core.records import to_table
 
-    from sft.rl.evolution import SkillBank
+    from pipeline.bank.evolving import SkillBank
 
     tasks = make_tasks(cfg)
     check_held_out(tasks, training_instances(root, run_id))

@@ -94,7 +94,7 @@ def restore_state(path: str, optimizer) -> dict[str, Any]:
     (a checkpoint whose parts were mixed up is refused, never half-used).
     """
     import torch
-    from sft.rl.evolution import SkillBank
+    from pipeline.bank.evolving import SkillBank
 
     manifest = read_manifest(path)
     optimizer.load_state_dict(torch.load(os.path.join(path, manifest["optimizer"]), weights_only=True))

@@ -75,7 +75,7 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
 
     from sft.rl.grpo import make_envs, make_task_lists
     from sft.rl.config import GRPOConfig
-    from sft.rl.evolution import SkillBank
+    from pipeline.bank.evolving import SkillBank
 
     from pipeline.core.config import ConfigError
     old = glob.glob(os.path.join(glob.escape(out), "env[0-9]*", "test*.txt"))

@@ -50,7 +50,8 @@ from sft.rl.rollout import Episode, episode_summary, run_episodes
 from sft.rl import checkpoint as ckpt
 from sft.rl.config import GRPOConfig, to_dict
 from sft.rl.loss import episode_reward, group_advantages, policy_loss
-from sft.rl.evolution import SkillBank, evolve
+from pipeline.bank.evolving import SkillBank
+from sft.rl.evolution import evolve
 
 __all__ = ["train", "group_advantages", "episode_reward"]
 

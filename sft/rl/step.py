@@ -97,7 +97,7 @@ def register_banks(root: str, run_id: str, cfg: GRPOConfig, summary: dict[str, A
     ``<root>/banks`` (``skillpipe bank list``), parent links following the lineage."""
     from pipeline.bank.store import BankStore
 
-    from sft.rl.evolution import SkillBank
+    from pipeline.bank.evolving import SkillBank
     store = BankStore(root)
     start = SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
     imported = next((h for h in start.history if h.get("event") == "import"), {})

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from pipeline.bank import rows as skillbank
 from sft.rl import checkpoint as ckpt
 from sft.base_model import ensure_base_model
-from sft.rl.evolution import SkillBank
+from pipeline.bank.evolving import SkillBank
 
 
 @pytest.fixture()

@@ -10,7 +10,8 @@ from pipeline.llm.client import LLMClient
 from sft.rl.rollout import run_episodes
 from tests.helpers.rollout_policies import ScriptedPolicy
 from sft.rl.config import GRPOConfig
-from sft.rl.evolution import SkillBank, category_rates, evolve
+from pipeline.bank.evolving import SkillBank
+from sft.rl.evolution import category_rates, evolve
 from tests.helpers.llm_stub import ChatStub
 
 STATIC = [skillbank.make_row("general", "", {"title": "Look First", "principle": "Read the room.", "when_to_apply": ""}),

@@ -14,7 +14,7 @@ from pipeline.bank import rows as skillbank
 from sft.rl import checkpoint as ckpt
 from sft.rl.grpo import train
 from sft.rl.config import smoke
-from sft.rl.evolution import SkillBank
+from pipeline.bank.evolving import SkillBank
 
 pytestmark = pytest.mark.slow
 
