@@ -1,0 +1,203 @@
+"""The LLM stage base: a subclass says what to ask and how to read an answer; the base runs the loop.
+
+memory, skills and distill each turn units (trajectories, memories) into structured JSON
+requests, send them in one concurrent batch, turn every accepted answer into rows and every failed
+request into a quarantine row that keeps the model's raw output. :class:`LLMStage` owns that loop
+(in the spirit of distilabel's ``Task``: ``format_input`` / ``format_output``)::
+
+    class Summarise(LLMStage):
+        name = "summary"
+        inputs = ("remove_loops",)
+        schema = SUMMARY_SCHEMA
+        config_sections = ("summary", "quality")
+
+        def requests(self, run):
+            trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+            return [Job(t, t.trajectory_id, [JSONRequest(t.trajectory_id, messages(t), SUMMARY)],
+                        t.source_uri, t.source_line) for t in trajs]
+
+        def format_output(self, item, values, run):
+            return [{"trajectory_id": item.trajectory_id, **values[0], "model": run.model}]
+
+What :meth:`LLMStage.run` does with them:
+
+1. ``requests(run)`` returns one :class:`Job` per unit: the unit (``item``), its id for the
+   quarantine, its requests (zero or more), or a row in ``rejected`` when the unit is
+   quarantined without asking (e.g. distill's failed trajectories).
+2. :meth:`LLMStage.ask`: when no job has a request the LLM is never started (an empty input
+   needs no server). Otherwise it gets ``ctx.llm``, loads the ``off_topic`` encoder up front
+   (:func:`pipeline.quality.topic.warm`), and sends every request in one ``complete_json_many``
+   call (job order, then request order); each job gets its results in request order.
+3. :meth:`LLMStage.collect`: the rejected units' rows first, then per job: a job whose requests
+   all succeeded becomes ``format_output(item, values, run)`` (its rows, or one quarantine row
+   to reject the unit after all); a job with a failed request becomes the unit's quarantine row
+   (the first failed request: reason from :func:`pipeline.quality.reason_of`, raw output kept)
+   plus one request row per further failed request (not units: ``StageOutput.request_quarantine``).
+4. The :class:`~pipeline.core.stage.StageOutput` has ``rows_in`` = number of jobs, every failed
+   result in ``failed_requests`` (the runner records the stage incomplete, so a plain rerun
+   resends them) and the counters of :meth:`LLMStage.counters` (by default the content-rule
+   record of ``run.tally``).
+
+A stage whose units are not its jobs (skills: one call is fed by many memories) overrides
+:meth:`LLMStage.collect` and keeps the rest. Code that is not a stage (RL skill evolution) can
+use :func:`send` and :func:`failure_row` on their own.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import quality
+from pipeline.core.records import QuarantineRow
+from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.llm.types import JSONRequest, JSONResult
+from pipeline.quality import topic
+
+
+@dataclass
+class Job:
+    """One unit of an LLM stage and the requests asked for it.
+
+    Attributes:
+        item: the unit as the stage knows it (a ``Trajectory``, a skills call...); handed back
+            to :meth:`LLMStage.format_output`.
+        item_id: the unit's id in its quarantine row.
+        requests: the requests for this unit, in order (may be empty: e.g. every think of a
+            trajectory came from the source, so there is nothing to ask).
+        source_uri, line: where the unit came from (copied into its quarantine rows).
+        rejected: set when the unit is quarantined before asking (``requests`` must be empty).
+        results: the ``JSONResult`` of each request, filled by :func:`send`.
+    """
+    item: Any
+    item_id: str
+    requests: list[JSONRequest] = field(default_factory=list)
+    source_uri: str = ""
+    line: int | None = None
+    rejected: QuarantineRow | None = None
+    results: list[JSONResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[JSONResult]:
+        """The results that are not ok, in request order."""
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def values(self) -> list[Any]:
+        """The validated answers, in request order (meaningful when :attr:`failed` is empty)."""
+        return [r.value for r in self.results]
+
+
+@dataclass
+class LLMRun:
+    """The state of one run of an LLM stage, handed to every hook.
+
+    Attributes:
+        ctx: the stage context.
+        tally: the content-rule counter and policy gate (``quality.flag_rules``); the answer
+            checks built in ``requests`` should gate through it so the manifest counts them.
+        jobs: what ``requests`` returned.
+        model: the LLM's ``model_id`` once asked; ``""`` when nothing was asked.
+        notes: values a stage computes in ``requests`` for its own ``collect``/``counters``.
+    """
+    ctx: StageContext
+    tally: quality.Tally
+    jobs: list[Job] = field(default_factory=list)
+    model: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[JSONResult]:
+        """Every failed result of the run, in request order."""
+        return [r for j in self.jobs for r in j.failed]
+
+
+def send(llm: Any, jobs: list[Job], desc: str) -> None:
+    """Send the requests of every job in one ``llm.complete_json_many`` batch (job order, then
+    request order) and store each job's results on it. ``llm`` follows the client contract of
+    :mod:`pipeline.llm.types`; it is not called when no job has a request. Raises what the
+    client raises (``server.ServerDied``); a bad answer or a failed request is an ``ok=False``
+    result, never an exception."""
+    requests = [r for j in jobs for r in j.requests]
+    results = iter(llm.complete_json_many(requests, desc=desc) if requests else [])
+    for j in jobs:
+        j.results = [next(results) for _ in j.requests]
+
+
+def failure_row(stage: str, result: JSONResult, detail: str, item_id: str, source_uri: str = "",
+                line: int | None = None) -> QuarantineRow:
+    """The quarantine row of a failed request: reason = the content rule's reason or the
+    client's error (:func:`pipeline.quality.reason_of`), ``raw`` = the model's last output."""
+    return reject(stage, quality.reason_of(result.error, result.detail), detail, item_id, raw=result.raw,
+                  source_uri=source_uri, line=line)
+
+
+class LLMStage(Stage):
+    """Base of the stages that ask an LLM (module docstring). Implement :meth:`requests` and
+    :meth:`format_output`; override :meth:`counters`, :meth:`unit_detail` or :meth:`collect`
+    when the defaults do not fit."""
+    uses_llm = True
+
+    def requests(self, run: LLMRun) -> list[Job]:
+        """One :class:`Job` per unit, in a deterministic order (the order of the requests is
+        part of the cache keys and of the rows' order)."""
+        raise NotImplementedError
+
+    def format_output(self, item: Any, values: list[Any], run: LLMRun) -> list[dict[str, Any]] | QuarantineRow:
+        """The rows for one unit whose requests all succeeded (``values``: the validated answers,
+        in request order; empty for a job without requests), or a quarantine row (built with
+        :func:`~pipeline.core.stage.reject`) to reject the unit after all."""
+        raise NotImplementedError
+
+    def unit_detail(self, job: Job, result: JSONResult) -> str:
+        """Detail of a unit's quarantine row for its first failed request (default: the
+        client's detail)."""
+        return result.detail
+
+    def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
+        """Manifest counters; by default ``{"quality": ...}``, the content-rule record of
+        ``run.tally`` over the jobs and the unit quarantine (:meth:`pipeline.quality.Tally.record`)."""
+        return {"quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine))}
+
+    def run(self, ctx: StageContext) -> StageOutput:
+        run = LLMRun(ctx, quality.Tally(ctx.config.quality.flag_rules))
+        run.jobs = self.requests(run)
+        self.ask(run)
+        out = self.collect(run)
+        out.failed_requests = run.failed
+        out.counters = self.counters(run, out)
+        return out
+
+    def ask(self, run: LLMRun) -> None:
+        """Send the jobs' requests (:func:`send`) unless there are none: then the LLM is not
+        started. Sets ``run.model``."""
+        if not any(j.requests for j in run.jobs):
+            return
+        llm = run.ctx.llm
+        run.model = llm.model_id
+        # load the encoder now, not inside an answer check while other requests are in flight
+        topic.warm(run.ctx.config.quality.off_topic_threshold)
+        send(llm, run.jobs, self.name)
+
+    def collect(self, run: LLMRun) -> StageOutput:
+        """Rows and quarantine of the jobs (module docstring, step 3): the units rejected before
+        asking first, then each answered job's rows or rows of quarantine; ``rows_in`` = number
+        of jobs."""
+        out = StageOutput(rows=[], quarantine=[j.rejected for j in run.jobs if j.rejected is not None],
+                          rows_in=len(run.jobs))
+        for job in run.jobs:
+            if job.rejected is not None:
+                continue
+            if job.failed:
+                first, *rest = job.failed
+                out.quarantine.append(failure_row(self.name, first, self.unit_detail(job, first), job.item_id,
+                                                  job.source_uri, job.line))
+                out.request_quarantine += [failure_row(self.name, r, f"call {r.key} failed: {r.detail}", r.key,
+                                                       job.source_uri, job.line) for r in rest]
+            else:
+                got = self.format_output(job.item, job.values, run)
+                if isinstance(got, QuarantineRow):
+                    out.quarantine.append(got)
+                else:
+                    out.rows += got
+        return out
