@@ -61,7 +61,7 @@ from pipeline.core.stage import StageContext
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("http_500", "http_429", "reset", "non_json", "slow", "garbage", "fenced", "truncated")
-STAGES = ("parse", "remove_loops", "memory", "skills", "distill")
+STAGES = ("parse", "remove_loops", "split", "memory", "skills", "distill")
 LLM_STAGES = ("memory", "skills", "distill")
 
 

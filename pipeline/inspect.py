@@ -53,7 +53,8 @@ STEP_MANIFESTS = ("skillpipe_sft_manifest.json", "grpo_manifest.json")
 
 def _describe_run(path: str) -> str:
     out = [f"run: {os.path.abspath(path)}"]
-    order = ("parse", "remove_loops", "memory", "skills", "distill", "build_pairs", "export", "sft_fit", "grpo")
+    from pipeline.stages import STAGES
+    order = (*STAGES, "sft_fit", "grpo")
     for name in sorted(os.listdir(path), key=lambda n: (order.index(n) if n in order else len(order), n)):
         mpath = os.path.join(path, name, MANIFEST)
         if os.path.exists(mpath):

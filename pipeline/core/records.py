@@ -152,6 +152,15 @@ DISTILLED_SCHEMA = pa.schema([
     ("prompt_sha", pa.string()),
 ])
 
+#: One row per environment instance of the run (stage ``split``, :mod:`pipeline.core.split`).
+SPLIT_SCHEMA = pa.schema([
+    ("env_instance", pa.string()),
+    ("split", pa.string()),                 # train | val
+    ("rule", pa.string()),                  # hash: drawn by the hash rule | no_success: train, not drawn
+    ("val_fraction", pa.float64()),         # export.val_fraction of the draw
+    ("seed", pa.int64()),                   # export.seed of the draw
+])
+
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", TEXT)])
 
 SFT_PAIR_SCHEMA = pa.schema([

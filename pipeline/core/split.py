@@ -1,22 +1,26 @@
 """Train/val split by environment instance, decided once, before the skill bank is built.
 
-The rule (DESIGN §3.7): every trajectory of one ``env_instance`` (env folder / game file / WebShop
-session) lands in the same split, and an instance's split depends only on its own name, the seed
-and ``export.val_fraction`` (see :func:`split_instances`).
+The rule: every trajectory of one ``env_instance`` (env folder / game file / WebShop session)
+lands in the same split. Only instances with a successful trajectory are drawn (SFT pairs come
+from successes only, so a failure-only instance in val would leave the validation split empty);
+the others are train. A drawn instance's split depends only on its own name, the seed and
+``export.val_fraction`` (see :func:`split_instances`).
 
-Why it runs in ``skills`` and not only in ``export``: the skill bank is distilled from
-memories, and a skill can quote its source memory almost verbatim (a WebShop skill naming the very
-product a session searched for). If memories of val instances fed the bank, those skills would
-reach train prompts and the val prompts of the instance they came from, so val would measure
-recall of leaked answers. ``skills`` therefore splits first, builds the bank from train
-instances only and records the assignment in its manifest (``counters["split"]``, see
-:func:`split_record`); ``export`` reuses that record so the val split is exactly the set of
-instances kept out of the bank (:func:`assignment_from_record`).
+The assignment is an artifact of its own, written by the ``split`` stage right after
+``remove_loops`` (one row per instance, :data:`~pipeline.core.records.SPLIT_SCHEMA`), and read by
+``skills`` and ``export`` (:func:`read_assignment`). Why before the bank: the skill bank is
+distilled from memories, and a skill can quote its source memory almost verbatim (a WebShop skill
+naming the very product a session searched for). If memories of val instances fed the bank,
+those skills would reach train prompts and the val prompts of the instance they came from, so
+val would measure recall of leaked answers. ``skills`` therefore keeps val instances' memories
+out of the bank, and ``export`` splits the pairs with the same assignment, so val is exactly
+the set of instances the bank never saw.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from pipeline.core.artifacts import StageArtifact
 from pipeline.core.lineage import content_hash
 
 
@@ -42,25 +46,18 @@ def split_instances(instances: Iterable[str], val_fraction: float, seed: int) ->
     return {n: "val" if n in val else "train" for n in names}
 
 
-def split_record(assignment: dict[str, str], val_fraction: float, seed: int) -> dict[str, Any]:
-    """The manifest record of an assignment: ``{"val_fraction", "seed", "val_instances": [sorted],
-    "train_instances": [sorted]}`` (JSON-ready; both lists so a reader can tell a recorded train
-    instance from one the record never saw)."""
-    return {"val_fraction": val_fraction, "seed": seed,
-            "val_instances": sorted(n for n, s in assignment.items() if s == "val"),
-            "train_instances": sorted(n for n, s in assignment.items() if s == "train")}
-
-
-def assignment_from_record(record: dict[str, Any] | None, instances: Iterable[str], val_fraction: float,
-                           seed: int) -> dict[str, str]:
-    """Split of ``instances``: the recorded split (``split_record``) for every instance it lists,
-    :func:`split_instances` for the rest (all of them when ``record`` is None or empty).
-
-    The fallback draws only the unrecorded instances, so a recorded instance never changes side.
-    """
+def split_rows(instances: Iterable[str], succeeded: set[str], val_fraction: float, seed: int
+               ) -> list[dict[str, Any]]:
+    """The rows of the ``split`` artifact, sorted by instance: the instances in ``succeeded``
+    (those with a successful trajectory) drawn by :func:`split_instances` (``rule`` ``"hash"``),
+    every other one train (``rule`` ``"no_success"``)."""
     names = sorted(set(instances))
-    recorded: dict[str, str] = {}
-    for split in ("train", "val"):
-        recorded.update({n: split for n in (record or {}).get(f"{split}_instances", [])})
-    rest = split_instances([n for n in names if n not in recorded], val_fraction, seed)
-    return {n: recorded.get(n) or rest[n] for n in names}
+    drawn = split_instances([n for n in names if n in succeeded], val_fraction, seed)
+    return [{"env_instance": n, "split": drawn.get(n, "train"), "rule": "hash" if n in drawn else "no_success",
+             "val_fraction": float(val_fraction), "seed": int(seed)} for n in names]
+
+
+def read_assignment(artifact: StageArtifact) -> dict[str, str]:
+    """``{env_instance: "train" | "val"}`` of a ``split`` artifact."""
+    table = artifact.read_table()
+    return dict(zip(table.column("env_instance").to_pylist(), table.column("split").to_pylist()))

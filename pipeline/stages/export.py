@@ -14,13 +14,12 @@ files below are not mistaken for splits), plus these files in the stage folder:
 * ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.bank.rows.to_skillrl_json``);
 * ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
 
-The split is decided per ``env_instance`` (DESIGN §3.7; the reference split nothing and merged
-sibling trajectories, D-W4), so every pair of one task instance lands in the same split. It is
-decided before the skill bank is built: ``skills`` records it (manifest ``counters["split"]``)
-after keeping val instances' memories out of the bank, and export reuses that record, so val is
-exactly the set of instances the bank never saw; an instance the record lacks (e.g. an aggregate
-artifact written before this rule) falls back to the hash rule (``pipeline.core.split``). Nothing is
-quarantined here: units in = pairs in = pairs out.
+The split is per ``env_instance`` (the reference split nothing and merged sibling trajectories,
+D-W4), so every pair of one task instance lands in the same split. It is the ``split`` artifact
+(:mod:`pipeline.core.split`), decided before the skill bank was built and read by ``skills`` too,
+so val is exactly the set of instances whose memories the bank never saw. A pair whose instance
+the artifact lacks is an error (``ArtifactError``): the runner's freshness check makes it
+impossible short of a bug. Nothing is quarantined here: units in = pairs in = pairs out.
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ from pipeline.prompts import prompt_template_files
 from pipeline.quality import metrics as qmetrics
 from pipeline.core.records import SFT_PAIR_SCHEMA, Trajectory
 from pipeline.core.stage import Stage, StageContext, StageOutput
-from pipeline.core.split import assignment_from_record
+from pipeline.core.artifacts import ArtifactError
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 #: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
@@ -70,8 +69,9 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
                  val_fraction: float, seed: int, split: dict[str, Any] | None = None) -> str:
     """Markdown card: what the dataset holds and where it came from (deterministic text).
 
-    ``split`` is aggregate's ``counters["split"]`` record; without one the card says that the bank
-    may have seen val instances (an aggregate artifact from before the rule in ``pipeline.core.split``).
+    ``split``: ``{"val_instances": [names], "held_out_memories": n}`` (the ``split`` artifact's val
+    instances and the memories ``skills`` held out); without it the card says that the bank may
+    have seen val instances.
     """
     by = lambda *keys: Counter(" / ".join(str(r[k]) for k in keys) for r in rows)  # noqa: E731
     instances = {s: len({r["env_instance"] for r in rows if r["split"] == s}) for s in ("train", "val")}
@@ -173,7 +173,7 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
 class Export(Stage):
     """Split the pairs by instance and write the SFT files (module docstring)."""
     name = "export"
-    inputs = ("build_pairs", "skills")
+    inputs = ("build_pairs", "skills", "split")
     schema = SFT_PAIR_SCHEMA
     config_sections = ("export", "quality")
     split_files = SPLIT_FILES
@@ -183,16 +183,20 @@ class Export(Stage):
 
     def run(self, ctx: StageContext) -> StageOutput:
         """The pairs with ``split`` set, and the files of the module docstring as extra files."""
-        ecfg = ctx.config.export
         pairs = ctx.upstream("build_pairs").read_rows()
-        agg = ctx.upstream("skills")
-        bank_rows = agg.read_rows()
-        record = (agg.manifest.get("counters") or {}).get("split")
-        # The bank's own split wins over the config: if export.val_fraction/seed changed but aggregate
-        # was not rerun, following the config would put instances the bank has seen into val.
-        val_fraction, seed = (record["val_fraction"], record["seed"]) if record else (ecfg.val_fraction, ecfg.seed)
-        assignment = assignment_from_record(record, (r["env_instance"] for r in pairs), val_fraction, seed)
+        skills = ctx.upstream("skills")
+        bank_rows = skills.read_rows()
+        split = ctx.upstream("split").read_rows()
+        assignment = {r["env_instance"]: r["split"] for r in split}
+        if missing := sorted({r["env_instance"] for r in pairs} - set(assignment)):
+            raise ArtifactError(f"instances {missing[:5]} of the build_pairs artifact are not in the split artifact")
         rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
+        # the draw's parameters as recorded (the config's only when the run has no instance)
+        ecfg = ctx.config.export
+        val_fraction, seed = (split[0]["val_fraction"], split[0]["seed"]) if split else (ecfg.val_fraction, ecfg.seed)
+        record = {"val_instances": [n for n, side in assignment.items() if side == "val"],
+                  "held_out_memories": ((skills.manifest.get("counts") or {}).get("quarantine_reasons") or {})
+                  .get("held_out_val", 0)}
         metrics = quality_metrics(ctx, rows, bank_rows)
         files = {
             TRAIN_FILE: "".join(jsonl_line(r) + "\n" for r in rows if r["split"] == "train"),
@@ -205,8 +209,8 @@ class Export(Stage):
         split_counts = Counter(r["split"] for r in rows)
         return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),
                            counters={"train": split_counts["train"], "val": split_counts["val"],
-                                     "instances": len(assignment),
-                                     "split_from": "skills" if record else "hash", "quality_metrics": metrics},
+                                     "instances": len({r["env_instance"] for r in pairs}),
+                                     "split_from": "split", "quality_metrics": metrics},
                            extra_files=files)
 
 

@@ -19,11 +19,10 @@ call's error and raw output, or ``not_used``). The bank is also written as Skill
 as a version of the store ``<root>/banks`` (``pipeline.bank.store``; parent = the store's HEAD),
 listed by ``skillpipe bank list``.
 
-Train instances only (``pipeline.core.split``): before any call, every ``env_instance`` with a
-successful trajectory (read from ``remove_loops``; only those yield SFT pairs) is assigned to train or
-val with ``export.val_fraction`` / ``export.seed``; failure-only instances are train. Memories of val instances feed no call: each is quarantined ``held_out_val``, so
-no skill can quote a val instance's memory into train prompts or into that instance's own val
-prompts. The assignment is recorded in the manifest (``counters["split"]``) and reused by export.
+Train instances only: the ``split`` artifact (:mod:`pipeline.core.split`) assigns every
+``env_instance`` to train or val before any call. Memories of val instances feed no call: each is
+quarantined ``held_out_val``, so no skill can quote a val instance's memory into train prompts or
+into that instance's own val prompts. Export splits the pairs with the same artifact.
 The reference built its bank from every trajectory and split nothing (D-W4).
 """
 from __future__ import annotations
@@ -45,17 +44,15 @@ from pipeline.prompts import category_label
 from pipeline.quality import grounding, text, topic
 from pipeline.core.records import SKILL_SCHEMA, QuarantineRow
 from pipeline.core.stage import StageContext, StageOutput
-from pipeline.core.split import split_instances, split_record
+from pipeline.core.split import read_assignment
 from pipeline.bank import merge as _skillmerge
 from pipeline.llm import templates as _templates
 
 NAME = "skills"
-INPUTS = ("remove_loops", "memory")  # dedupe: only for the env_instance of each memory's trajectory
+INPUTS = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
 SCHEMA = SKILL_SCHEMA
 USES_LLM = True
-# config sections it reads (fingerprinted; + llm when USES_LLM); export: val_fraction and seed of
-# the instance split, decided here (pipeline.core.split), so changing them rebuilds the bank
-CONFIG = ("skills", "export", "quality")
+CONFIG = ("skills", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
 MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json
@@ -273,41 +270,32 @@ def trajectory_instances(ctx: StageContext) -> tuple[dict[str, str], set[str]]:
     return out, succeeded
 
 
-def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], val_fraction: float,
-                 seed: int, succeeded: set[str] | None = None
-                 ) -> tuple[list[dict[str, Any]], list[QuarantineRow], dict[str, str]]:
-    """Split by instance (``pipeline.core.split.split_instances``) and keep val memories out of the bank.
+def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], assignment: dict[str, str]
+                 ) -> tuple[list[dict[str, Any]], list[QuarantineRow]]:
+    """Keep the memories of val instances out of the bank.
 
-    ``instance_of`` maps trajectory ids to ``env_instance`` (every trajectory of the run, so the
-    assignment also covers instances that yielded no memory and export never has to guess). A
-    memory whose trajectory is missing there (not expected: the runner refuses stale upstreams)
-    counts as its own instance, named by its trajectory id.
-    ``succeeded``: when given, only these instances are drawn (SFT pairs come from successful
-    trajectories only, so a val instance without one would leave the validation split empty);
-    every other instance is train.
-    Returns ``(train memories, one held_out_val quarantine row per val memory, assignment)``.
+    ``instance_of`` maps trajectory ids to ``env_instance``; ``assignment`` is the ``split``
+    artifact (``{env_instance: "train" | "val"}``). A memory whose trajectory or instance is
+    missing there (not expected: the runner refuses stale upstreams) counts as its own instance,
+    named by its trajectory id, and is train.
+    Returns ``(train memories, one held_out_val quarantine row per val memory)``.
     """
     inst = {m["memory_id"]: instance_of.get(m["trajectory_id"], m["trajectory_id"]) for m in memories}
-    everything = list(instance_of.values()) + list(inst.values())
-    drawn = everything if succeeded is None else [i for i in everything if i in succeeded]
-    assignment = {i: "train" for i in everything}
-    assignment.update(split_instances(drawn, val_fraction, seed))
     train, held = [], []
     for m in memories:
-        if assignment[inst[m["memory_id"]]] == "train":
+        if assignment.get(inst[m["memory_id"]], "train") == "train":
             train.append(m)
         else:
             held.append(QuarantineRow(NAME, "held_out_val", f"instance {inst[m['memory_id']]} is in the validation "
                                       "split: kept out of the skill bank", m["memory_id"]))
-    return train, held, assignment
+    return train, held
 
 
 def run(ctx: StageContext) -> StageOutput:
     all_memories = ctx.upstream("memory").read_rows()
-    cfg, ecfg = ctx.config.skills, ctx.config.export
-    instance_of, succeeded = trajectory_instances(ctx)
-    memories, held_out, assignment = hold_out_val(all_memories, instance_of, ecfg.val_fraction, ecfg.seed,
-                                                  succeeded)
+    cfg = ctx.config.skills
+    instance_of, _ = trajectory_instances(ctx)
+    memories, held_out = hold_out_val(all_memories, instance_of, read_assignment(ctx.upstream("split")))
     by_env: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
         by_env.setdefault(m["env"], []).append(m)
@@ -365,7 +353,6 @@ def run(ctx: StageContext) -> StageOutput:
                 "skills": dict(Counter(r["kind"] for r in rows)), "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": version, "bank_parent": parent,
-                "split": dict(split_record(assignment, ecfg.val_fraction, ecfg.seed), held_out_memories=len(held_out)),
                 # items = calls; a skill dropped for its sources counts once more (it is not a call)
                 "quality": tally.record(len(calls), Counter(q.reason for q in request_rows))}
     return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(all_memories), units_in=len(all_memories),

@@ -150,7 +150,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
     with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
-                                            r"--stages remove_loops,memory,skills,distill,build_pairs,export"):
+                                            r"--stages remove_loops,split,memory,skills,distill,build_pairs,export"):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
@@ -166,9 +166,9 @@ def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
     ctx.config.build_pairs.max_tokens = 1234
     before = fps()
     assert [n for n in names if before[n] != first[n]] == ["build_pairs"]
-    ctx.config.export.val_fraction = 0.3  # the split is decided before the bank is built
+    ctx.config.export.val_fraction = 0.3  # the split artifact; skills sees it through its input
     after = fps()
-    assert [n for n in names if before[n] != after[n]] == ["skills", "export"]
+    assert [n for n in names if before[n] != after[n]] == ["split", "export"]
     ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and build_pairs
     again = fps()
     assert [n for n in names if again[n] != after[n]] == ["distill", "build_pairs"]

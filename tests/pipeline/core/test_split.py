@@ -1,5 +1,10 @@
-"""pipeline.core.split: the instance-level train/val rule and the record aggregate hands to export."""
-from pipeline.core.split import assignment_from_record, split_instances, split_record
+"""pipeline.core.split: the instance-level train/val rule, and the split stage that writes it as an
+artifact read by skills and export."""
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.runner import run_stage
+from pipeline.core.split import read_assignment, split_instances, split_rows
+from pipeline.core.stage import StageContext
 
 
 def test_split_instances_rules():
@@ -23,15 +28,33 @@ def test_split_instances_exact_draw():
     assert split_instances(names, 0.05, 0) == split_instances(names, 0.25, 0)
 
 
-def test_record_round_trip_and_fallback():
-    assignment = {"env000": "val", "env001": "train", "env002": "train"}
-    record = split_record(assignment, 0.25, 0)
-    assert record == {"val_fraction": 0.25, "seed": 0, "val_instances": ["env000"],
-                      "train_instances": ["env001", "env002"]}
-    # recorded instances keep their side even where the hash rule disagrees (env000 .736 > 0.25,
-    # env002 .130 < 0.25); the unrecorded env003 alone is drawn by the rule (one instance: train)
-    assert assignment_from_record(record, ["env002", "env000", "env003", "env000"], 0.25, 0) == {
-        "env000": "val", "env002": "train", "env003": "train"}
-    # no record (an aggregate artifact from before the rule): the hash rule over all instances
-    names = ["env000", "env001", "env002", "env003"]
-    assert assignment_from_record(None, names, 0.25, 0) == split_instances(names, 0.25, 0)
+def test_only_instances_with_a_success_are_drawn():
+    """SFT pairs come from successes only: a failure-only instance in val would leave the
+    validation split empty (seen in `make run`), so it is always train and never drawn."""
+    rows = split_rows(["env003", "env000", "env001", "env002", "env000", "fail-only"],
+                      {"env000", "env001", "env002", "env003"}, 0.25, 0)
+    assert [(r["env_instance"], r["split"], r["rule"]) for r in rows] == [
+        ("env000", "train", "hash"), ("env001", "train", "hash"), ("env002", "val", "hash"),
+        ("env003", "train", "hash"), ("fail-only", "train", "no_success")]
+    assert {(r["val_fraction"], r["seed"]) for r in rows} == {(0.25, 0)}
+    # the failure-only instance does not take part in the draw: same sides as without it
+    assert {r["env_instance"]: r["split"] for r in rows if r["rule"] == "hash"} == \
+        split_instances(["env000", "env001", "env002", "env003"], 0.25, 0)
+
+
+def test_split_stage_writes_one_row_per_instance(tmp_path):
+    import dataclasses
+    from tests.helpers.llm_stage_data import cool_apple, write_upstream
+    from pipeline.core.records import TRAJECTORY_SCHEMA
+    trajs = [dataclasses.replace(cool_apple(tid=f"traj-{i}"), env_instance=f"env{i % 4:03d}") for i in range(8)]
+    trajs.append(dataclasses.replace(cool_apple("failure", "traj-f"), env_instance="fail-only"))
+    store = ArtifactStore(str(tmp_path), "r")
+    write_upstream(store, "remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA)
+    cfg = PipelineConfig()
+    cfg.export.val_fraction = 0.25
+    res = run_stage("split", StageContext(store, cfg), log=lambda m: None)
+    assert read_assignment(store.require("split")) == {
+        "env000": "train", "env001": "train", "env002": "val", "env003": "train", "fail-only": "train"}
+    c = res.manifest["counts"]
+    assert (c["in"], c["units_in"], c["out"], c["quarantined"]) == (9, 5, 5, 0)
+    assert res.manifest["counters"] == {"train": 4, "val": 1, "drawn": 4}

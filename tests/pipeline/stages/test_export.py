@@ -4,10 +4,13 @@ import os
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, to_table
+import pytest
+
+from pipeline.core.artifacts import ArtifactError
+from pipeline.core.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, SPLIT_SCHEMA, to_table
 from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
-from pipeline.core.split import split_instances
+from pipeline.core.split import split_instances, split_rows
 from tests.pipeline.stages.test_build_pairs import SKILL
 
 
@@ -22,13 +25,18 @@ def pair(i, instance, env="alfworld", category="clean"):
             "flags": [], "split": ""}
 
 
+def write_split(store, instances, val_fraction=0.25):
+    """The split artifact of ``instances`` (all with a success), as the split stage writes it."""
+    rows = split_rows(instances, set(instances), val_fraction, 0)
+    store.write("split", to_table(rows, SPLIT_SCHEMA), [], {"fingerprint": "s-fp"})
+
+
 def run_export(tmp_path, pairs, val_fraction=0.25):
     store = ArtifactStore(str(tmp_path), "r1")
     store.write("build_pairs", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
     store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp"})
-    cfg = PipelineConfig()
-    cfg.export.val_fraction = val_fraction
-    res = run_stage("export", StageContext(store, cfg), log=lambda s: None)
+    write_split(store, [p["env_instance"] for p in pairs], val_fraction)
+    res = run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
     return store.require("export"), res.manifest
 
 
@@ -65,17 +73,18 @@ def test_export_files(tmp_path):
     assert "| stub-model | 2 |" in card and "| bank-1 | 2 |" in card
 
 
-def test_val_is_exactly_the_instances_aggregate_held_out(tmp_path):
-    """Leak guard, end to end: export's val split is the set of instances whose memories aggregate
-    kept out of the bank, not a fresh draw over the pairs' instances."""
+def test_val_is_exactly_the_instances_skills_held_out(tmp_path):
+    """Leak guard, end to end: export's val split is the set of instances whose memories skills
+    kept out of the bank (both read the split artifact), not a fresh draw over the pairs' instances."""
     from tests.pipeline.stages.test_skills import aggregate_with_val_instance
     store, agg, _ = aggregate_with_val_instance(tmp_path)
-    recorded = agg.manifest["counters"]["split"]["val_instances"]
-    assert recorded == ["kitchen-4"]
+    held = [q["item_id"] for q in store.require("skills").read_rows(quarantine=True) if q["reason"] == "held_out_val"]
+    assert held == ["mem-2"]  # mem-2 is of kitchen-4
+    recorded = ["kitchen-4"]
     pairs = [pair(i, inst) for i, inst in enumerate(["kitchen-1", "kitchen-2", "kitchen-3", "kitchen-4", "kitchen-4"])]
     store.write("build_pairs", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
-    # export.val_fraction changed after aggregate ran: a fresh draw at 0.5 would also send
-    # kitchen-3 (.339) to val, an instance the bank has seen; the recorded split must win
+    # export.val_fraction changed after skills ran: a fresh draw at 0.5 would also send
+    # kitchen-3 (.339) to val, an instance the bank has seen; the split artifact must win
     cfg = PipelineConfig()
     cfg.export.val_fraction = 0.5
     assert [n for n, s in split_instances({p["env_instance"] for p in pairs}, 0.5, 0).items() if s == "val"] == \
@@ -86,26 +95,23 @@ def test_val_is_exactly_the_instances_aggregate_held_out(tmp_path):
     assert [r["pair_id"] for r in rows if r["split"] == "val"] == ["pair-3", "pair-4"]
     counters = dict(res.manifest["counters"])
     assert counters.pop("quality_metrics")["pairs"] == 5  # pinned in test_quality_metrics / test_export_quality
-    assert counters == {"train": 3, "val": 2, "instances": 4, "split_from": "skills"}
+    assert counters == {"train": 3, "val": 2, "instances": 4, "split_from": "split"}
     card = open(os.path.join(res.uri, "DATASET_CARD.md"), encoding="utf-8").read()
     assert "(val_fraction=0.3, seed=0): 3 train / 1 val instances" in card
     assert ("The skill bank was built from train instances only: the memories of the 1 val instances "
             "(1 memories) were held out of it") in card
 
 
-def test_recorded_split_wins_and_unrecorded_instances_fall_back(tmp_path):
-    # hash rule at seed 0 / 0.25: env002 (.130) is val, env000 (.736) train; the record says the
-    # opposite for those two, and env003 is not in it
-    record = {"val_fraction": 0.25, "seed": 0, "val_instances": ["env000"], "train_instances": ["env001", "env002"],
-              "held_out_memories": 2}
+def test_an_instance_missing_from_the_split_is_an_error(tmp_path):
+    """No fallback rule: a pair whose instance the split artifact lacks stops the stage."""
     store = ArtifactStore(str(tmp_path), "r1")
     store.write("build_pairs", to_table([pair(n, f"env{n:03d}") for n in range(4)], SFT_PAIR_SCHEMA), [],
                 {"fingerprint": "v-fp"})
-    store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp", "counters": {"split": record}})
-    run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
-    got = {r["env_instance"]: r["split"] for r in store.require("export").read_rows()}
-    # env003 alone is drawn by the rule: a single unrecorded instance goes to train
-    assert got == {"env000": "val", "env001": "train", "env002": "train", "env003": "train"}
+    store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp"})
+    write_split(store, ["env000", "env001", "env002"])
+    with pytest.raises(ArtifactError, match=r"instances \['env003'\] of the build_pairs artifact are not in the split"):
+        run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
+    assert store.load("export") is None
 
 
 def test_hugging_face_datasets_loads_the_train_and_validation_splits(tmp_path, monkeypatch):

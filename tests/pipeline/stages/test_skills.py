@@ -39,11 +39,11 @@ MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success
             mem("mem-4", "cool", "failure", mistakes=[("holding an object to cool", "went to the microwave")])]
 
 
-def write_dedupe(store: ArtifactStore, instances: dict[str, str]) -> None:
-    """The dedupe artifact aggregate reads env_instance from: one trajectory per id, placed in the
-    given instance (the steps do not matter to aggregate)."""
+def write_dedupe(store: ArtifactStore, instances: dict[str, str], val_fraction: float = 0.0) -> None:
+    """The remove_loops artifact skills reads env_instance from: one trajectory per id, placed in
+    the given instance (the steps do not matter to skills), and its split artifact."""
     write_trajectories(store, [dataclasses.replace(cool_apple(tid=tid), env_instance=inst)
-                               for tid, inst in instances.items()])
+                               for tid, inst in instances.items()], val_fraction)
 
 
 def test_dedupe_items_counts_and_cap():
@@ -151,8 +151,7 @@ def test_empty_input_writes_an_empty_bank_without_llm(tmp_path):
     with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
         bank = json.load(f)
     assert bank["general_skills"] == [] and bank["common_mistakes"] == [] and bank["metadata"]["env"] == "alfworld"
-    assert res.manifest["counters"]["split"] == {"val_fraction": 0.1, "seed": 0, "val_instances": [],
-                                                 "train_instances": [], "held_out_memories": 0}
+    assert "split" not in res.manifest["counters"]  # the split is an artifact of its own
 
 
 @pytest.mark.slow
@@ -210,7 +209,7 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
         cfg.export.val_fraction = 0.0  # no val instance: this test covers the whole bank path
         res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     rows = store.require("skills").read_rows()
-    assert res.manifest["counters"]["split"]["val_instances"] == []
+    assert res.manifest["counts"]["quarantine_reasons"] == {}  # no val instance: nothing held out
     assert [(r["kind"], r["category"], r["title"] or r["description"]) for r in rows] == [
         ("general", "", "Search Then Act"), ("task_specific", "cool", "Cool In Fridge"),
         ("task_specific", "heat", "Heat In Microwave"), ("mistake", "", "Wrong appliance")]
@@ -242,7 +241,7 @@ def aggregate_with_val_instance(tmp_path):
     # hash scores at seed 0: kitchen-1 .562, -2 .960, -3 .339, -4 .265 -> only kitchen-4 < 0.3.
     # traj-5 yielded no memory: its instance is still in the recorded assignment (export needs it).
     write_dedupe(store, {"traj-1": "kitchen-1", "traj-2": "kitchen-4", "traj-3": "kitchen-1",
-                         "traj-4": "kitchen-2", "traj-5": "kitchen-3"})
+                         "traj-4": "kitchen-2", "traj-5": "kitchen-3"}, val_fraction=0.3)
     write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
     skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
     script = [{"content": json.dumps({"skills": [skill]})},                                # general
@@ -274,21 +273,18 @@ def test_val_instance_memories_are_held_out_of_the_bank(tmp_path):
     counts = res.manifest["counts"]
     assert (counts["units_in"], counts["units_out"], counts["quarantined"]) == (4, 3, 1)
     assert counts["quarantine_reasons"] == {"held_out_val": 1}
-    assert res.manifest["counters"]["split"] == {
-        "val_fraction": 0.3, "seed": 0, "val_instances": ["kitchen-4"],
-        "train_instances": ["kitchen-1", "kitchen-2", "kitchen-3"], "held_out_memories": 1}
+    assert {r["env_instance"]: r["split"] for r in store.require("split").read_rows()} == {
+        "kitchen-1": "train", "kitchen-2": "train", "kitchen-3": "train", "kitchen-4": "val"}
     with open(os.path.join(res.uri, "skill_bank.json"), encoding="utf-8") as f:
         meta = json.load(f)["metadata"]
     assert (meta["total_memories_analyzed"], meta["task_distribution"]) == (3, {"cool": {"success": 2, "failure": 1}})
 
 
-def test_only_instances_with_a_success_are_drawn_for_val():
-    """SFT pairs come from successes only: a failure-only instance in val would leave the
-    validation split empty (seen in `make run`), so it is always train."""
+def test_memories_of_val_instances_are_held_out():
+    """hold_out_val follows the split artifact; a memory whose trajectory is unknown is train."""
     from pipeline.stages.skills import hold_out_val
-    instance_of = {"t1": "a", "t2": "b", "t3": "c", "t4": "c"}
+    instance_of = {"t1": "a", "t2": "b", "t3": "c"}
     mems = [{"memory_id": f"m{i}", "trajectory_id": f"t{i}"} for i in range(1, 5)]
-    train, held, assignment = hold_out_val(mems, instance_of, 0.99, 0, succeeded={"a", "b"})
-    assert assignment["c"] == "train" and sorted(assignment.values()) == ["train", "train", "val"]
-    val = next(i for i, side in assignment.items() if side == "val")
-    assert [q.item_id for q in held] == [f"m{'ab'.index(val) + 1}"] and len(train) == 3
+    train, held = hold_out_val(mems, instance_of, {"a": "train", "b": "val", "c": "train"})
+    assert [m["memory_id"] for m in train] == ["m1", "m3", "m4"] and [q.item_id for q in held] == ["m2"]
+    assert held[0].reason == "held_out_val"
