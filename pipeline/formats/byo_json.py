@@ -26,8 +26,7 @@ from typing import Any, Iterator
 
 from pipeline import envs
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
-                     Source, reader_trajectory)
+from pipeline.formats.common import Source, bad, read_json_members, reader_trajectory
 
 FORMAT = "byo_json"
 WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
@@ -118,14 +117,5 @@ def entry_trajectories(entry: Any, src: Source, index: int, line: int) -> Iterat
 
 def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield every trajectory of every entry; ``bad_record`` / ``invalid_json`` rows for the rest."""
-    path, text = src.path, src.read_text()
-    index = 0
-    try:
-        for key, entry, start, line in iter_json_container(text):
-            if isinstance(entry, BadMember):
-                yield bad_member_row(key, entry, path, text, start, line)
-            else:
-                yield from entry_trajectories(entry, src, index, line)
-            index += 1
-    except JSONContainerError as e:
-        yield from json_error_rows(e, path, text, index, "entries")
+    yield from read_json_members(src, src.read_text(), lambda key, entry, index, start, line:
+                                 entry_trajectories(entry, src, index, line), "entries")

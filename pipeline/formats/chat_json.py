@@ -18,6 +18,7 @@ folder gives the category and wins over the text classifier (spec §7.1).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,8 +27,7 @@ from typing import Any, Iterator
 from pipeline import envs
 from pipeline.envs import search as search_env
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import (BadMember, JSONContainerError, ThoughtBuffer, bad, bad_member_row, iter_json_container,
-                     Source, json_error_rows, reader_trajectory)
+from pipeline.formats.common import Source, ThoughtBuffer, bad, read_json_members, reader_trajectory
 from pipeline.formats.webshop_transcript import task_from_observation
 
 FORMAT = "chat_json"
@@ -276,21 +276,17 @@ def _read_jsonl(src: Source, text: str, dirty: bool) -> Iterator[Trajectory | Qu
 
 def _read_document(src: Source, text: str) -> Iterator[Trajectory | QuarantineRow]:
     """The records of a JSON document ``text``: a list of records, or one top-level record."""
-    path, index = src.path, 0
+    yield from read_json_members(src, text, functools.partial(_document_record, src, text), single_object=True)
+
+
+def _document_record(src: Source, text: str, key: Any, rec: Any, index: int, pos: int, no: int
+                     ) -> Iterator[Trajectory | QuarantineRow]:
+    """Record number ``index`` of the document, at offset ``pos`` (line ``no``) of ``text``."""
     try:
-        for key, rec, pos, no in iter_json_container(text, single_object=True):
-            if isinstance(rec, BadMember):
-                yield bad_member_row(key, rec, path, text, pos, no)
-                index += 1
-                continue
-            try:
-                n = len(_messages(rec))
-                yield parse_record(rec, _message_lines(text, pos, n, no), src, index, no)
-            except RecordError as e:
-                yield bad("bad_record", str(e), path, no, json.dumps(rec, ensure_ascii=False)[:4000])
-            except Exception as e:  # an unforeseen record shape costs this record, not the rest
-                yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", path, no,
-                          json.dumps(rec, ensure_ascii=False, default=str))
-            index += 1
-    except JSONContainerError as e:
-        yield from json_error_rows(e, path, text, index)
+        n = len(_messages(rec))
+        yield parse_record(rec, _message_lines(text, pos, n, no), src, index, no)
+    except RecordError as e:
+        yield bad("bad_record", str(e), src.path, no, json.dumps(rec, ensure_ascii=False)[:4000])
+    except Exception as e:  # an unforeseen record shape costs this record, not the rest
+        yield bad("reader_error", f"{FORMAT}: {type(e).__name__}: {e}", src.path, no,
+                  json.dumps(rec, ensure_ascii=False, default=str))

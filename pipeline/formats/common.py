@@ -8,7 +8,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import pyarrow as pa
 
@@ -379,6 +379,29 @@ def _end_of_top_level(text: str, pos: int) -> None:
     pos = _WS.match(text, pos).end()
     if pos < len(text):
         raise JSONTrailingContent("content after the end of the top-level JSON value", pos)
+
+
+#: ``each(key, value, index, start, line)`` of :func:`read_json_members`: the rows of one member.
+MemberReader = Callable[[Any, Any, int, int, int], Iterator["Trajectory | QuarantineRow"]]
+
+
+def read_json_members(src: Source, text: str, each: MemberReader, unit: str = "records",
+                      single_object: bool = False) -> Iterator[Trajectory | QuarantineRow]:
+    """The loop of every reader of a JSON array/object of records: ``each(key, value, index,
+    start, line)`` per member of ``text`` (the text of ``src``; ``index`` counts members from 0,
+    undecodable ones too), a :func:`bad_member_row` per member that does not decode, and the
+    :func:`json_error_rows` of where reading stopped (``unit`` names the members in their detail).
+    ``single_object``: as :func:`iter_json_container`."""
+    index = 0
+    try:
+        for key, value, start, line in iter_json_container(text, single_object):
+            if isinstance(value, BadMember):
+                yield bad_member_row(key, value, src.path, text, start, line)
+            else:
+                yield from each(key, value, index, start, line)
+            index += 1
+    except JSONContainerError as e:
+        yield from json_error_rows(e, src.path, text, index, unit)
 
 
 def iter_json_container(text: str, single_object: bool = False) -> Iterator[tuple[Any, Any, int, int]]:

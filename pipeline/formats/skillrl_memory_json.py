@@ -27,12 +27,12 @@ user to pass it as a bank.
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Iterator
 
 from pipeline.core.records import QuarantineRow, Step, Trajectory
-from pipeline.formats.common import (BadMember, JSONContainerError, bad, bad_member_row, iter_json_container, json_error_rows,
-                     Source, reader_trajectory)
+from pipeline.formats.common import Source, bad, read_json_members, reader_trajectory
 
 FORMAT = "skillrl_memory_json"
 BANK_FORMAT = "skillrl_bank_json"
@@ -118,26 +118,21 @@ def memory_trajectory(rec: Any, source_uri: str, index: int, line: int) -> Traje
 def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     """Yield one trajectory per memory with refined steps; quarantine reasons:
     ``memory_without_steps`` (failures), ``bad_record``, ``invalid_json``."""
-    path, text = src.path, src.read_text()
-    index = 0
+    yield from read_json_members(src, src.read_text(), functools.partial(_memory, src))
+
+
+def _memory(src: Source, key: Any, rec: Any, index: int, start: int, line: int
+            ) -> Iterator[Trajectory | QuarantineRow]:
+    """The trajectory of memory number ``index`` (at ``line``), or why it has none."""
+    raw = json.dumps(rec, ensure_ascii=False)
     try:
-        for key, rec, start, line in iter_json_container(text):
-            if isinstance(rec, BadMember):
-                yield bad_member_row(key, rec, path, text, start, line)
-                index += 1
-                continue
-            raw = json.dumps(rec, ensure_ascii=False)
-            try:
-                yield memory_trajectory(rec, src.source_uri, index, line)
-            except NoSteps as e:
-                yield bad("memory_without_steps", f"{e}; the whole memory (planning_pattern, mistakes_to_avoid) "
-                          "is kept in raw", path, line, raw,
-                          item_id=str(rec.get("memory_id") or ""), limit=None)
-            except RecordError as e:
-                yield bad("bad_record", str(e), path, line, raw)
-            index += 1
-    except JSONContainerError as e:
-        yield from json_error_rows(e, path, text, index)
+        yield memory_trajectory(rec, src.source_uri, index, line)
+    except NoSteps as e:
+        yield bad("memory_without_steps", f"{e}; the whole memory (planning_pattern, mistakes_to_avoid) "
+                  "is kept in raw", src.path, line, raw,
+                  item_id=str(rec.get("memory_id") or ""), limit=None)
+    except RecordError as e:
+        yield bad("bad_record", str(e), src.path, line, raw)
 
 
 def read_bank(src: Source) -> Iterator[Trajectory | QuarantineRow]:

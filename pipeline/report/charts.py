@@ -26,7 +26,17 @@ def _integer(*axes, axis: str = "y") -> None:
         (ax.yaxis if axis == "y" else ax.xaxis).set_major_locator(MaxNLocator(integer=True))
 
 
+def _legend(ax, size: int = 8, outside: bool = False) -> None:
+    """The legend of ``ax`` without a frame; ``outside``: right of the axes (long labels)."""
+    where = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0)} if outside else {}
+    ax.legend(fontsize=size, frameon=False, **where)
+
+
 def _png(fig) -> bytes:
+    """``fig`` as PNG bytes at :data:`DPI`, every axes without its top and right frame lines;
+    closes the figure."""
+    for ax in fig.axes:
+        ax.spines[["top", "right"]].set_visible(False)
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -49,8 +59,7 @@ def funnel(rows: list[dict[str, Any]]) -> bytes | None:
     ax.set_ylabel("rows / units")
     _integer(ax)
     ax.set_title("Rows in, out and quarantined per stage", fontsize=10)
-    ax.legend(fontsize=8, frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
+    _legend(ax)
     return _png(fig)
 
 
@@ -70,8 +79,7 @@ def reasons(rows: list[dict[str, Any]]) -> bytes | None:
     ax.set_ylabel("quarantined rows")
     _integer(ax)
     ax.set_title("Quarantine reasons per stage", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.spines[["top", "right"]].set_visible(False)
+    _legend(ax, 7, outside=True)
     return _png(fig)
 
 
@@ -86,16 +94,14 @@ def llm(usage: dict[str, Any]) -> bytes | None:
     a.bar(names, [r["completion_tokens"] for r in rows], bottom=[r["prompt_tokens"] for r in rows],
           label="completion", color="#ffa726")
     a.set_title("Tokens per stage", fontsize=10)
-    a.legend(fontsize=8, frameon=False)
+    _legend(a)
     x = range(len(rows))
     for i, (key, color) in enumerate((("calls", "#5c6bc0"), ("cache_hits", "#66bb6a"), ("failures", "#c62828"))):
         b.bar([p + (i - 1) * 0.27 for p in x], [r[key] for r in rows], 0.27, label=key.replace("_", " "), color=color)
     b.set_xticks(list(x), names)
     b.set_title("Calls, cache hits, failures", fontsize=10)
-    b.legend(fontsize=8, frameon=False)
+    _legend(b)
     _integer(b)
-    for ax in (a, b):
-        ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
 
 
@@ -112,7 +118,6 @@ def bank(comp: dict[str, Any]) -> bytes | None:
     b.set_title("Skills by category", fontsize=10)
     _integer(a, b, axis="x")
     for ax in (a, b):
-        ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(labelsize=8)
     return _png(fig)
 
@@ -130,9 +135,8 @@ def usage(rows: list[dict[str, Any]], top: int = 15) -> bytes | None:
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.set_xlabel("SFT pairs")
     ax.set_title("Skill usage in distilled pairs", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _legend(ax, outside=True)
     _integer(ax, axis="x")
-    ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
 
 
@@ -146,7 +150,6 @@ def sft_loss(curve: dict[str, Any]) -> bytes | None:
     ax.set_ylabel("loss")
     ax.set_title("SFT training loss", fontsize=10)
     _integer(ax, axis="x")
-    ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
 
 
@@ -165,12 +168,11 @@ def grpo(data: dict[str, Any]) -> bytes | None:
     c.plot(x, num("adv_mean"), marker="o", ms=3, color="#ef6c00", label="mean")
     c.fill_between(x, num("adv_min"), num("adv_max"), alpha=0.25, color="#ef6c00", label="min-max")
     c.set_title("advantage", fontsize=9)
-    c.legend(fontsize=7, frameon=False)
+    _legend(c, 7)
     _integer(a, b, c, axis="x")
     for ax in (a, b, c):
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
-        ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
 
 
@@ -186,5 +188,4 @@ def eval_rates(rows: list[dict[str, Any]]) -> bytes | None:
     ax.set_xlim(0, 1)
     ax.set_xlabel("success rate (95 % interval)")
     ax.set_title("Evaluation", fontsize=10)
-    ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)

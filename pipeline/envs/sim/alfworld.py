@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.envs import alfworld as _alf
-from pipeline.envs.sim.textworld import Reset, Transition
+from pipeline.envs.sim.textworld import Reset, SimEnv, Transition
 
 ENV = "alfworld"
 WIN_REWARD = 10.0
@@ -68,7 +68,7 @@ def list_tasks(split: str = "valid_seen", limit: int = 0) -> list[AlfTask]:
     return [AlfTask(f) for f in (files[:limit] if limit else files)]
 
 
-class AlfWorldEnv:
+class AlfWorldEnv(SimEnv):
     """One ALFWorld text game at a time (TextWorld engine with ALFWorld's demangler).
 
     Raises :class:`EnvUnavailable` at construction when the package or data is missing.
@@ -109,9 +109,3 @@ class AlfWorldEnv:
         if self._env is not None:
             self._env.close()
             self._env = None
-
-    def __enter__(self) -> "AlfWorldEnv":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

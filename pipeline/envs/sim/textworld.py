@@ -21,6 +21,7 @@ generic one (:data:`HEADER`, :data:`TURN_INSTRUCTION` are the same text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Self
 
 ENV = "textworld"
 
@@ -114,7 +115,22 @@ def strip_task_prefix(description: str) -> str:
     return text
 
 
-class TextWorldExpressEnv:
+class SimEnv:
+    """Base of the simulators (module docstring interface): ``with Env(...) as env:`` calls
+    :meth:`close` on the way out, also on an error."""
+
+    def close(self) -> None:
+        """Release the engine (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class TextWorldExpressEnv(SimEnv):
     """One TextWorld Express game engine (one JVM); reuse it across resets.
 
     Args:
@@ -166,12 +182,6 @@ class TextWorldExpressEnv:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-
-    def __enter__(self) -> "TextWorldExpressEnv":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def make_tasks(games: list[str], n: int, fold: str = "train", seed0: int = 0, params: str = "") -> list[EnvTask]:
