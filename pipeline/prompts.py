@@ -30,21 +30,14 @@ from pipeline.core.config import DistillConfig, PromptConfig
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import Trajectory
 
-try:  # per-env wording lives in pipeline.envs (helper "formats"); fall back if it is absent
-    from pipeline import envs as _envs
-except ImportError:  # pragma: no cover - only while the package is being assembled
-    _envs = None
+from pipeline import envs as _envs
 
 EXPERIENCE_HEADING = "## Retrieved Relevant Experience"
 PROGRESS_HEADING = "## Current Progress"
 
-#: Wording for envs without a module in pipeline.envs (e.g. TextWorld Express): our own.
-GENERIC_HEADER = "You are an expert agent operating in a text-based game environment."
-GENERIC_TURN = (
-    "Now it's your turn to take an action.\nYou should first reason step-by-step about the "
-    "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
-    "Once you've finished your reasoning, you should choose an admissible action for current "
-    "step and present it within <action> </action> tags.")
+#: The env whose wording (header line, turn instruction) envs without a module in pipeline.envs
+#: get: TextWorld's generic text-game wording (our own).
+GENERIC_ENV = "textworld"
 
 #: Readable section labels for category keys (our own; unknown keys are title-cased).
 CATEGORY_LABELS = {
@@ -170,10 +163,8 @@ def _mistake_lines(s: dict) -> list[str]:
 # ------------------------------------------------------------------------------ step prompt
 
 def _env_text(env: str) -> tuple[str, str]:
-    """(header line, turn instruction) of ``env``; generic wording for envs without a module."""
-    mod = getattr(_envs, "REGISTRY", {}).get(env) if _envs else None
-    if mod is None:
-        return GENERIC_HEADER, GENERIC_TURN
+    """(header line, turn instruction) of ``env``; :data:`GENERIC_ENV`'s for envs without a module."""
+    mod = _envs.REGISTRY.get(env) or _envs.REGISTRY[GENERIC_ENV]
     return mod.HEADER, mod.TURN_INSTRUCTION
 
 

@@ -77,8 +77,9 @@ class StageArtifact:
 def content_sha256(folder: str, manifest: dict[str, Any]) -> str:
     """SHA-256 of an artifact's content as downstream stages see it: each file the manifest
     lists except the quarantine (relative name and the file's SHA-256, in name order), plus the
-    manifest's ``counters`` (export reads aggregate's split record from there). It names no
-    location, so a moved run folder or another ``--root`` keeps every fingerprint built on it.
+    manifest's ``counters`` (a stage's figures, e.g. the bank version, are part of what it hands
+    on). It names no location, so a moved run folder or another ``--root`` keeps every
+    fingerprint built on it.
     Raises ``OSError`` when a listed file cannot be read."""
     h = hashlib.sha256()
     for name in sorted(manifest.get("files", [])):

@@ -15,24 +15,22 @@ env object, ~0.8 s to start) generates a game from (game name, params, fold, see
 
 Categories are derived from the game name (:data:`GAME_CATEGORIES`), or from the task text
 when the game is unknown (a parsed rollout). The module is registered in
-``pipeline.envs.REGISTRY`` as env ``textworld``; its prompt wording is ``pipeline.prompts``'
-generic one (:data:`HEADER`, :data:`TURN_INSTRUCTION` are the same text).
+``pipeline.envs.REGISTRY`` as env ``textworld``; its prompt wording (:data:`HEADER`, and
+ALFWorld's :data:`TURN_INSTRUCTION`) is also what ``pipeline.prompts`` shows for an env
+without a module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Self
 
+from pipeline.envs.alfworld import TURN_INSTRUCTION as ALFWORLD_TURN_INSTRUCTION
+
 ENV = "textworld"
 
-#: Prompt header and turn instruction (same text as pipeline.prompts' generic wording, which
-#: cannot be imported here without a cycle; a test keeps them equal).
+#: Prompt header (our own) and turn instruction (SkillRL's ALFWorld text: same protocol).
 HEADER = "You are an expert agent operating in a text-based game environment."
-TURN_INSTRUCTION = (
-    "Now it's your turn to take an action.\nYou should first reason step-by-step about the "
-    "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
-    "Once you've finished your reasoning, you should choose an admissible action for current "
-    "step and present it within <action> </action> tags.")
+TURN_INSTRUCTION = ALFWORLD_TURN_INSTRUCTION
 
 #: Game name -> category key (our own names; one category per game).
 GAME_CATEGORIES = {"twc": "put_away_objects", "cookingworld": "cooking", "coin": "find_coin",
