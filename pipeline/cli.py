@@ -123,49 +123,26 @@ def run(
     retried by the next plain run); 1 when a stage failed or another process holds the run; 2 for
     a usage error."""
     from pipeline.core.artifacts import ArtifactError
-    from pipeline.core.config import load_config
+    from pipeline.core.config import OptionError, check_run_input, run_config
     from pipeline.core.runner import CountMismatch, check_run_id, run_pipeline
 
     try:
         check_run_id(run_id)
+        cfg = run_config(config, env, format, llm_base_url, llm_model, llm_api_key_env)
+    except OptionError as e:
+        raise typer.BadParameter(str(e), param_hint=e.option)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--run-id")
-
-    import yaml
-    try:
-        cfg = load_config(config)
-    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
-        raise typer.BadParameter(f"config {config}: {e}".replace("\n", " "), param_hint="--config")
-    from pipeline.envs import REGISTRY
-    if env != "auto" and env not in REGISTRY:
-        raise typer.BadParameter(f"unknown env {env!r}; choose from auto, {', '.join(sorted(REGISTRY))}",
-                                 param_hint="--env")
-    if format is not None:
-        from pipeline.formats.discover import READERS
-        if format != "auto" and format not in READERS:
-            raise typer.BadParameter(f"unknown format {format!r}; choose from auto, {', '.join(READERS)}",
-                                     param_hint="--format")
-        cfg.parse.format = format
-    if llm_base_url is not None:
-        cfg.llm.base_url = llm_base_url
-    if llm_model is not None:
-        cfg.llm.model = llm_model
-    if llm_api_key_env is not None:
-        cfg.llm.api_key_env = llm_api_key_env
     names = _parse_stages(stages)
-    if input and names is not None and "parse" not in names:
+    reads_input = names is None or "parse" in names
+    if input and not reads_input:
         err.print(f"note: --input is read by the parse stage only; stages {','.join(names)} read run "
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = input or _previous_input(root, run_id)
-    if (names is None or "parse" in names) and not input_path:
-        raise typer.BadParameter("required for a new run (no previous parse artifact)", param_hint="--input")
-    if input_path and not os.path.exists(input_path):
-        raise typer.BadParameter(f"input path does not exist: {input_path}", param_hint="--input")
-    if input_path and (names is None or "parse" in names):
-        from pipeline.formats.discover import list_input_files
-        if not list_input_files(input_path):
-            raise typer.BadParameter(f"no input files under {input_path} (README*/SOURCE* files and hidden files "
-                                     "are skipped)", param_hint="--input")
+    try:
+        check_run_input(input_path, reads_input)
+    except OptionError as e:
+        raise typer.BadParameter(str(e), param_hint=e.option)
     # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     t0 = time.monotonic()

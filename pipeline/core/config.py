@@ -426,3 +426,56 @@ def load_config(path: str | None) -> PipelineConfig:
     import yaml
     with open(path, encoding="utf-8") as f:
         return from_dict(yaml.safe_load(f) or {})
+
+
+class OptionError(ValueError):
+    """A ``skillpipe run`` option that cannot be used; ``option`` is its command-line name
+    (e.g. ``--input``), for the usage error."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_base_url: str | None = None,
+               llm_model: str | None = None, llm_api_key_env: str | None = None) -> PipelineConfig:
+    """The effective config of a run: the YAML file at ``path`` (defaults when ``None``) with the
+    command-line overrides applied (``fmt`` -> ``parse.format``, the ``llm_*`` values -> ``llm``;
+    ``None`` keeps the file's value). ``env`` (``auto`` or a registered env) is only checked.
+
+    Raises :class:`OptionError` naming the option: an unreadable or invalid file (``--config``),
+    an unknown env (``--env``) or format (``--format``)."""
+    import yaml
+    try:
+        cfg = load_config(path)
+    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        raise OptionError("--config", f"config {path}: {e}".replace("\n", " ")) from e
+    from pipeline.envs import REGISTRY
+    if env != "auto" and env not in REGISTRY:
+        raise OptionError("--env", f"unknown env {env!r}; choose from auto, {', '.join(sorted(REGISTRY))}")
+    if fmt is not None:
+        from pipeline.formats.discover import READERS
+        if fmt != "auto" and fmt not in READERS:
+            raise OptionError("--format", f"unknown format {fmt!r}; choose from auto, {', '.join(READERS)}")
+        cfg.parse.format = fmt
+    for key, value in (("base_url", llm_base_url), ("model", llm_model), ("api_key_env", llm_api_key_env)):
+        if value is not None:
+            setattr(cfg.llm, key, value)
+    return cfg
+
+
+def check_run_input(input_path: str, reads_input: bool) -> None:
+    """Check a run's input path (``""`` = none); ``reads_input``: the parse stage runs.
+
+    Raises :class:`OptionError` (``--input``) when parse runs without an input, when the path
+    does not exist, or when parse would find no input file under it."""
+    import os
+    if reads_input and not input_path:
+        raise OptionError("--input", "required for a new run (no previous parse artifact)")
+    if input_path and not os.path.exists(input_path):
+        raise OptionError("--input", f"input path does not exist: {input_path}")
+    if input_path and reads_input:
+        from pipeline.formats.discover import list_input_files
+        if not list_input_files(input_path):
+            raise OptionError("--input", f"no input files under {input_path} (README*/SOURCE* files and hidden "
+                                         "files are skipped)")
