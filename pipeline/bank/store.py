@@ -1,6 +1,6 @@
 """Versioned skill-bank store: every bank is an immutable, content-hashed version with a parent.
 
-Layout (DESIGN §3.4 "versioned: content hash, parent version, history")::
+Layout (versioned: content hash, parent version, history)::
 
     <root>/banks/<version>/bank.json    {"record": {...}, "rows": [SKILL_SCHEMA rows]}   immutable
     <root>/banks/history.jsonl          one event per line, append-only: create | reuse | restore

@@ -1,7 +1,7 @@
 """Per-environment knowledge: task categories, environment detection, prompt constants.
 
 ``classify(env, task, hint)`` is the one category function used by every stage (the reference
-had four that disagree: spec §7). Each env module exposes ``ENV``, ``CATEGORIES``, ``HEADER``,
+had four that disagree). Each env module exposes ``ENV``, ``CATEGORIES``, ``HEADER``,
 ``TURN_INSTRUCTION`` and ``classify(task, hint=None)``.
 """
 from __future__ import annotations

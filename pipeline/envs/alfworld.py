@@ -1,9 +1,8 @@
 """ALFWorld: task categories and the prompt constants shared by SFT export and the GRPO rollout.
 
-Category rule: the spec's "canonical fix" (reference/skillrl_sft_pipeline_spec.md §7.1), which
-replaces the reference's four disagreeing substring classifiers (aggregation A, distillation D,
-online O, trainer T) with one word-boundary classifier; the ALFWorld game-file task type, when
-known, wins over the goal text.
+Category rule: one word-boundary classifier replaces the reference's four disagreeing substring
+classifiers (aggregation A, distillation D, online O, trainer T); the ALFWorld game-file task
+type, when known, wins over the goal text.
 """
 from __future__ import annotations
 
@@ -15,12 +14,12 @@ ENV = "alfworld"
 CATEGORIES = ("pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light",
               "clean", "heat", "cool")
 
-#: First line of every SkillRL ALFWorld prompt (spec §2; make_skillrl_rollouts.py ``HEADER``, a copy of
+#: First line of every SkillRL ALFWorld prompt (make_skillrl_rollouts.py ``HEADER``, a copy of
 #: which is in tests/fixtures/tools/).
 HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
 
 #: The turn instruction that closes every SkillRL ALFWorld prompt, verbatim (including the space
-#: before the second newline) from make_skillrl_rollouts.py ``TURN`` (spec §2, §3.1 step 9.3).
+#: before the second newline) from make_skillrl_rollouts.py ``TURN``.
 TURN_INSTRUCTION = (
     "Now it's your turn to take an action.\nYou should first reason step-by-step about the "
     "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
@@ -38,7 +37,7 @@ GAMEFILE_TYPES = {
     "pick_cool_then_place_in_recep": "cool",
 }
 
-# Order matters (first match wins), exactly as in the spec's canonical fix.
+# Order matters (first match wins).
 _RULES = (
     (re.compile(r"^look at .+ under the\b|^examine the .+ with the\b"), "look_at_obj_in_light"),
     (re.compile(r"\bclean\b"), "clean"),
@@ -62,10 +61,10 @@ def classify(task: str, hint: str | None = None) -> str:
 
     Args:
         task: the goal text (the ``Your task is to:`` line, with or without that prefix).
-        hint: an ALFWorld game-file path; when it names a task type, it wins (spec §7.1).
+        hint: an ALFWorld game-file path; when it names a task type, it wins.
 
     Returns one of :data:`CATEGORIES`; any goal matching no rule is ``pick_and_place`` (the
-    spec's fallback, which is also ALFWorld's plain put task). Never raises.
+    reference's fallback, which is also ALFWorld's plain put task). Never raises.
     """
     from_file = category_from_gamefile(hint)
     if from_file:

@@ -1,6 +1,6 @@
 """Search (multi-hop QA with a retrieval tool): question categories and prompt constants.
 
-Category rule (spec §7.3): the ``data_source`` of the question decides first, as in the
+Category rule: the ``data_source`` of the question decides first, as in the
 reference's aggregation classifier A (the distillation classifier D ignores it and never returns
 ``entity_attribute_lookup``); only when the source is unknown do we fall back to D's question-text
 rules. Keywords are matched on word boundaries (the reference used substrings).
@@ -13,9 +13,9 @@ ENV = "search"
 
 CATEGORIES = ("comparison", "multi_hop_reasoning", "entity_attribute_lookup", "direct_retrieval")
 
-#: Multi-hop sources (spec §7.3 A): comparison or multi_hop_reasoning by the question text.
+#: Multi-hop sources (classifier A): comparison or multi_hop_reasoning by the question text.
 MULTI_HOP_SOURCES = frozenset({"hotpotqa", "2wikimultihopqa", "musique", "bamboogle"})
-#: Single-hop sources: popqa is attribute lookup, the rest direct retrieval (spec §7.3 A).
+#: Single-hop sources: popqa is attribute lookup, the rest direct retrieval (classifier A).
 KNOWN_SOURCES = MULTI_HOP_SOURCES | {"popqa", "nq", "triviaqa"}
 
 HEADER = "You are an expert research agent answering questions with a search engine."
@@ -60,17 +60,17 @@ def classify(task: str, hint: str | None = None) -> str:
 
 
 #: Reference fallback for the data source of a SkillRL Search rollout file named ``<int>.txt``
-#: (spec §3.3, inclusive ranges; 0-80 holds 81 ids, the others 80). Used only when neither the
+#: (inclusive ranges; 0-80 holds 81 ids, the others 80). Used only when neither the
 #: file nor its path names a source (D-S3): a configured table, never the first choice.
 DATA_SOURCE_RANGES: tuple[tuple[int, int, str], ...] = (
     (0, 80, "nq"), (81, 160, "popqa"), (161, 240, "2wikimultihopqa"), (241, 320, "triviaqa"),
     (321, 400, "hotpotqa"), (401, 480, "musique"))
-#: Source of any other integer stem (reference behaviour, spec §3.3 table).
+#: Source of any other integer stem (reference behaviour).
 DATA_SOURCE_DEFAULT = "bamboogle"
 
 
 def data_source_from_stem(stem: str, ranges=DATA_SOURCE_RANGES, default: str = DATA_SOURCE_DEFAULT) -> str | None:
-    """Reference range table (spec §3.3, TV7): ``"0081"`` -> ``popqa``, ``"-3"`` -> ``bamboogle``;
+    """Reference range table: ``"0081"`` -> ``popqa``, ``"-3"`` -> ``bamboogle``;
     ``None`` for a non-integer stem (the reference returned ``"unknown"``)."""
     try:
         n = int(stem)
@@ -87,7 +87,7 @@ _REACT_QA = re.compile(r"^\s*(search|finish)\[(.*)\]\s*$", re.I | re.S)
 
 def normalise_action(action: str) -> str:
     """Map a ReAct QA action onto SkillRL Search's tag form (our normalisation, documented so the
-    SFT targets of every QA source share one action syntax, spec §6.3):
+    SFT targets of every QA source share one action syntax):
     ``Search[x]`` -> ``<search>x</search>``, ``Finish[x]`` -> ``<answer>x</answer>``.
     Anything else (``Lookup[x]``, already-tagged actions) is returned unchanged; validation
     then judges its format."""

@@ -1,10 +1,10 @@
 """WebShop: product categories and prompt constants.
 
-Category rule: the reference's aggregation/distillation keyword table (spec §7.2, variants A and
+Category rule: the reference's aggregation/distillation keyword table (variants A and
 D, same order: apparel -> footwear -> home_decor -> electronics -> accessories -> beauty_health
 -> other), but matched on **word boundaries** instead of substrings, so "laptop" no longer hits
-"top", "stainless steel" no longer hits "tee" and "bowl" no longer hits "bow" (spec §7.2
-"substring false positives", TV4). A keyword also matches its plural (``shoes``, ``watches``).
+"top", "stainless steel" no longer hits "tee" and "bowl" no longer hits "bow"
+(substring false positives). A keyword also matches its plural (``shoes``, ``watches``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 
 ENV = "webshop"
 
-#: Keyword table, in match order (spec §7.2 A/D).
+#: Keyword table, in match order (variants A/D).
 KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("apparel", ("shirt", "dress", "t-shirt", "polo", "pants", "jeans", "jacket", "coat", "sweater",
                  "blouse", "skirt", "shorts", "underwear", "swimsuit", "swimwear", "hoodie", "vest",

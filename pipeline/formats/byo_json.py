@@ -1,5 +1,5 @@
-"""Reader for the reference's "bring your own JSON": the output of its parse stage (spec §3.2,
-§3.3) or of its dedupe stage (§3.4), which users may already hold.
+"""Reader for the reference's "bring your own JSON": the output of its parse stage
+or of its dedupe stage, which users may already hold.
 
 ALFWorld/WebShop entries: ``{env_id, task, type: all_success|all_fail, trajectories: [[step, ...], ...]}``
 with steps ``{step_id: "Step -1"|"Step 00"..., action, reward, done, observation, admissible_actions}``.
@@ -29,7 +29,7 @@ from pipeline.core.records import QuarantineRow, Step, Trajectory
 from pipeline.formats.common import Source, bad, read_json_members, reader_trajectory
 
 FORMAT = "byo_json"
-WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode (spec §2)
+WIN_REWARD = 10.0  # ALFWorld/WebShop rollout reward of a won episode
 _MEMORY_LINE = re.compile(r"Step (\d+):\s*(<(?:search|answer)>.*?</(?:search|answer)>)"
                           r"(?:\s*<information>(.*?)</information>)?", re.S)
 

@@ -14,7 +14,7 @@ Outcome: an explicit record field (``success``/``won``/``outcome``/``reward``) o
 ``reward = <value>`` observation decides; without any label (ETO) the record is a demonstration,
 treated as success with ``"outcome_source": "assumed"`` in metadata (ETO's SOURCE.md warns some
 are not successes: downstream validation must not trust it blindly). The ALFWorld game-file
-folder gives the category and wins over the text classifier (spec §7.1).
+folder gives the category and wins over the text classifier.
 """
 from __future__ import annotations
 

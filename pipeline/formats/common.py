@@ -135,7 +135,7 @@ def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, re
     """Normalise one record into a :class:`Trajectory` with a content-derived id.
 
     The id hashes (source URI, record index, env, task, outcome, reward, each step's action,
-    observation and reward), so rereading the same file gives the same id (spec D-P6, D-P9).
+    observation and reward), so rereading the same file gives the same id (D-P6, D-P9).
     ``category`` overrides the classifier; otherwise ``envs.classify(env, task, category_hint)``.
     Step indices are renumbered 0..n-1 here so readers need not track them.
     """

@@ -3,7 +3,7 @@
 ``read_file(path, fmt, env_hint)`` is the one entry point the parse stage uses: it never raises
 for bad input. An empty, binary, non-UTF-8 or unrecognised file becomes exactly one
 :class:`~pipeline.core.records.QuarantineRow`; a reader that fails part-way keeps what it already
-yielded and adds one quarantine row for the rest (DESIGN §2, §7: nothing is lost silently).
+yielded and adds one quarantine row for the rest (nothing is lost silently).
 Two refinements of "non-UTF-8": a JSONL file loses only its lines with invalid bytes (one
 ``not_utf8`` row each, the other lines are read), and a UTF-16 file is named as such (with the
 command that converts it) instead of being called binary for its NUL bytes.

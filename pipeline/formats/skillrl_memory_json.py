@@ -1,4 +1,4 @@
-"""Readers for SkillRL's JSON artifacts: generated memories (spec §4.5) and skill banks (§5.8).
+"""Readers for SkillRL's JSON artifacts: generated memories and skill banks.
 
 **Memories** (``generated_memories*.json``: a list of ``{memory_id, contextual_description, tags,
 content: {task_meta, refined_trajectory, strategic_guidelines}, origin_env_id}``) are LLM
@@ -11,7 +11,7 @@ one :class:`Trajectory` so its knowledge is not lost, marked ``"abstracted": tru
   is ``done`` with the env's win reward (the memory tag says Success);
 * both nestings are accepted: ``refined_trajectory`` as a flat list (Search) or as
   ``{"refined_trajectory": [...]}`` (ALFWorld, WebShop), and ``strategic_guidelines`` flat
-  (ALFWorld) or as ``{"strategic_guidelines": {...}}`` (Search, WebShop) (spec D-M4);
+  (ALFWorld) or as ``{"strategic_guidelines": {...}}`` (Search, WebShop) (D-M4);
 * metadata carries the memory: ``memory_id``, ``origin_env_id``, ``contextual_description``,
   ``planning_pattern``, ``mistakes_to_avoid``, ``data_source``, original ``step_indices``.
 

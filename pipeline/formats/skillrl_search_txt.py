@@ -1,4 +1,4 @@
-"""Reader for SkillRL Search rollout dumps (spec §2 "Search", §3.3): one trajectory per ``.txt``.
+"""Reader for SkillRL Search rollout dumps: one trajectory per ``.txt``.
 
 A file holds the last prompt of an episode and its result::
 
@@ -15,7 +15,7 @@ step per history action with its ``<information>`` text as the observation, then
 action (``done``, the episode reward). Where we deliberately differ from ``parse_search.py``:
 
 * D-S1: the final action is **always** its own step, even when it repeats the previous action
-  (the reference dropped it, losing the terminal step, its reward and done flag; TV7 variant).
+  (the reference dropped it, losing the terminal step, its reward and done flag).
 * D-S2: the reward is the **last** line that is exactly ``Reward: <signed float>`` (the reference
   took the first ``Reward:`` anywhere, including inside retrieved documents); success is
   ``reward >= parse.success_threshold`` (reference: ``== 1.0``).
@@ -70,7 +70,7 @@ def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     steps = [Step(index=0, action=None, observation="", line=line_at(text, q.start()))]
     hist = None
     for hist in _HISTORY.finditer(text):
-        pass  # the reference uses the LAST History: block (spec §3.3)
+        pass  # the reference uses the LAST History: block
     if hist:
         for m in _HISTORY_STEP.finditer(text, hist.start(1), hist.end(1)):
             steps.append(Step(index=0, action=m[2].strip(), observation=(m[3] or "").strip(),

@@ -1,4 +1,4 @@
-"""Reader for SkillRL rollout dumps: ``envNNN/testK.txt``, one trajectory per file (spec §2, §3.1).
+"""Reader for SkillRL rollout dumps: ``envNNN/testK.txt``, one trajectory per file.
 
 Each step block is a header ``Step <id> | Action: <a> | Reward: <r> | Done: <True|False>`` and an
 ``Obs:`` payload holding the full prompt of the next turn. We keep the reference's extraction
@@ -35,7 +35,7 @@ from pipeline.core.records import QuarantineRow, Step, Trajectory
 from pipeline.formats.common import Source, bad, reader_trajectory
 
 FORMAT = "skillrl_txt"
-WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won, spec §2)
+WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won)
 
 _HEADER = re.compile(r"^Step (-?\d+) \| Action: (.*?) \| Reward: ([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
                      r" \| Done: (True|False)\s*$")
@@ -110,7 +110,7 @@ def _after_obs_prefix(text: str) -> str:
 def clean_observation(payload: str, env: str) -> tuple[str, list[str]]:
     """Split an ``Obs:`` payload (a whole prompt) into (raw observation, admissible actions).
 
-    Order (spec §3.1 steps 6-9, with D-P7): drop ``Obs:``; take the admissible block and cut the
+    Order (with D-P7): drop ``Obs:``; take the admissible block and cut the
     text there; keep what follows "...your current observation is:"; cut a remaining turn
     instruction; remove the TextWorld welcome banner and ``Your task is to:`` lines; trim.
     Admissible lists are memoised per process (``_admissible_cached``); each call gets its own list.

@@ -1,6 +1,6 @@
 """Persistent response cache: one SQLite file, WAL mode, only validated answers.
 
-A crashed or repeated run re-spends nothing (DESIGN §4, §7; spec D-M2): before any HTTP call the
+A crashed or repeated run re-spends nothing (D-M2): before any HTTP call the
 client looks up :func:`cache_key`; after an answer passes JSON extraction, the schema and the
 request's check, it is stored. Failures are never stored, so a rerun retries them.
 """

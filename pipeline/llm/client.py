@@ -1,6 +1,6 @@
 """LLMClient: structured JSON calls to any OpenAI-compatible endpoint (contract: ``types.py``).
 
-Per request (DESIGN §4; spec D-M1, D-M2 fixes):
+Per request (D-M1, D-M2 fixes):
 
 1. cache lookup (:mod:`.cache`) - a hit re-validates and costs no call;
 2. one chat call, with transport retries by tenacity (exponential backoff + jitter, ``Retry-After``
@@ -26,7 +26,7 @@ cache nor any row holds it) and from every error detail before it is cut to leng
 
 Structured-output dialects (``cfg.structured_output``): ``json_schema`` (OpenAI, vLLM),
 ``json_object`` = ``{"type": "json_object", "schema": grammar_schema(S)}`` (llama.cpp's Python
-server, which answers HTTP 500 to ``json_schema``; measured, DESIGN §8; the grammar form bounds
+server, which answers HTTP 500 to ``json_schema``; measured; the grammar form bounds
 every string, :mod:`.schemas`), ``none`` (no ``response_format``; the schema is
 appended to the first user message, :func:`schema_hint`). ``auto`` picks ``json_object`` for the
 embedded model and ``json_schema`` otherwise, and switches once, for the client's lifetime, to

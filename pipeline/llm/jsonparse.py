@@ -1,6 +1,6 @@
 """Strict extraction of one JSON value from a model's text answer.
 
-Rule (spec D-M1 fix, test vector TV9 in ``reference/skillrl_sft_pipeline_spec.md``), tried in order
+Rule (D-M1 fix), tried in order
 on the text with every ``<think>...</think>`` block removed:
 
 1. ``whole``: the whole (stripped) text is one JSON value;

@@ -1,6 +1,6 @@
 """The JSON Schemas of the LLM answers: loaded from ``schemas/*.schema.json`` (one source of truth).
 
-DESIGN §4: "JSON Schema from ``schemas/``". A stage loads its file with :func:`load_schema` and
+Every LLM answer is checked against a JSON Schema from ``schemas/``. A stage loads its file with :func:`load_schema` and
 derives each call's specialisation in code (distill pins the expected step indices, memory keeps
 the fields of one outcome, aggregate narrows ``maxItems`` to the configured count).
 

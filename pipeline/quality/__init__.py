@@ -1,4 +1,4 @@
-"""Content rules for LLM output (issue 13): checks of *meaning*, not of form.
+"""Content rules for LLM output: checks of *meaning*, not of form.
 
 A schema only says that an answer has the right shape; the embedded 135M model writes
 schema-valid thinks such as ``1.25``, skill titles such as ``**1**`` and memories that cite steps

@@ -1,4 +1,4 @@
-"""Data-quality metrics of an exported SFT dataset (issue 13), computed by stage ``export``.
+"""Data-quality metrics of an exported SFT dataset, computed by stage ``export``.
 
 SkillRL issue #22 measured the reference's released WebShop SFT data: outputs almost never use
 the skills shown (1.1 %), every example carries the same skill block, many trajectories stop

@@ -1,4 +1,4 @@
-"""Degenerate-text rules for any LLM-written field (issue 13).
+"""Degenerate-text rules for any LLM-written field.
 
 Seen in the export of the embedded 135M model: thinks ``1.25`` / ``3.75``; general skills
 ``**1**: 2 _Apply when: 3 },_`` and ``**4**: 5, 6 }]} ]{ 10, 11, 12``; one trajectory whose seven

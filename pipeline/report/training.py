@@ -172,4 +172,4 @@ def quality_metrics(export_manifest: dict[str, Any] | None) -> dict[str, Any]:
             if isinstance(src.get(key), dict) and src[key]:
                 return {"rows": flatten(src[key]), "note": ""}
     return {"rows": [], "note": "Not available: the export manifest records no data-quality metrics "
-                                "(computed by export from the evaluation work, issue 13)"}
+                                "(computed by export from the evaluation work)"}

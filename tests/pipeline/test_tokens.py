@@ -1,4 +1,4 @@
-"""Token lengths of SFT pairs (issue 14, hole 9): validate counts with the tokenizer of the model
+"""Token lengths of SFT pairs: build_pairs counts with the tokenizer of the model
 to be trained, exactly as ``sft fit`` does, and ``sft fit`` quarantines a row that does not fit
 ``max_length`` instead of aborting the job."""
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Enabled only when the ``alfworld`` package is importable AND ``ALFWORLD_DATA`` points at the
 downloaded game files (``alfworld-download``); otherwise :func:`check_available` raises
 :class:`EnvUnavailable` saying exactly what is missing. Neither is present on the machines this
-project is tested on (DESIGN §8), so the test suite covers only the error path; TextWorld
+project is tested on, so the test suite covers only the error path; TextWorld
 Express is the default environment.
 
 Games are the ``game.tw-pddl`` files under ``$ALFWORLD_DATA/json_2.1.1/<split>/*/*/`` (ALFWorld's
-layout); an :class:`AlfTask` names one by path. Reward is ``10 * won`` as in SkillRL's text env
-(spec §2, §12.1). The category comes from the game-file folder (``pipeline.envs.alfworld``).
+layout); an :class:`AlfTask` names one by path. Reward is ``10 * won`` as in SkillRL's text env.
+The category comes from the game-file folder (``pipeline.envs.alfworld``).
 """
 from __future__ import annotations
 

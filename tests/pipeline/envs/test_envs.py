@@ -1,11 +1,11 @@
-"""Category classifiers: spec TV4 "ours" column, exactly; env detection."""
+"""Category classifiers: the expected categories of the fixed rules, exactly; env detection."""
 import pytest
 
 from pipeline import envs
 from pipeline.envs import alfworld
 from tests.helpers.paths import FIXTURES
 
-ALFWORLD_TV4 = [
+ALFWORLD_CASES = [
     ("put a clean plate in box.", "clean"),
     ("put a hot apple in fridge.", "heat"),
     ("cool some mug and put it in coffeemachine.", "cool"),
@@ -15,31 +15,31 @@ ALFWORLD_TV4 = [
     ("put two cellphone in bed.", "pick_two_obj_and_place"),
     ("put some dishsponge on cart.", "pick_and_place"),
 ]
-WEBSHOP_TV4 = [
+WEBSHOP_CASES = [
     ("i want a laptop stand that is easy to carry…", "electronics"),
     ("i need a stainless steel water bottle…", "other"),
     ("find me a bowl set that is microwave safe", "other"),
     ("i need a men's t-shirt in navy, size x-large", "apparel"),
 ]
-SEARCH_TV4 = [
+SEARCH_CASES = [
     ("who is the father of the director of titanic?", "nq", "direct_retrieval"),
     ("are both bands from the same country?", "hotpotqa", "comparison"),
     ("what is the capital of france?", "popqa", "entity_attribute_lookup"),
 ]
 
 
-@pytest.mark.parametrize("goal,want", ALFWORLD_TV4)
-def test_alfworld_tv4(goal, want):
+@pytest.mark.parametrize("goal,want", ALFWORLD_CASES)
+def test_alfworld_categories(goal, want):
     assert envs.classify("alfworld", goal) == want
 
 
-@pytest.mark.parametrize("goal,want", WEBSHOP_TV4)
-def test_webshop_tv4(goal, want):
+@pytest.mark.parametrize("goal,want", WEBSHOP_CASES)
+def test_webshop_categories(goal, want):
     assert envs.classify("webshop", goal) == want
 
 
-@pytest.mark.parametrize("q,source,want", SEARCH_TV4)
-def test_search_tv4_data_source_first(q, source, want):
+@pytest.mark.parametrize("q,source,want", SEARCH_CASES)
+def test_search_category_data_source_first(q, source, want):
     assert envs.classify("search", q, source) == want
 
 

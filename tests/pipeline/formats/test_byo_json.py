@@ -1,5 +1,5 @@
-"""The reference's "bring your own JSON" (its parse output, spec §3.1-3.3): the TV1 and TV7
-"orig" records as the reference writes them, read back with our fixes (D-P3, D-P4)."""
+"""The reference's "bring your own JSON" (its parse output): the ALFWorld and Search
+example records as the reference writes them, read back with our fixes (D-P3, D-P4)."""
 import json
 import os
 

@@ -20,7 +20,7 @@ def test_react_heat_entry_exact():
     assert t.steps[-1].action == "put apple 1 in/on fridge 1" and t.steps[-1].done and t.steps[-1].reward == 10.0
     assert json.loads(t.metadata) == {"key": "react_heat_1", "outcome_source": "curated", "variant": "react"}
     assert all(s.admissible_actions == [] for s in t.steps)
-    assert ts[2].category == "look_at_obj_in_light"  # "examine the pen with the desklamp." (TV4)
+    assert ts[2].category == "look_at_obj_in_light"  # "examine the pen with the desklamp."
 
 
 def test_truncated_dict_keeps_earlier_entries(tmp_path):

@@ -1,5 +1,5 @@
-"""SkillRL Search txt reader: spec TV7 (ours), D-S1 (final action kept), D-S2 (last anchored
-reward), D-S3 (data_source order; env_instance without .txt). Fixtures are the spec's TV7 inputs."""
+"""SkillRL Search txt reader: D-S1 (final action kept), D-S2 (last anchored
+reward), D-S3 (data_source order; env_instance without .txt). Fixtures are the reference's example inputs."""
 import json
 import os
 
@@ -42,7 +42,7 @@ def test_tv7_variant_repeated_final_action_is_kept_d_s1_d_s2():
                                          ("161", "2wikimultihopqa"), ("480", "musique"), ("481", "bamboogle"),
                                          ("-3", "bamboogle"), ("test1", None), ("0081", "popqa")])
 def test_tv7_infer_data_source_ranges(stem, source):
-    # the reference table (TV7); a non-integer stem is None here, not "unknown"
+    # the reference table; a non-integer stem is None here, not "unknown"
     assert data_source_from_stem(stem) == source
 
 

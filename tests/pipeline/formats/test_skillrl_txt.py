@@ -1,4 +1,4 @@
-"""SkillRL rollout txt reader: spec TV1 (with our fixes D-P1..D-P4, D-P7), D-P2 lists, generated trees."""
+"""SkillRL rollout txt reader: the reference's example file read with our fixes (D-P1..D-P4, D-P7), D-P2 lists, generated trees."""
 import json
 import os
 import subprocess

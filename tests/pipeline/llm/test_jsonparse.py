@@ -1,30 +1,29 @@
-"""JSON extraction: TV9 rows (reference spec, "TV9: JSON extraction") plus the repair step."""
+"""JSON extraction: the reference's failure cases (D-M1), row by row, plus the repair step."""
 import pytest
 
 from pipeline.llm.jsonparse import (JSONExtractError, extract_json, extract_json_with_method,
                                     remove_trailing_commas)
 
 
-# TV9, column "ours", row by row.
-def test_tv9_whole_text():
+def test_extract_whole_text():
     assert extract_json_with_method('{"a":1}') == ({"a": 1}, "whole")
 
 
-def test_tv9_fenced_block():
+def test_extract_fenced_block():
     assert extract_json_with_method('```json\n{"a":1}\n```') == ({"a": 1}, "fenced")
 
 
-def test_tv9_two_values_takes_first_balanced():
+def test_extract_two_values_takes_first_balanced():
     # The reference's greedy first-{ to last-} span gives None here (D-M1).
     assert extract_json_with_method('Here: {"a": [1,2]} and {"b":2}') == ({"a": [1, 2]}, "scan")
 
 
-def test_tv9_think_block_ignored():
+def test_extract_think_block_ignored():
     raw = '<think>{x}</think>{"planning_pattern":"A"}'
     assert extract_json_with_method(raw) == ({"planning_pattern": "A"}, "whole")
 
 
-def test_tv9_empty_is_failure():
+def test_extract_empty_is_failure():
     with pytest.raises(JSONExtractError) as e:
         extract_json("")
     assert e.value.reason == "empty"

@@ -82,7 +82,7 @@ def test_real_structured_call_then_cache_hit(base_url, tmp_path):
 
 @pytest.mark.slow
 def test_real_server_rejects_json_schema_and_client_falls_back(base_url):
-    # DESIGN §8: llama.cpp's Python server answers 500 to response_format json_schema.
+    # llama.cpp's Python server answers 500 to response_format json_schema.
     cfg = LLMConfig(base_url=base_url, model="not-the-embedded-alias", max_tokens=48, max_retries=1)
     client = LLMClient(cfg, cache_path=None, model_id="test")
     assert client.dialect == "json_schema"
@@ -198,7 +198,7 @@ def test_schema_files_bound_the_intended_shapes():
 @pytest.mark.slow
 def test_server_dies_within_2s_of_a_killed_parent(tmp_path):
     """kill -9 of the process that started the embedded server, while a long generation runs, must
-    not leave the server finishing it for nobody (issue 14, hole 7): gone within 2 s."""
+    not leave the server finishing it for nobody: gone within 2 s."""
     import signal
     import subprocess
     import sys

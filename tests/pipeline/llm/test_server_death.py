@@ -1,4 +1,4 @@
-"""A dead embedded LLM server is named, not retried (issue 10, deliverable 2).
+"""A dead embedded LLM server is named, not retried.
 
 Fast cases put the scripted stub (tests/helpers/llm_stub.py, run as its own process) in the place of the
 llama.cpp server: it answers ``/v1/models`` like the real one and kills itself (SIGILL, or exit 3)

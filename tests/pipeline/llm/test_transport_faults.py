@@ -1,4 +1,4 @@
-"""Transport faults at the endpoint (issue 14, holes 4 and 5), through the memory stage on the stub.
+"""Transport faults at the endpoint, through the memory stage on the stub.
 
 * An HTTP 200 whose body is not a chat completion (an HTML error page, garbage typed as JSON, JSON
   without ``choices``) is a transport error: retried, then quarantined as ``http_error`` with the

@@ -1,4 +1,4 @@
-"""`skillpipe report` and `skillpipe inspect --html` (issue 15).
+"""`skillpipe report` and `skillpipe inspect --html`.
 
 The run under test is built by ``tests/helpers/report_run.py`` (schema-correct artifacts, two bank
 versions, one quarantined unreadable file, one failed LLM call, SFT and GRPO logs). The browser
