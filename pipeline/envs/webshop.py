@@ -34,7 +34,7 @@ KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 CATEGORIES = tuple(c for c, _ in KEYWORDS) + ("other",)
 
-#: First line of our WebShop agent prompt (our wording; the reference's differs, spec D-P7).
+#: First line of our WebShop agent prompt (our wording; the reference's differs, D-P7).
 HEADER = "You are an expert shopping agent operating in the WebShop online store."
 
 #: Turn instruction closing every WebShop prompt (our wording, same tag contract as ALFWorld).
