@@ -23,6 +23,7 @@ from typing import Any
 
 WORDS = ("check", "the", "next", "place", "where", "target", "object", "may", "be", "found", "then", "carry",
          "it", "to", "goal", "location", "before", "finishing", "task", "carefully")
+ECHO_PAD = 270
 
 
 def phrase(name: str, seed: int, max_len: int | None, min_len: int = 1) -> str:
@@ -66,13 +67,30 @@ def instance(schema: dict[str, Any], name: str = "value", seed: int = 0) -> Any:
     raise ValueError(f"cannot build a value of type {kind!r}")
 
 
-def answer_for(body: dict[str, Any]) -> str:
+def answer_for(body: dict[str, Any], echo_key: str = "") -> str:
     """The stub's answer text (compact JSON) to a chat-completions request ``body``: an instance
     of ``response_format.json_schema.schema``, seeded by a hash of the messages; ``{}`` when the
-    request has no schema."""
+    request has no schema. ``echo_key`` is put in front of the first string of the answer with
+    a string longer than the key (a careless endpoint repeating the caller's key)."""
     fmt = (body.get("response_format") or {}).get("json_schema") or {}
     seed = int(hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()[:4], 16)
-    return json.dumps(instance(fmt.get("schema") or {"type": "object"}, seed=seed % 97), separators=(",", ":"))
+    value = instance(fmt.get("schema") or {"type": "object"}, seed=seed % 97)
+    if echo_key:
+        _prefix_first_string(value, echo_key)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _prefix_first_string(value: Any, key: str) -> bool:
+    """Replace the head of the first string leaf of ``value`` longer than ``key`` (in place)
+    with ``key``, keeping its length; True once done."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for k, v in items:
+        if isinstance(v, str) and len(v) > len(key) + 1:
+            value[k] = key + " " + v[len(key) + 1:]
+            return True
+        if isinstance(v, (dict, list)) and _prefix_first_string(v, key):
+            return True
+    return False
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -83,9 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
-    def _send(self, payload: dict[str, Any]) -> None:
+    def _send(self, payload: dict[str, Any], status: int = 200) -> None:
         data = json.dumps(payload).encode("utf-8")
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -96,14 +114,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         with self.server.lock:
             self.server.requests.append(body)
+            first = digest not in self.server.seen
+            self.server.seen.add(digest)
         if self.server.latency_s:
             time.sleep(self.server.latency_s)
+        if self.server.echo == "error" and (first or int(digest[:8], 16) % 20 == 0):
+            return self._send({"error": {"message": "x" * ECHO_PAD + f"invalid credentials: {key}"}}, 500)
+        content = answer_for(body, key if self.server.echo == "answer" else "")
         self._send({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
                     "model": body.get("model", "stub-model"),
                     "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": answer_for(body)}}],
+                                 "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
 
@@ -117,11 +142,19 @@ class _Server(ThreadingHTTPServer):
 
 class SchemaStub:
     """``with SchemaStub(latency_s=0.02) as stub: stub.base_url``; ``stub.requests`` lists the
-    request bodies received (thread-safe append; read it after the run)."""
+    request bodies received (thread-safe append; read it after the run).
 
-    def __init__(self, latency_s: float = 0.0):
+    ``echo`` makes it a careless endpoint that repeats the request's API key (the
+    ``Authorization`` bearer value): ``"answer"`` puts it at the head of the first long enough
+    string of every answer; ``"error"`` answers HTTP 500 whose message is
+    :data:`ECHO_PAD` filler characters and then the key (so a message cut at 300 characters
+    before redaction would keep the key's first characters) to the first attempt of every
+    request, and to every attempt of one request in 20 (those end quarantined)."""
+
+    def __init__(self, latency_s: float = 0.0, echo: str = ""):
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.latency_s, self._server.lock, self._server.requests = latency_s, threading.Lock(), []
+        self._server.echo, self._server.seen = echo, set()
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
