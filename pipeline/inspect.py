@@ -116,16 +116,16 @@ def lineage_report(path: str, pair_id: str) -> str:
     """Walk SFT pair ``pair_id`` back to its source file/line, trajectory, step, memories, skills.
 
     ``path`` is any folder inside the run (e.g. ``runs/<id>/export``). Raises ``KeyError`` if
-    the pair is in neither the export nor the validate artifact.
+    the pair is in neither the export nor the build_pairs artifact.
     """
     run_dir = _run_dir(path)
     pair = next((r for s in ("export", "build_pairs") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)
     if pair is None:
         q = next((r for r in _rows(run_dir, "build_pairs", quarantine=True) if r["item_id"] == pair_id), None)
         if q is not None:
-            raise KeyError(f"pair {pair_id} was quarantined by validate: {q['reason']} ({q['detail']}); "
+            raise KeyError(f"pair {pair_id} was quarantined by build_pairs: {q['reason']} ({q['detail']}); "
                            f"source {q['source_uri']} line {q['line']}")
-        raise KeyError(f"pair {pair_id} not found in {run_dir}/export or validate")
+        raise KeyError(f"pair {pair_id} not found in {run_dir}/export or build_pairs")
     traj = next((t for s in ("remove_loops", "parse") for t in _rows(run_dir, s)
                  if t["trajectory_id"] == pair["trajectory_id"]), None)
     out = [f"SFT pair      {pair_id}  (split={pair.get('split')}, env={pair['env']}, category={pair['category']})",
@@ -155,7 +155,7 @@ def lineage_report(path: str, pair_id: str) -> str:
         else:
             out.append(f"step          {pair['step_id']}  (synthetic turn after the last step)")
         if traj.get("removed_step_indices"):
-            out.append(f"  loop steps removed by dedupe: {traj['removed_step_indices']}")
+            out.append(f"  loop steps removed by remove_loops: {traj['removed_step_indices']}")
     mems = {m["memory_id"]: m for m in _rows(run_dir, "memory")}
     out.append(f"memories      {len(pair['memory_ids'])}")
     for mid in pair["memory_ids"]:

@@ -1,4 +1,4 @@
-"""Merge near-duplicate skills by sentence-embedding cosine similarity (aggregate stage).
+"""Merge near-duplicate skills by sentence-embedding cosine similarity (skills stage).
 
 The reference never deduplicates skills across calls; a general skill and a category skill, or
 two mistakes, often say the same thing in other words. Near-duplicates are merged

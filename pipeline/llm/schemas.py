@@ -2,7 +2,7 @@
 
 Every LLM answer is checked against a JSON Schema from ``schemas/``. A stage loads its file with :func:`load_schema` and
 derives each call's specialisation in code (distill pins the expected step indices, memory keeps
-the fields of one outcome, aggregate narrows ``maxItems`` to the configured count).
+the fields of one outcome, skills narrows ``maxItems`` to the configured count).
 
 Two forms of one schema are used by :class:`pipeline.llm.client.LLMClient`:
 

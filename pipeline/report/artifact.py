@@ -11,9 +11,9 @@ import json
 import os
 from typing import Any
 
+from pipeline.core.artifacts import LEGACY_QUARANTINE_DIR, QUARANTINE_DIR, quarantine_dir
 from pipeline.inspect import STEP_MANIFESTS, _load
 from pipeline.report.render import environment
-from pipeline.report.runinfo import QUARANTINE_DIRS
 
 MAX_CELL = 400  # characters per table cell
 
@@ -26,10 +26,10 @@ def _cell(v: Any) -> str:
 def _quarantine_path(path: str, quarantine: bool) -> str:
     if not quarantine:
         return path
-    for name in QUARANTINE_DIRS:
-        if os.path.isdir(os.path.join(path, name)):
-            return os.path.join(path, name)
-    raise FileNotFoundError(f"no quarantine folder ({' or '.join(QUARANTINE_DIRS)}) in {path}")
+    folder = quarantine_dir(path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"no quarantine folder ({QUARANTINE_DIR} or {LEGACY_QUARANTINE_DIR}) in {path}")
+    return folder
 
 
 def artifact_facts(path: str, rows: int = 20, quarantine: bool = False) -> dict[str, Any]:

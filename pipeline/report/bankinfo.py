@@ -75,7 +75,7 @@ def history(root: str, run_id: str, run_versions: list[str]) -> dict[str, Any]:
     diff}], "head": str|None, "note": str}``.
 
     A version belongs to the run when its record names ``run_id`` or it is in ``run_versions``
-    (e.g. the aggregate artifact's ``bank_version``); parents are followed to the root.
+    (e.g. the skills artifact's ``bank_version``); parents are followed to the root.
     """
     store = BankStore(root)
     try:

@@ -55,7 +55,7 @@ def _skill_view(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def entries(run_dir: str, limit: int = 200) -> tuple[list[dict[str, Any]], str]:
-    """``(entries, note)``: up to ``limit`` SFT pairs (export, else validate) in artifact order."""
+    """``(entries, note)``: up to ``limit`` SFT pairs (export, else build_pairs) in artifact order."""
     stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "build_pairs"
     pairs = read_rows(run_dir, stage, limit=limit + 1)
     if not pairs:
@@ -64,7 +64,7 @@ def entries(run_dir: str, limit: int = 200) -> tuple[list[dict[str, Any]], str]:
     pairs = pairs[:limit]
     wanted = {p["trajectory_id"] for p in pairs}
     trajs = {}
-    for s in ("parse", "remove_loops"):  # dedupe last: its rows (loops removed) win
+    for s in ("parse", "remove_loops"):  # remove_loops last: its rows (loops removed) win
         trajs.update({t["trajectory_id"]: t for t in read_rows(run_dir, s, where=("trajectory_id", wanted))})
     mem_ids = {m for p in pairs for m in p.get("memory_ids") or []}
     mems = {m["memory_id"]: m for m in read_rows(run_dir, "memory", where=("memory_id", mem_ids))}

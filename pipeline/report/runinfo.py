@@ -13,12 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.artifacts import MANIFEST
-from pipeline.core.runner import STAGES
-
-#: Quarantine folder names, newest first: ``_quarantine`` (the layout after the shard rework)
-#: and ``quarantine`` (artifacts written before it). Both are read.
-QUARANTINE_DIRS = ("_quarantine", "quarantine")
+from pipeline.core.artifacts import MANIFEST, parquet_parts, quarantine_dir
+from pipeline.stages import STAGES
 
 #: Default price in US dollars per 1M tokens (prompt, completion): OpenAI's list price of
 #: gpt-4o-mini (openai.com/api/pricing, July 2024). The embedded model itself costs nothing;
@@ -43,7 +39,7 @@ def read_json(path: str) -> tuple[Any, str]:
 def stage_manifests(run_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The data stages' manifests in pipeline order: ``([{"stage", "path", "manifest"}], notes)``.
 
-    Only folders named after a stage in :data:`pipeline.core.runner.STAGES` count; a stage folder
+    Only folders named after a stage in :data:`pipeline.stages.STAGES` count; a stage folder
     whose manifest cannot be read gives a note instead of an entry.
     """
     out, notes = [], []
@@ -57,15 +53,6 @@ def stage_manifests(run_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         out.append({"stage": stage, "path": folder, "manifest": m})
     return out, notes
-
-
-def quarantine_dir(stage_dir: str) -> str | None:
-    """The stage's quarantine folder (see :data:`QUARANTINE_DIRS`), or ``None``."""
-    for name in QUARANTINE_DIRS:
-        p = os.path.join(stage_dir, name)
-        if os.path.isdir(p):
-            return p
-    return None
 
 
 def _shard_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -109,14 +96,9 @@ def quarantine_samples(stage_dir: str, per_reason: int = 3, max_chars: int = 300
 
     Reads only the quarantine columns it shows; returns ``{}`` when there is no quarantine.
     """
-    folder = quarantine_dir(stage_dir)
-    if folder is None:
-        return {}
-    parts = sorted(f for f in os.listdir(folder) if f.endswith(".parquet"))
     cols = ["reason", "detail", "item_id", "source_uri", "line", "raw"]
     out: dict[str, list[dict]] = {}
-    for p in parts:
-        path = os.path.join(folder, p)
+    for path in parquet_parts(quarantine_dir(stage_dir)):
         try:  # the reason column first: only the chosen rows' text is converted
             reasons = pq.read_table(path, columns=["reason"]).column("reason").to_pylist()
             have = {r: len(rows) for r, rows in out.items()}

@@ -116,20 +116,20 @@ def test_report_shows_quarantine_failed_call_and_two_bank_versions(rendered):
 def test_report_sections_render_without_data(tmp_path):
     """A run with only a parse artifact (quarantine in the legacy ``quarantine/`` folder) still
     gets every section, each saying what is missing."""
-    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore, quarantine_dir
     from pipeline.core.records import TRAJECTORY_SCHEMA, QuarantineRow, to_table
     store = ArtifactStore(str(tmp_path), "bare")
     art = store.write("parse", to_table([], TRAJECTORY_SCHEMA), [QuarantineRow("parse", "not_utf8", "bad byte")],
                       {"stage": "parse", "fingerprint": "x", "counts": {"in": 1, "out": 0, "quarantined": 1,
                                                                         "quarantine_reasons": {"not_utf8": 1}}})
-    qdir = runinfo.quarantine_dir(art.path)
+    qdir = quarantine_dir(art.path)
     os.rename(qdir, os.path.join(art.path, "quarantine"))  # a run written before the rename
     res = CliRunner().invoke(app, ["report", "bare", "--root", str(tmp_path)])
     assert res.exit_code == 0, res.output
     html = open(os.path.join(store.run_dir, "report.html"), encoding="utf-8").read()
     for sid, _ in SECTIONS:
         assert f'<h2 id="{sid}">' in html
-    for note in ("no stage of this run recorded LLM use", "this run has no aggregate (skill bank) artifact",
+    for note in ("no stage of this run recorded LLM use", "this run has no skills (skill bank) artifact",
                  "this run has no export artifact", "no SFT fit for this run", "no GRPO log for this run",
                  "no eval results for this run", "no SFT pairs in this run"):
         assert note in html, note
