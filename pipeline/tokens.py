@@ -1,6 +1,6 @@
 """Token counts of SFT pairs with the tokenizer of the model to be trained.
 
-Validate's length rule must agree with ``sft fit``: a pair that validate keeps under
+The length rule of build_pairs must agree with ``sft fit``: a pair that build_pairs keeps under
 ``build_pairs.max_tokens`` must not exceed the SFT ``max_length``. TRL's ``SFTTrainer`` measures a
 prompt-completion row as the chat-template rendering of all its messages, tokenized; so does
 :meth:`TokenCounter.count`. Characters / 4 undercounts: the SmolLM2 tokenizer gives 1.06-1.26x

@@ -1,4 +1,4 @@
-"""Ordered, bounded parallel map over a process pool (used by the parse and dedupe stages).
+"""Ordered, bounded parallel map over a process pool (used by the parse and remove_loops stages).
 
 ``multiprocessing.Pool.imap`` keeps order but has no back-pressure: when the consumer (the
 Parquet writer in the main process) is slower than the workers, finished results pile up in
@@ -42,7 +42,7 @@ def shrink_before_fork() -> None:
 
     A forked worker's RSS starts at the parent's, so freed-but-kept Arrow (mimalloc/jemalloc)
     and malloc pages would count in every worker (measured on the 3,000-env benchmark tree:
-    largest dedupe worker 167 -> 151 MB). Best effort: ``malloc_trim`` exists on glibc only."""
+    largest remove_loops worker 167 -> 151 MB). Best effort: ``malloc_trim`` exists on glibc only."""
     import ctypes
     import gc
 

@@ -4,7 +4,7 @@
 Two transcript styles occur, detected per episode: ALFWorld (``> action`` lines, parsed by
 :mod:`.alfworld_transcript`) and WebShop (``Action:``/``Observation:``, :mod:`.webshop_transcript`).
 The label gives the outcome (``FAIL`` -> failure); the reflection is kept in metadata ``plan``.
-Empty actions (``> ``) are real steps with action ``""``; loops are kept (dedupe removes them).
+Empty actions (``> ``) are real steps with action ``""``; loops are kept (remove_loops removes them).
 """
 from __future__ import annotations
 
