@@ -185,8 +185,8 @@ def print_summary(results, wall: float) -> None:
         t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
                   llm_s, f"{r.manifest.get('wall_s', 0):.1f}", status)
     console.print(t)
-    console.print("in (→N): the N units a stage expands its input into (validate: candidate pairs); out (N used): "
-                  "N inputs went into the output (aggregate: memories -> skills). Units in = used + quarantined.",
+    console.print("in (→N): the N units a stage expands its input into (build_pairs: candidate pairs); out (N used): "
+                  "N inputs went into the output (skills: memories -> skills). Units in = used + quarantined.",
                   highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
     for r in results:

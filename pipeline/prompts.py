@@ -1,7 +1,7 @@
 """The ONE renderer of agent prompts: skill selection, skills block, step prompt, SFT target.
 
 Used by the SFT stages (distill, build_pairs, export) and by the online GRPO rollout, so a model
-sees byte-identical prompts in training and at serving time (spec §13 and D-T1: the reference
+sees byte-identical prompts in training and at serving time (the reference
 rendered SFT prompts with different code than its RL env manager). Everything here is a pure
 function of its arguments; the only randomness (the synthetic ``done`` sample) is seeded per
 trajectory.
@@ -17,9 +17,9 @@ Prompt layout for action ``k`` (``k >= 1``; ``steps[k-1]`` is the state the agen
             Your admissible actions of the current situation are: [<quoted list>].  (omitted if none)
             \\n<TURN_INSTRUCTION>
 
-Where we deliberately differ from the reference (spec §13): skills at EVERY step including the
-first (D-R1), the task on the header line, absolute history step numbers, RL's quoted admissible
-format, and the no-history template at every step when ``history_length <= 0`` (TV12 "ours").
+Where we deliberately differ from the reference: skills at EVERY step including the
+first, the task on the header line, absolute history step numbers, RL's quoted admissible
+format, and the no-history template at every step when ``history_length <= 0``.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ CATEGORY_LABELS = {
 }
 
 #: Official SkillRL banks have no pick-two / split look-at buckets: when the bank holds no skill
-#: of the exact category, these keys are used instead (spec §7.1 "to consume an official bank").
+#: of the exact category, these keys are used instead (to consume an official SkillRL bank).
 CATEGORY_FALLBACKS = {
     "pick_two_obj_and_place": ("pick_and_place",),
     "look_at_obj_in_light": ("examine",),
@@ -65,7 +65,7 @@ def _text(row: dict[str, Any], key: str) -> str:
 
 
 def _is_empty(row: dict[str, Any]) -> bool:
-    """A skill without title/principle, or a mistake without description, is empty (D-K4)."""
+    """A skill without title/principle, or a mistake without description, is empty."""
     if row.get("kind") == "mistake":
         return not (_text(row, "description") or _text(row, "title"))
     return not (_text(row, "title") and _text(row, "principle"))
@@ -83,9 +83,9 @@ def select_skills(bank_rows: list[dict], env: str, category: str, cfg: PromptCon
             ``skills=False`` selects nothing.
 
     Returns general skills (first ``top_k_general`` in bank order: dynamic skills get no
-    priority, fixing D-R2), then every task-specific skill of ``category`` (or of its
+    priority over the others), then every task-specific skill of ``category`` (or of its
     :data:`CATEGORY_FALLBACKS` when the bank has none of the exact key), then the first
-    ``max_mistakes`` mistakes. Empty entries are dropped (D-K4). Spec §8, D-K3.
+    ``max_mistakes`` mistakes. Empty entries are dropped.
     """
     if not cfg.skills:
         return []
@@ -124,8 +124,8 @@ def render_skills_block(skills: list[dict]) -> str:
           _Why it happens: <why_it_happens>_            (if non-empty)
           **Instead**: <how_to_avoid>                   (if non-empty)
 
-    Unlike the reference (spec §8.1), periods are not normalised, and ``when_to_apply`` /
-    ``why_it_happens`` are kept (D-K3). Returns ``""`` when ``skills`` is empty.
+    Unlike the reference, periods are not normalised, and ``when_to_apply`` /
+    ``why_it_happens`` are kept. Returns ``""`` when ``skills`` is empty.
     """
     sections: list[list[str]] = []
     general = [s for s in skills if s.get("kind") == "general"]
@@ -169,15 +169,15 @@ def _env_text(env: str) -> tuple[str, str]:
 
 
 def visible_admissible(actions: list[str]) -> list[str]:
-    """The admissible actions shown to the agent: the list without ``help`` (as RL, spec §12.2)."""
+    """The admissible actions shown to the agent: the list without ``help`` (as SkillRL's RL env does)."""
     return [a for a in actions if a != "help"]
 
 
 def render_admissible(actions: list[str], env: str) -> str:
     """The admissible-actions line in RL's format, or ``""`` when there is nothing to show.
 
-    ALFWorld/generic: ``[`` + ``'a'`` items joined by newline+space + ``].`` (spec §2, §12.2);
-    WebShop: one ``'a',`` item per line between ``[`` and ``]`` (spec §2).
+    ALFWorld/generic: ``[`` + ``'a'`` items joined by newline+space + ``].``;
+    WebShop: one ``'a',`` item per line between ``[`` and ``]``.
     """
     shown = visible_admissible(actions)
     if not shown:
@@ -220,7 +220,7 @@ def _progress_action_env(traj: Trajectory, k: int, cfg: PromptConfig, admissible
 
 
 def _progress_search(traj: Trajectory, k: int, cfg: PromptConfig) -> str:
-    """Search/QA: each past query with the evidence it returned (D-T2: the reference hid it).
+    """Search/QA: each past query with the evidence it returned (the reference hid it).
 
     The newest history line carries ``steps[k-1].observation``, so it is not repeated.
     """
@@ -247,7 +247,7 @@ def render_step_messages(traj: Trajectory, k: int, skills_block: str, cfg: Promp
         traj: the trajectory; ``steps[k-1]`` is the state shown (records.py step convention).
         k: 1-based action number, ``1 <= k <= len(traj.steps)``; ``k == len(traj.steps)`` is the
             turn after the last recorded action (the synthetic ``done`` turn).
-        skills_block: output of :func:`render_skills_block` (shown at every step, D-R1).
+        skills_block: output of :func:`render_skills_block` (shown at every step).
         cfg: ``history_length`` = number of past (observation, action) pairs shown.
         admissible: overrides ``steps[k-1].admissible_actions`` (synthetic done sample).
 
@@ -267,7 +267,7 @@ def render_target(think: str, action: str, env: str) -> str:
     """SFT target: ``<think>{think}</think>\\n<action>{action}</action>``.
 
     Search actions already carry their ``<search>``/``<answer>`` tags and get no ``<action>``
-    wrapper (spec §6.3).
+    wrapper.
     """
     if env == "search":
         return f"<think>{think}</think>\n{action}"
@@ -277,7 +277,7 @@ def render_target(think: str, action: str, env: str) -> str:
 # --------------------------------------------------------------------------- synthetic done
 
 def needs_synthetic_done(traj: Trajectory, cfg: DistillConfig) -> bool:
-    """True when ALFWorld's synthetic ``done`` turn is appended (spec §6.1, with the D-T4 fix).
+    """True when ALFWorld's synthetic ``done`` turn is appended.
 
     Requires: env ``alfworld``, outcome success, ``cfg.synthetic_done``, and a non-empty
     admissible list on the last step (the sample is drawn from it; nothing is invented).
@@ -291,7 +291,7 @@ def synthetic_done_admissible(traj: Trajectory, seed: int) -> list[str]:
 
     The last step's admissible actions minus ``done`` (and ``help``, never shown), shuffled,
     first 9 kept, ``done`` inserted at a random position: 1..10 items, ``done`` exactly once.
-    Spec §6.1; unlike the reference's one shared RNG (D-T4), the generator is
+    Unlike the reference's one shared RNG, the generator is
     ``random.Random(int(sha256(seed, trajectory_id)))``, so the sample does not depend on
     processing order.
 

@@ -1,9 +1,9 @@
 """Text rules that several stages must apply identically, written once.
 
-Distill accepts an LLM answer with them, validate keeps or quarantines a pair with them and the
+Distill accepts an LLM answer with them, build_pairs keeps or quarantines a pair with them and the
 rollout's format reward uses them; a copy per module had drifted (distill's CJK class missed the
 CJK punctuation block U+3000-303F and its tag pattern missed ``<information>``, so distill
-accepted thinks that validate then quarantined).
+accepted thinks that build_pairs then quarantined).
 
 * :data:`TAGS` - the tag names of SkillRL's agent protocol: ``<think>``, ``<action>`` (ALFWorld,
   WebShop), ``<search>``, ``<answer>``, ``<information>`` (search QA). Reference:
@@ -13,7 +13,7 @@ accepted thinks that validate then quarantined).
 * :data:`CJK` - Chinese/Japanese/Korean script: CJK symbols and punctuation (U+3000-303F),
   kana (U+3040-30FF), CJK ideographs (U+3400-4DBF, U+4E00-9FFF, U+F900-FAFF), Hangul
   (U+AC00-D7AF) and full-width forms (U+FF00-FFEF). A think must be English: SkillRL's RL
-  projection penalises CJK output (the reference spec's §12.1).
+  projection penalises CJK output.
 """
 from __future__ import annotations
 

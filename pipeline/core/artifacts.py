@@ -1,6 +1,6 @@
 """Artifact store: one folder per stage of a run, written atomically, with a manifest.
 
-Layout (DESIGN.md §2)::
+Layout::
 
     <root>/runs/<run_id>/<stage>/part-00000.parquet
     <root>/runs/<run_id>/<stage>/_quarantine/part-00000.parquet

@@ -176,8 +176,8 @@ class LLMConfig:
 @dataclass
 class ParseConfig:
     format: str = _f("auto", "reader to use; 'auto' detects each file's format")
-    max_per_instance: int = _f(3, "max trajectories kept per environment instance and outcome (spec §3.2; "
-                                       "0 = no cap)", min=0)
+    max_per_instance: int = _f(3, "max trajectories kept per environment instance and outcome "
+                                       "(0 = no cap)", min=0)
     max_success_instances: int = _f(0, "cap on environment instances with a success (0 = no cap)", min=0)
     max_failure_instances: int = _f(0, "cap on environment instances with only failures (0 = no cap)", min=0)
     max_trajectories: int = _f(0, "global cap on kept trajectories, in deterministic order (0 = no cap)",
@@ -213,7 +213,7 @@ class DistillConfig:
     max_steps_per_call: int = _f(8, "long trajectories are split into chunks of this many actions",
                                  min=1)
     max_think_chars: int = _f(200, "max characters of one reasoning", min=1)
-    synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn (spec §6.1)")
+    synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn")
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
     source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
                                         "thoughts): prefer = use it as that step's think when it passes the "
@@ -226,9 +226,9 @@ class DistillConfig:
 
 @dataclass
 class PromptConfig:
-    history_length: int = _f(2, "observation/action pairs shown in the prompt (RL default, spec §12.1)",
+    history_length: int = _f(2, "observation/action pairs shown in the prompt (SkillRL's RL default)",
                             min=0)
-    top_k_general: int = _f(6, "general skills shown (spec §12.1 top_k)", min=0)
+    top_k_general: int = _f(6, "general skills shown (SkillRL's top_k)", min=0)
     max_mistakes: int = _f(5, "common mistakes shown", min=0)
     skills: bool = _f(True, "include the retrieved skills block at every step")
 
@@ -251,7 +251,7 @@ class BuildPairsConfig:
     empty_think: str = _f("quarantine", "policy for an empty reasoning: quarantine | flag", choices=POLICIES)
     short_think: str = _f("quarantine", "policy for a reasoning with fewer than min_think_words words, e.g. "
                                         "'1.5-2.3' (quarantine | flag; flag keeps the pair and counts it in the "
-                                        "dataset card). Default quarantine (issue 13): numbers are not reasoning "
+                                        "dataset card). Default quarantine: numbers are not reasoning "
                                         "and must not become SFT targets",
                           choices=POLICIES)
     min_think_words: int = _f(3, "words of >= 2 letters a non-blank reasoning needs (rule short_think; "
@@ -259,7 +259,7 @@ class BuildPairsConfig:
     leakage: str = _f("quarantine", "policy for a prompt that contains the target answer: quarantine | flag",
                        choices=POLICIES)
     webshop_reject: str = _f("drop_whole", "WebShop trajectory with an inadmissible click: drop_whole | truncate "
-                                           "(keep the pairs before it; spec TV11)",
+                                           "(keep the pairs before it)",
                              choices=WEBSHOP_REJECT_POLICIES)
 
 
@@ -270,7 +270,7 @@ QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungr
 
 @dataclass
 class QualityConfig:
-    """Content rules of LLM output (``pipeline.quality``), run by memory, aggregate and distill
+    """Content rules of LLM output (``pipeline.quality``), run by memory, skills and distill
     inside the answer check (a violation gets the repair round, then quarantine), and the
     data-quality metrics of export."""
     flag_rules: list = _f([], "content rules that only count instead of quarantining (default none: every "

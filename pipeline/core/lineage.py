@@ -1,7 +1,7 @@
 """Stable, content-derived identifiers.
 
 Every id is a short SHA-256 of the fields that define the item, so the same input always gets
-the same id (the reference used random UUIDs for memories: spec D-P6) and any derived row can
+the same id (the reference used random UUIDs for memories) and any derived row can
 name its parents. Prefixes make ids self-describing in ``skillpipe inspect`` output.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ Text columns are ``large_string`` (observations and prompts can be long), steps 
 ``list<struct>``. Writing a row with a field that is not in the schema raises ``KeyError``
 (see :func:`to_table`), so a typo never becomes a silently empty column.
 
-Step convention (same as SkillRL's rollout dumps, spec §2): ``steps[0]`` is the reset state
+Step convention (same as SkillRL's rollout dumps): ``steps[0]`` is the reset state
 (``action`` is ``None``, ``observation`` the first observation); for ``k >= 1`` ``steps[k].action``
 is the action the agent took and ``steps[k].observation`` what the environment answered. The SFT
 pair for action ``k`` therefore shows ``steps[k-1].observation`` and ``steps[k-1].admissible_actions``.
@@ -57,7 +57,7 @@ TRAJECTORY_SCHEMA = pa.schema([
     ("source_format", pa.string()),
     ("record_index", pa.int32()),           # index of the record inside the source file
     ("source_line", pa.int32()),            # 1-based first line of the record in the source
-    ("removed_step_indices", pa.list_(pa.int32())),  # filled by dedupe
+    ("removed_step_indices", pa.list_(pa.int32())),  # filled by remove_loops
     ("metadata", TEXT),                     # JSON object with reader-specific extras
 ])
 

@@ -29,7 +29,7 @@ MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
 
 
 def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dict[str, Any]:
-    """The manifest entries that record a stage's failed LLM requests (issue 14, hole 3).
+    """The manifest entries that record a stage's failed LLM requests.
 
     Returns ``{"fingerprint": fp}`` when every request succeeded. Otherwise the recorded
     fingerprint is a hash of ``fp`` and the failed ``(key, reason)`` pairs, so that (a) the next
@@ -322,7 +322,7 @@ def check_run_id(run_id: str) -> str:
 
     Allowed: 1..MAX_RUN_ID bytes of letters, digits, ``-``, ``_``, ``.``, not starting with ``.`` (the same
     alphabet :class:`~pipeline.core.artifacts.ArtifactStore` enforces), so no id can leave ``runs/``
-    (``..``, ``/``) or fail at ``mkdir`` with "File name too long" (issue 14, hole 7)."""
+    (``..``, ``/``) or fail at ``mkdir`` with "File name too long"."""
     if len(run_id.encode("utf-8")) > MAX_RUN_ID:
         raise ValueError(f"run id is {len(run_id.encode('utf-8'))} bytes long; the most is {MAX_RUN_ID}")
     if not run_id or run_id.startswith(".") or not all(c.isalnum() or c in "-_." for c in run_id):

@@ -1,4 +1,5 @@
-"""The data stages, in run order: one module each, named after the stage.
+"""The data stages, in run order: one module each, named after the stage, whose ``STAGE`` is a
+:class:`pipeline.core.stage.Stage` (the contract is documented there).
 
 ``STAGES`` is the one list of stage names; the runner, the CLI and the Airflow DAG all read it.
 Three stages were renamed to say what they do (old name -> new); the CLI and config files

@@ -5,17 +5,17 @@ trajectory with a think per recorded action, plus the synthetic ``done`` think f
 Each distilled trajectory becomes one candidate pair per action (+ the synthetic turn); a unit of
 the count invariant is one candidate pair (a distill row that cannot be expanded counts as one).
 
-Rules (DESIGN §3.6, spec D-T3/D-T5/D-W1/D-W2), checked in this order; the reason string is the
+Rules, checked in this order; the reason string is the
 quarantine ``reason`` (or the flag, when ``config.BuildPairsConfig`` sets the rule's policy to "flag"):
 
 * ``missing_think``       no think for this action (distill guarantees 1:1, so this is a bug signal)
 * ``think_has_tags``      reasoning contains <think>/<action>/<search>/<answer>/<information> tags
-* ``think_has_cjk``       reasoning contains CJK text (RL projection penalises it, spec §12.1)
+* ``think_has_cjk``       reasoning contains CJK text (SkillRL's RL projection penalises it)
 * ``empty_think``         blank reasoning                                      [policy: empty_think]
 * ``short_think``         non-blank reasoning with fewer than ``min_think_words`` words of >= 2
                           letters, e.g. ``1.5-2.3`` or ``,.15,`` from a small distill model: numbers
-                          and punctuation are not reasoning (ours; policy default "quarantine"
-                          since issue 13: such thinks were exported as targets)  [policy: short_think]
+                          and punctuation are not reasoning (ours; policy default "quarantine":
+                          such thinks would otherwise become targets)  [policy: short_think]
 * ``bad_action_format``   WebShop action not ``search[...]``/``click[...]``; Search action not one
                           ``<search>..</search>`` or ``<answer>..</answer>``; empty action
 * ``not_admissible``      action not in the shown admissible list, even after whitespace/case
@@ -28,19 +28,19 @@ quarantine ``reason`` (or the flag, when ``config.BuildPairsConfig`` sets the ru
                           template (``build_pairs.tokenizer``, :mod:`pipeline.tokens`)
 * ``invalid_action_in_source`` the rollout dump marked this action invalid (``Valid Action: False``,
                           reader metadata ``invalid_actions``): the projection's garbage never
-                          becomes an SFT target (D-P8)
-* ``trajectory_rejected`` WebShop (TV11 ours, D-W1): once a ``click[...]`` is not admissible, the
+                          becomes an SFT target
+* ``trajectory_rejected`` WebShop (ours): once a ``click[...]`` is not admissible, the
                           trajectory is dropped whole (policy ``webshop_reject = "drop_whole"``,
                           default) or from that pair on (``"truncate"``: earlier pairs are kept and
                           flagged ``trajectory_truncated``); nothing is inserted or invented.
 
 Flags that never quarantine: ``no_admissible_list`` (source recorded none: membership unchecked),
 ``action_normalised`` (the action was replaced by the real admissible item it matches after
-normalisation: the only "fix", made with real data, never invented, D-W1), ``history_truncated``,
+normalisation: the only "fix", made with real data, never invented), ``history_truncated``,
 ``recorded_thought`` (the think is the thought the source recorded for this step, whitespace
 collapsed: ``distill.source_thoughts = prefer``).
 WebShop ``search[...]`` is format-checked only (its admissible entry is ``search[<your query>]``);
-``click[...]`` must match a real admissible item (D-W1/D-W2).
+``click[...]`` must match a real admissible item.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def action_format_ok(action: str, env: str) -> bool:
 
 def target_format_ok(target: str, env: str) -> bool:
     """Exactly one ``<think>..</think>`` followed by exactly one action block and no other tag
-    (the RL projection reads the first ``<action>``, spec §12.1; Search: ``<search>``/``<answer>``)."""
+    (the RL projection reads the first ``<action>``; Search: ``<search>``/``<answer>``)."""
     tags = [(slash, name.lower()) for slash, name in _TAG_PARTS.findall(target)]
     acts = ("search", "answer") if env == "search" else ("action",)
     return any(tags == [("", "think"), ("/", "think"), ("", a), ("/", a)] for a in acts)
@@ -127,7 +127,7 @@ def match_admissible(action: str, shown: list[str]) -> str | None:
 def _leak_target(action: str, env: str) -> str | None:
     """The string whose presence in a prompt would leak the label (None when not checkable).
 
-    Search: the answer text. WebShop: a concrete ``search[query]`` (D-W2). ALFWorld-style actions
+    Search: the answer text. WebShop: a concrete ``search[query]``. ALFWorld-style actions
     are everyday phrases that legitimately occur in instructions and skills, and their lists are
     never edited here, so they are not checked.
     """
@@ -173,7 +173,7 @@ def candidates(d: dict[str, Any], traj: Trajectory, seed: int, synthetic_ok: boo
 
 
 def invalid_source_actions(traj: Trajectory) -> dict[int, str]:
-    """``{step index: reason}`` of actions the source marked invalid (reader metadata, D-P8)."""
+    """``{step index: reason}`` of actions the source marked invalid (reader metadata ``invalid_actions``)."""
     try:
         meta = json.loads(traj.metadata or "{}")
     except json.JSONDecodeError:
@@ -184,7 +184,7 @@ def invalid_source_actions(traj: Trajectory) -> dict[int, str]:
 
 def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None, QuarantineRow | None]],
                    policy: str) -> list[tuple[Candidate, dict | None, QuarantineRow | None]]:
-    """Apply the WebShop trajectory policy (TV11 ours) to one trajectory's checked pairs.
+    """Apply the WebShop trajectory policy (ours) to one trajectory's checked pairs.
 
     The first pair quarantined ``not_admissible`` whose action is a ``click[...]`` rejects the
     trajectory: with ``drop_whole`` every other kept pair is quarantined ``trajectory_rejected``;

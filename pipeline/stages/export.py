@@ -14,8 +14,8 @@ files below are not mistaken for splits), plus these files in the stage folder:
 * ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.bank.rows.to_skillrl_json``);
 * ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
 
-The split is per ``env_instance`` (the reference split nothing and merged sibling trajectories,
-D-W4), so every pair of one task instance lands in the same split. It is the ``split`` artifact
+The split is per ``env_instance`` (the reference split nothing and merged sibling
+trajectories), so every pair of one task instance lands in the same split. It is the ``split`` artifact
 (:mod:`pipeline.core.split`), decided before the skill bank was built and read by ``skills`` too,
 so val is exactly the set of instances whose memories the bank never saw. A pair whose instance
 the artifact lacks is an error (``ArtifactError``): the runner's freshness check makes it
@@ -109,9 +109,9 @@ def quality_metrics(ctx: StageContext, rows: list[dict[str, Any]], bank_rows: li
     the run's ``remove_loops`` artifact when it exists (an ancestor of build_pairs, so its changes already
     reach this stage's fingerprint); without it the trajectory-based figures see no trajectory."""
     from pipeline.bank.merge import skill_text
-    dedupe = ctx.store.load("remove_loops")
+    loops_removed = ctx.store.load("remove_loops")
     wanted = {r["trajectory_id"] for r in rows}
-    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (dedupe.read_rows() if dedupe else [])
+    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (loops_removed.read_rows() if loops_removed else [])
              if r["trajectory_id"] in wanted}
     skills = {r["skill_id"]: skill_text(r) for r in bank_rows}
     return qmetrics.all_metrics(rows, skills, trajs, ctx.config.quality.skill_use_min_shared)
@@ -124,7 +124,7 @@ def _counts(ctx: StageContext, stage: str) -> dict[str, Any]:
 
 def quality_card(m: dict[str, Any], validate_counts: dict[str, Any], distill_counts: dict[str, Any]) -> str:
     """The card's "Data quality" section: surviving pairs with the quarantine reasons of distill
-    (trajectories) and validate (candidate pairs), then the figures of :func:`quality_metrics`."""
+    (trajectories) and build_pairs (candidate pairs; the card calls it "Validate"), then the figures of :func:`quality_metrics`."""
     reasons = lambda c: ", ".join(f"{k} {v}" for k, v in sorted((c.get("quarantine_reasons") or {}).items())) or "none"  # noqa: E731
     su, comp, tl = m["skill_use"], m["trajectory_completeness"], m["think_length"]
     lines = ["## Data quality", "",

@@ -4,8 +4,8 @@ Reading goes through :func:`pipeline.formats.discover.read_file` (format sniffed
 ``parse.format`` names one; ``ctx.env`` is the env hint). Every record read is one unit in:
 a trajectory, or a quarantine row for what could not be read (an unreadable file is one unit).
 
-Selection and exact-duplicate removal follow :mod:`pipeline.selection` (spec §3.2 with D-P5
-and D-P6 fixed; duplicates are ours). Everything not kept is quarantined (``not_selected`` /
+Selection and exact-duplicate removal follow :mod:`pipeline.selection` (the reference's
+rules with its tie-breaking and id defects fixed; duplicates are ours). Everything not kept is quarantined (``not_selected`` /
 ``duplicate_trajectory``) with the full trajectory row as JSON in ``raw``, so nothing disappears
 silently. Within a group, duplicates are removed before ranking; across groups the main process
 checks each kept row against all earlier ones (a 16-byte digest and the id per kept trajectory:

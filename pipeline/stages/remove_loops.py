@@ -1,11 +1,11 @@
-"""Stage ``remove_loops``: remove no-op loops from trajectories (DESIGN §3.2; spec §3.4, D-D1, D-D2).
+"""Stage ``remove_loops``: remove no-op loops from trajectories.
 
 A repeated block is a loop only if the normalised action **and** the normalised resulting
 observation of every step repeat (the reference compared actions only and deleted, e.g., the
-second ``click[next >]`` that reached page 3, or a retried action that won: D-D1). Rules:
+second ``click[next >]`` that reached page 3, or a retried action that won). Rules:
 
 * blocks are checked incrementally, shortest period first, and the **earliest** copy is kept
-  (the reference's actual behaviour, documented and tested here: D-D2);
+  (the reference's actual behaviour, documented and tested here);
 * reasoning-only steps (``think: ...`` / ``think[...]``) never count: they are skipped when
   comparing and never removed;
 * the reset step, and any step with ``done`` or ``reward > 0``, is never removed;
@@ -13,7 +13,7 @@ second ``click[next >]`` that reached page 3, or a retried action that won: D-D1
   ``remove_loops.removed_spans``; the remaining steps are renumbered 0..n-1.
 
 Trajectories with fewer than ``remove_loops.min_actions`` actions left are quarantined ``too_short``.
-Step-indexed metadata written by readers (``invalid_actions``, D-P8) is renumbered with the steps
+Step-indexed metadata written by readers (``invalid_actions``) is renumbered with the steps
 (entries of removed steps are dropped and listed under ``remove_loops.removed_invalid_actions``).
 
 The stage streams: the parse artifact is read one Parquet row group at a time (in a process pool
@@ -152,7 +152,7 @@ def _changed_fields(metadata: str | None, removed_before: list[int] | None, orig
     ``remove_loops.removed_spans`` and reader annotations renumbered (``new_pos``: old -> new position)."""
     meta = json.loads(metadata or "{}")
     meta["remove_loops"] = {"removed_spans": [[span[0], span[-1]] for span in orig]}
-    if meta.get("invalid_actions"):  # reader annotations follow their steps (D-P8)
+    if meta.get("invalid_actions"):  # reader annotations follow their steps
         moved, lost = [], []
         for entry in meta["invalid_actions"]:
             (moved if entry.get("index") in new_pos else lost).append(entry)
@@ -175,7 +175,7 @@ def _row_groups(folder: str) -> list[tuple[str, int]]:
 
 
 def remove_loops_group(args: tuple[str, int, int]) -> tuple[list[EncodedPart] | list[dict], list, int, int, int]:
-    """Dedupe one Parquet row group (runs in a worker or in-process):
+    """Remove loops from one Parquet row group (runs in a worker or in-process):
     ``(kept rows as encoded Parquet parts, quarantine, n_in, shortened, removed)``; see
     :func:`remove_loops_table`. The part is encoded here so that only compressed bytes reach the main
     process (see ``parse.read_chunk``)."""
@@ -217,7 +217,7 @@ def _too_short(row: dict, n_actions: int, min_actions: int):
 
 
 def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, list, int, int]:
-    """Dedupe a ``TRAJECTORY_SCHEMA`` table without turning rows into Python objects:
+    """Remove loops from a ``TRAJECTORY_SCHEMA`` table without turning rows into Python objects:
     ``(kept table, too_short quarantine rows, trajectories shortened, steps removed)``.
 
     Only the step actions, ``done`` and ``reward`` (and, when two actions match, the two
@@ -271,18 +271,27 @@ def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, lis
             new_meta.append(meta)
             new_removed.append(rem)
         start += n
+    out = _gather(table, fields, take_rows, take_steps, new_index, offsets)
+    for name, col in (("removed_step_indices", pa.array(new_removed, _INT_LIST)), ("metadata", pa.array(new_meta, TEXT))):
+        out = out.append_column(TRAJECTORY_SCHEMA.field(name), col)
+    return out.select(TRAJECTORY_SCHEMA.names), qrows, shortened, n_removed
+
+
+def _gather(table: pa.Table, fields: dict[str, pa.Array], take_rows: list[int], take_steps: list[int],
+            new_index: list[int], offsets: list[int]) -> pa.Table:
+    """The rows ``take_rows`` of ``table`` with their steps replaced by the flat step positions
+    ``take_steps`` (``fields``: the flat step columns; ``new_index``: the steps' new ``index``;
+    ``offsets``: list offsets per kept row), and without ``removed_step_indices``/``metadata``
+    (the caller appends the new ones)."""
     take = pa.array(take_steps, pa.int64())
     step_cols = [pa.array(new_index, pa.int32()) if name == "index" else col.take(take) for name, col in fields.items()]
     new_steps = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
                                          pa.StructArray.from_arrays(step_cols, fields=list(STEP_TYPE)),
                                          type=_STEPS_TYPE)
-    out = table.drop_columns(["steps", "removed_step_indices", "metadata"])  # replaced below
+    out = table.drop_columns(["steps", "removed_step_indices", "metadata"])  # replaced here and by the caller
     if len(take_rows) < table.num_rows:
         out = out.take(pa.array(take_rows, pa.int64()))
-    for name, col in (("steps", new_steps), ("removed_step_indices", pa.array(new_removed, _INT_LIST)),
-                      ("metadata", pa.array(new_meta, TEXT))):
-        out = out.append_column(TRAJECTORY_SCHEMA.field(name), col)
-    return out.select(TRAJECTORY_SCHEMA.names), qrows, shortened, n_removed
+    return out.append_column(TRAJECTORY_SCHEMA.field("steps"), new_steps)
 
 
 class RemoveLoops(Stage):
