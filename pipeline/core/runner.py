@@ -7,7 +7,6 @@ described in :mod:`pipeline.core.stage`.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -240,10 +239,6 @@ def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
         rows.append({"stage": s, **m["counts"], "llm": m.get("llm", {}), "wall_s": m.get("wall_s", 0.0),
                      "path": art.path})
     return rows
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
 
 
 def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig, env: str = "auto",

@@ -7,7 +7,7 @@ tests/pipeline/formats/test_skillrl_search_txt.py; TV5 tests/pipeline/test_promp
 """
 import pytest
 
-import pipeline.stages.build_pairs as validate_stage
+import pipeline.stages.build_pairs as build_pairs_stage
 from pipeline.core.config import PipelineConfig, PromptConfig
 from pipeline.prompts import render_step_messages
 from pipeline.core.records import Step, Trajectory
