@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.core.fsutil import sha256_file
+from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = "_manifest.json"
@@ -409,14 +409,12 @@ class ArtifactStore:
                     raise ValueError(f"extra file name escapes the stage folder: {name!r}")
                 p = os.path.join(tmp, name)
                 os.makedirs(os.path.dirname(p), exist_ok=True)
-                with open(p, "wb") as f:
-                    f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                atomic_write(p, data)
                 files.append(name)
             manifest = dict(manifest, status="complete", files=sorted(files),
                             written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             manifest["content_sha256"] = content_sha256(tmp, manifest)
-            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+            atomic_write_json(os.path.join(tmp, MANIFEST), manifest)
             old = None
             if os.path.exists(final):
                 old = os.path.join(self.run_dir, f".{stage}.old-{uuid.uuid4().hex[:8]}")
