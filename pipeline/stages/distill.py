@@ -1,51 +1,49 @@
 """Stage ``distill``: write one short reasoning (``think``) per recorded action of each success.
 
-Spec §6. For each SUCCESS trajectory, one structured call (or one per chunk of
-``distill.max_steps_per_call`` actions: D-T6) gets the task, the retrieved skills block
-(``prompts.select_skills`` + ``render_skills_block``, the same renderer as SFT export and RL,
-D-K3) and the steps (observation, admissible actions, action taken; a recorded ``thought`` of a
+For each SUCCESS trajectory, one structured call (or one per chunk of
+``distill.max_steps_per_call`` actions) gets the task, the retrieved skills block
+(``prompts.select_skills`` + ``render_skills_block``, the same renderer as SFT export and RL)
+and the steps (observation, admissible actions, action taken; a recorded ``thought`` of a
 ReAct source is shown as a hint). ALFWorld successes get the synthetic ``done`` turn when
-``prompts.needs_synthetic_done`` says so (spec §6.1, D-T4), with ``prompts.synthetic_done_admissible``.
+``prompts.needs_synthetic_done`` says so, with ``prompts.synthetic_done_admissible``.
 
 Indexing: ``thinks[i]`` (0-based ``step_index = i``) is the reasoning for action ``i + 1``, i.e.
 ``traj.steps[i + 1].action``; the synthetic ``done`` has ``step_index = n_actions``.
 
 The per-call JSON Schema forces exactly the expected indices (``prefixItems`` with a ``const``
 ``step_index`` per position), which llama.cpp turns into a grammar; :func:`check_thinks` also
-checks them 1:1 plus the content rules of D-T3 (no tags, no CJK, non-blank, bounded). The
-reference trusted the indices and silently emitted empty thinks (D-T3). Failures (the model's
-raw output kept) and non-successes (reason ``not_success``: failures feed memories, not SFT) are
-quarantined. Units: trajectories.
+checks them 1:1 plus the form rules (no tags and no CJK, by :mod:`pipeline.rules` exactly as
+build_pairs judges a pair; non-blank; bounded). The reference trusted the indices and silently
+emitted empty thinks. Failures (the model's raw output kept) and non-successes (reason
+``not_success``: failures feed memories, not SFT) are quarantined
+(:class:`~pipeline.core.llmstage.LLMStage` runs the loop). Units: trajectories.
 
-Content rules (issue 13, ``pipeline.quality``): each answer's check also rejects a think with no
+Content rules (``pipeline.quality``): each answer's check also rejects a think with no
 words, an n-gram loop, a think reused for two steps, a think naming an entity the agent has not
 seen yet (``future_leak``) and an off-topic think; the rule's reason is fed back in the repair
 round, then quarantines the trajectory. ``distill.source_thoughts = prefer`` (default) uses a
 step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the same rules
-(:func:`recorded_thinks`) and asks the LLM only for the other steps; validate flags those pairs
+(:func:`recorded_thinks`) and asks the LLM only for the other steps; build_pairs flags those pairs
 ``recorded_thought``; a row whose thinks are all recorded has ``model = "source"``.
 """
 from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pipeline import prompts, quality, rules
 from pipeline.core.config import QualityConfig
+from pipeline.core.llmstage import Job, LLMRun, LLMStage
+from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
+from pipeline.core.stage import StageContext, StageOutput, reject
+from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
 from pipeline.quality import grounding, text, topic
-from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
-from pipeline.core.stage import StageContext, StageOutput
-from pipeline.llm import templates as _templates
 
-NAME = "distill"
-INPUTS = ("remove_loops", "memory", "skills")
-SCHEMA = DISTILLED_SCHEMA
-USES_LLM = True
-CONFIG = ("distill", "prompt", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
+TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
 OBS_CHARS = 500          # observation shown per step (the reasoning needs the gist, not all of it)
 ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
@@ -73,7 +71,7 @@ def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
 
 def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dict]], str | None] | None = None):
     """``JSONRequest.check``: the answer's step indices equal ``indices`` 1:1 and every think is
-    usable (D-T3), then ``content`` (the content rules, :func:`content_check`) when given. Returns
+    usable, then ``content`` (the content rules, :func:`content_check`) when given. Returns
     the first error as a message (fed back to the model), else ``None``."""
     def check(value: dict[str, Any]) -> str | None:
         err = form(value)
@@ -130,7 +128,7 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
     ``steps[].thought``) can be the think as is (``distill.source_thoughts = prefer``): no tag, no
     CJK, and no content-rule violation (:func:`think_violations`, gated by ``tally``). Whitespace
     is collapsed as for LLM thinks; its length is not bounded by ``max_think_chars`` (that bound
-    keeps a small model's answer inside ``max_tokens``; validate bounds the whole pair)."""
+    keeps a small model's answer inside ``max_tokens``; build_pairs bounds the whole pair)."""
     by_index = {e["step_index"]: e for e in entries}
     out = {}
     for e in entries:
@@ -175,7 +173,7 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
                    tally: quality.Tally | None = None) -> list[JSONRequest]:
     """One request per chunk of ``max_steps`` entries (key ``<trajectory_id>#<chunk>``); with
     ``qcfg``, each check also runs the content rules (:func:`content_check`, counted in ``tally``)."""
-    tpl = _templates.load(NAME, traj.env)
+    tpl = _templates.load(TEMPLATE, traj.env)
     system = tpl.render("system")
     size = max(1, max_steps)
     requests = []
@@ -196,73 +194,92 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
     return requests
 
 
-def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME, SCHEMA_FILE)
+@dataclass
+class Episode:
+    """What distill asks about one successful trajectory (a job's item)."""
+    traj: Trajectory
+    skill_ids: list[str]           # the skills shown in its prompt
+    synthetic: bool                # a synthetic ``done`` turn is added
+    recorded: dict[int, str]       # step index -> the source's recorded thought used as the think
 
 
-def _quarantine(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
-    return QuarantineRow(NAME, reason, detail, traj.trajectory_id, traj.source_uri, traj.source_line, raw)
+def _reject(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
+    return reject(DistillStage.name, reason, detail, traj.trajectory_id, raw, traj.source_uri, traj.source_line)
 
 
-def run(ctx: StageContext) -> StageOutput:
-    trajs = [Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()]
-    memory_ids: dict[str, list[str]] = {}
-    for m in ctx.upstream("memory").read_rows():
-        memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])
-    bank = ctx.upstream("skills").read_rows()
-    bank_version = bank[0]["bank_version"] if bank else ""
-    cfg = ctx.config.distill
-    quarantine: list[QuarantineRow] = []
-    jobs: list[tuple[Trajectory, list[str], bool, list[JSONRequest]]] = []
-    tally = quality.Tally(ctx.config.quality.flag_rules)
-    for t in trajs:
-        if not t.success:
-            quarantine.append(_quarantine(t, "not_success", f"outcome {t.outcome}: used for memories, not SFT"))
-            continue
-        if len(t.steps) < 2:
-            quarantine.append(_quarantine(t, "no_actions", "trajectory has no recorded action"))
-            continue
-        synthetic = prompts.needs_synthetic_done(t, cfg)
-        skills = prompts.select_skills(bank, t.env, t.category, ctx.config.prompt)
-        entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
-        recorded = recorded_thinks(entries, t, ctx.config.quality, tally) if cfg.source_thoughts == "prefer" else {}
-        ask = [e for e in entries if e["step_index"] not in recorded]
-        reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
-                              cfg.max_think_chars, ctx.config.quality, tally) if ask else []
-        jobs.append((t, [s["skill_id"] for s in skills], synthetic, reqs, recorded))
-    rows, failed, request_rows = [], [], []
-    if jobs:  # no successes (or only recorded thoughts): never start the LLM server
-        llm = ctx.llm if any(job[3] for job in jobs) else None
-        topic.warm(ctx.config.quality.off_topic_threshold if llm else -1)
-        results = iter(llm.complete_json_many([r for job in jobs for r in job[3]], desc=NAME) if llm else [])
-        for t, skill_ids, synthetic, reqs, recorded in jobs:
-            res: list[JSONResult] = [next(results) for _ in reqs]
-            bad = [r for r in res if not r.ok]
-            failed += bad
-            if bad:  # the trajectory's row keeps the first failed chunk; each other one gets a request row
-                quarantine.append(_quarantine(t, quality.reason_of(bad[0].error, bad[0].detail), f"call {bad[0].key}: {bad[0].detail}",
-                                              bad[0].raw))
-                request_rows += [QuarantineRow(NAME, quality.reason_of(r.error, r.detail), f"call {r.key} failed: {r.detail}",
-                                               r.key, t.source_uri, t.source_line, r.raw) for r in bad[1:]]
-                continue
-            # one line per think: a real model may write newlines (the JSON decoder accepts them)
-            thinks = sorted([{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
-                             for r in res for x in r.value["thinks"]]
-                            + [{"step_index": i, "think": v} for i, v in recorded.items()], key=lambda x: x["step_index"])
-            if (len(reqs) > 1 or recorded) and (err := tally.gate(text.reused([(x["step_index"], x["think"])
-                                                                                 for x in thinks]))):
-                quarantine.append(_quarantine(t, "reused_think", f"across calls: {err}", json.dumps(thinks)))
-                continue  # each call was checked on its own: a think reused across calls is caught here
-            rows.append({"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
-                         "thinks": thinks, "synthetic_done": synthetic, "skill_ids_used": skill_ids,
-                         "memory_ids": memory_ids.get(t.trajectory_id, []), "bank_version": bank_version,
-                         # "source" when every think is the source's recorded thought
-                         "model": llm.model_id if reqs else "source", "prompt_sha": _templates.load(NAME, t.env).sha})
-    kept = {r["trajectory_id"] for r in rows}
-    counters = {"calls": sum(len(j[3]) for j in jobs), "chunked": sum(len(j[3]) > 1 for j in jobs),
-                "synthetic_done": sum(r["synthetic_done"] for r in rows),
-                "thinks": sum(len(r["thinks"]) for r in rows),
-                "recorded_thoughts": sum(len(j[4]) for j in jobs if j[0].trajectory_id in kept),
-                "quality": tally.record(len(trajs), Counter(q.reason for q in quarantine))}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
-                       failed_requests=failed, request_quarantine=request_rows)
+def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
+    """The job of one trajectory: rejected (``not_success``, ``no_actions``), or its chunked
+    requests for the steps without a usable recorded thought."""
+    cfg, qcfg = run.ctx.config.distill, run.ctx.config.quality
+    if not t.success:
+        return Job(t, t.trajectory_id,
+                   rejected=_reject(t, "not_success", f"outcome {t.outcome}: used for memories, not SFT"))
+    if len(t.steps) < 2:
+        return Job(t, t.trajectory_id, rejected=_reject(t, "no_actions", "trajectory has no recorded action"))
+    synthetic = prompts.needs_synthetic_done(t, cfg)
+    skills = prompts.select_skills(bank, t.env, t.category, run.ctx.config.prompt)
+    entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
+    recorded = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
+    ask = [e for e in entries if e["step_index"] not in recorded]
+    reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
+                          cfg.max_think_chars, qcfg, run.tally) if ask else []
+    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, recorded), t.trajectory_id, reqs,
+               t.source_uri, t.source_line)
+
+
+class DistillStage(LLMStage):
+    """One row of thinks per successful trajectory of ``remove_loops`` (module docstring)."""
+    name = "distill"
+    inputs = ("remove_loops", "memory", "skills")
+    schema = DISTILLED_SCHEMA
+    config_sections = ("distill", "prompt", "quality")
+
+    def prompt_files(self, ctx: StageContext) -> list[str]:
+        return _templates.stage_files(TEMPLATE, SCHEMA_FILE)
+
+    def requests(self, run: LLMRun) -> list[Job]:
+        """One job per trajectory (:func:`episode_job`); notes the memories of each trajectory
+        and the bank version for the rows."""
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        memory_ids: dict[str, list[str]] = {}
+        for m in run.ctx.upstream("memory").read_rows():
+            memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])
+        bank = run.ctx.upstream("skills").read_rows()
+        run.notes.update(memory_ids=memory_ids, bank_version=bank[0]["bank_version"] if bank else "")
+        return [episode_job(t, run, bank) for t in trajs]
+
+    def unit_detail(self, job: Job, result: JSONResult) -> str:
+        return f"call {result.key}: {result.detail}"
+
+    def format_output(self, item: Episode, values: list[Any], run: LLMRun) -> list[dict[str, Any]] | QuarantineRow:
+        """The row of one episode: its answered and recorded thinks in step order, unless one
+        think is reused across calls (each call was checked on its own: caught here)."""
+        t = item.traj
+        # one line per think: a real model may write newlines (the JSON decoder accepts them)
+        thinks = sorted([{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
+                         for v in values for x in v["thinks"]]
+                        + [{"step_index": i, "think": v} for i, v in item.recorded.items()],
+                        key=lambda x: x["step_index"])
+        if (len(values) > 1 or item.recorded) and (
+                err := run.tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks]))):
+            return _reject(t, "reused_think", f"across calls: {err}", json.dumps(thinks))
+        return [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
+                 "thinks": thinks, "synthetic_done": item.synthetic, "skill_ids_used": item.skill_ids,
+                 "memory_ids": run.notes["memory_ids"].get(t.trajectory_id, []),
+                 "bank_version": run.notes["bank_version"],
+                 # "source" when every think is the source's recorded thought
+                 "model": run.model if values else "source", "prompt_sha": _templates.load(TEMPLATE, t.env).sha}]
+
+    def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
+        """Calls, chunked trajectories, synthetic turns, thinks, recorded thoughts used, then
+        the content-rule record."""
+        asked = [j for j in run.jobs if j.rejected is None]
+        kept = {r["trajectory_id"] for r in out.rows}
+        return {"calls": sum(len(j.requests) for j in asked), "chunked": sum(len(j.requests) > 1 for j in asked),
+                "synthetic_done": sum(r["synthetic_done"] for r in out.rows),
+                "thinks": sum(len(r["thinks"]) for r in out.rows),
+                "recorded_thoughts": sum(len(j.item.recorded) for j in asked if j.item_id in kept),
+                **super().counters(run, out)}
+
+
+STAGE = DistillStage()

@@ -1,40 +1,36 @@
 """Stage ``memory``: one structured LLM call per trajectory turns it into a reusable memory.
 
-Spec §4. The reference makes 2-3 free-text calls per trajectory (description, refined trajectory,
-strategic guidelines) and parses them with greedy brace matching (D-M1, D-M4). We make ONE call
-whose JSON Schema depends on the outcome:
+The reference makes 2-3 free-text calls per trajectory (description, refined trajectory,
+strategic guidelines) and parses them with greedy brace matching. We make ONE call whose JSON
+Schema depends on the outcome:
 
 * success -> ``contextual_description``, ``refined_trajectory`` (the causal chain of steps that
   led to the win) and ``planning_pattern`` (abstract phases with placeholders);
 * failure -> ``contextual_description`` and ``mistakes_to_avoid`` ({trigger_condition, bad_action}).
 
-The schema (derived from ``schemas/memory.schema.json``) is validated by the client, and :func:`check_memory` additionally enforces the
-outcome-specific content (a success needs a non-blank planning pattern, a failure at least one
-mistake). A call that still fails is quarantined with the model's raw output. Units: trajectories;
-``in = out + quarantined``.
+The schema (derived from ``schemas/memory.schema.json``) is validated by the client, and
+:func:`check_memory` additionally enforces the outcome-specific content (a success needs a
+non-blank planning pattern, a failure at least one mistake) and the content rules. A call that
+still fails is quarantined with the model's raw output (:class:`~pipeline.core.llmstage.LLMStage`
+runs the loop). Units: trajectories; ``in = out + quarantined``.
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from pipeline import quality
 
 from pipeline.core import lineage
 from pipeline.core.config import MemoryConfig, QualityConfig
-from pipeline.llm.schemas import load_schema
-from pipeline.llm.types import JSONRequest, JSONResult
-from pipeline.quality import grounding, text, topic
-from pipeline.core.records import MEMORY_SCHEMA, QuarantineRow, Trajectory
+from pipeline.core.llmstage import Job, LLMRun, LLMStage
+from pipeline.core.records import MEMORY_SCHEMA, Trajectory
 from pipeline.core.stage import StageContext, StageOutput
 from pipeline.llm import templates as _templates
+from pipeline.llm.schemas import load_schema
+from pipeline.llm.types import JSONRequest
+from pipeline.quality import grounding, text, topic
 
-NAME = "memory"
-INPUTS = ("remove_loops",)
-SCHEMA = MEMORY_SCHEMA
-USES_LLM = True
-CONFIG = ("memory", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
-
+TEMPLATE = "memory"      # pipeline/templates/memory*.txt
 SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
 REFINED_FIELDS = ("action", "critical_observation", "reasoning")
 MISTAKE_FIELDS = ("trigger_condition", "bad_action")
@@ -127,7 +123,7 @@ def mistake_text(m: dict[str, Any]) -> str:
 
 
 def render_trajectory(traj: Trajectory, max_chars: int) -> str:
-    """The episode as text blocks, at most ``max_chars`` characters (spec §4.2 layout).
+    """The episode as text blocks, at most ``max_chars`` characters.
 
     Block 0 is the start (first observation); block k >= 1 is
     ``"k | Action: <a> | Reward: <r> | Done: <d>\\nObs: <o>"``. Each observation is clipped to
@@ -159,7 +155,7 @@ def build_request(traj: Trajectory, cfg: MemoryConfig, qcfg: QualityConfig | Non
                   tally: quality.Tally | None = None) -> JSONRequest:
     """The one structured call for ``traj`` (key = trajectory id); with ``qcfg`` its check also
     runs the content rules (:func:`content_violations`), counted in ``tally``."""
-    tpl = _templates.load(NAME, traj.env)
+    tpl = _templates.load(TEMPLATE, traj.env)
     outcome = "success" if traj.success else "failure"
     system = tpl.render("system") + "\n\n" + tpl.render(outcome)
     user = tpl.render("user", env_name=_templates.env_name(traj.env), task=traj.task,
@@ -185,36 +181,33 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
                "mistakes_to_avoid": mistakes}
     return {"memory_id": lineage.memory_id(traj.trajectory_id, content), "trajectory_id": traj.trajectory_id,
             "env": traj.env, "category": traj.category, "outcome": traj.outcome, "task": traj.task,
-            **content, "model": model, "prompt_sha": _templates.load(NAME, traj.env).sha}
+            **content, "model": model, "prompt_sha": _templates.load(TEMPLATE, traj.env).sha}
 
 
-def quarantine_row(traj: Trajectory, result: JSONResult) -> QuarantineRow:
-    return QuarantineRow(stage=NAME, reason=quality.reason_of(result.error, result.detail), detail=result.detail,
-                         item_id=traj.trajectory_id, source_uri=traj.source_uri, line=traj.source_line,
-                         raw=result.raw)
+class MemoryStage(LLMStage):
+    """One memory per trajectory of ``remove_loops`` (module docstring)."""
+    name = "memory"
+    inputs = ("remove_loops",)
+    schema = MEMORY_SCHEMA
+    config_sections = ("memory", "quality")
+
+    def prompt_files(self, ctx: StageContext) -> list[str]:
+        return _templates.stage_files(TEMPLATE, SCHEMA_FILE)
+
+    def requests(self, run: LLMRun) -> list[Job]:
+        """One job per trajectory, one request each (:func:`build_request`)."""
+        cfg = run.ctx.config
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        return [Job(t, t.trajectory_id, [build_request(t, cfg.memory, cfg.quality, run.tally)], t.source_uri,
+                    t.source_line) for t in trajs]
+
+    def format_output(self, item: Trajectory, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
+        return [memory_row(item, values[0], run.model)]
+
+    def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
+        """Memories per outcome, then the content-rule record."""
+        return {"success": sum(r["outcome"] == "success" for r in out.rows),
+                "failure": sum(r["outcome"] == "failure" for r in out.rows), **super().counters(run, out)}
 
 
-def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME, SCHEMA_FILE)
-
-
-def run(ctx: StageContext) -> StageOutput:
-    trajs = [Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()]
-    if not trajs:  # nothing to summarise: do not start the LLM server
-        return StageOutput(rows=[], quarantine=[], rows_in=0)
-    llm = ctx.llm
-    tally = quality.Tally(ctx.config.quality.flag_rules)
-    topic.warm(ctx.config.quality.off_topic_threshold)
-    results = llm.complete_json_many([build_request(t, ctx.config.memory, ctx.config.quality, tally)
-                                      for t in trajs], desc=NAME)
-    rows, quarantine = [], []
-    for traj, res in zip(trajs, results, strict=True):
-        if res.ok:
-            rows.append(memory_row(traj, res.value, llm.model_id))
-        else:
-            quarantine.append(quarantine_row(traj, res))
-    counters = {"success": sum(r["outcome"] == "success" for r in rows),
-                "failure": sum(r["outcome"] == "failure" for r in rows),
-                "quality": tally.record(len(trajs), Counter(q.reason for q in quarantine))}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(trajs), counters=counters,
-                       failed_requests=[r for r in results if not r.ok])  # each one's raw is in its row
+STAGE = MemoryStage()

@@ -1,4 +1,4 @@
-"""Stage distill: the per-call schema that forces step indices, the 1:1 check (D-T3), step entries
+"""Stage distill: the per-call schema that forces step indices, the 1:1 check, step entries
 with the synthetic done, chunking, and one run on the real embedded model."""
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import os
 import jsonschema
 import pytest
 
-from pipeline import prompts
-
+from pipeline import prompts, rules
 from pipeline.bank import rows as skillbank
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import DistillConfig, PipelineConfig
@@ -20,6 +19,8 @@ from pipeline.core.stage import StageContext
 from pipeline.stages import distill
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream
+from tests.helpers.llm_stub import ChatStub
+from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
 from tests.helpers.paths import FIXTURES
 
 ALFWORLD_BANK = os.path.join(FIXTURES, "skillrl-memory", "alfworld",
@@ -111,6 +112,28 @@ def test_failures_are_not_distilled_and_need_no_llm(tmp_path):
     assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1} and res.rows == 0
     q = store.require("distill").read_rows(quarantine=True)[0]
     assert (q["item_id"], q["detail"]) == ("traj-f", "outcome failure: used for memories, not SFT")
+
+
+def test_cjk_punctuation_is_rejected_as_build_pairs_would(tmp_path):
+    """A think with an ideographic comma (U+3001, CJK punctuation) was accepted by distill's own
+    regex and then quarantined by build_pairs as think_has_cjk; distill now uses pipeline.rules:
+    the answer is sent back once for repair, then the trajectory is quarantined with the raw."""
+    thinks = ["I go to the cabinet 1 to look for the mug、it may be there.", "I take the mug 1 from the cabinet 1.",
+              "I heat the mug 1 with the microwave 1.", "The mug is heated and in place, so I am done."]
+    answer = json.dumps({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(thinks)]})
+    assert rules.has_cjk(thinks[0])  # what build_pairs would quarantine as think_has_cjk
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [heat_mug("traj-A")])  # 3 actions + synthetic done: step_index 0..3
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "skills", [], SKILL_SCHEMA)
+    with ChatStub([{"content": answer}, {"content": answer}]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.distill.source_thoughts = "ignore"
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert len(stub.requests) == 2 and res.rows == 0  # the first answer and one repair
+    [q] = store.require("distill").read_rows(quarantine=True)
+    assert (q["item_id"], q["reason"], q["raw"]) == ("traj-A", "check_failed", answer)
+    assert q["detail"] == "call traj-A#0: think for step 0 contains CJK characters; write English"
 
 
 @pytest.mark.slow

@@ -98,9 +98,28 @@ def test_request_and_row_lineage():
     srow = memory.memory_row(cool_apple(), SUCCESS_VALUE, "m@1")
     assert srow["planning_pattern"] == "Search [Location] for [Object] -> Take [Object] -> Cool [Object] -> Place at [Target]"
     assert srow["refined_trajectory"][0]["action"] == "take apple 1 from countertop 1"
-    q = memory.quarantine_row(traj, JSONResult("traj-f", False, raw="{oops", error="not_json", detail="no JSON"))
-    assert (q.stage, q.reason, q.item_id, q.raw, q.source_uri) == \
-        ("memory", "not_json", "traj-f", "{oops", "rollouts/env001/test1.txt")
+
+
+class OneFailure:
+    """A client that answers the failure's request and fails the success's (``not_json``)."""
+    model_id = "m@1"
+
+    def complete_json_many(self, requests, desc=""):
+        return [JSONResult(r.key, True, value=FAILURE_VALUE) if r.key == "traj-f" else
+                JSONResult(r.key, False, raw="{oops", error="not_json", detail="no JSON") for r in requests]
+
+
+def test_stage_rows_and_quarantine(tmp_path):
+    store = ArtifactStore(str(tmp_path), "r")
+    write_trajectories(store, [cool_apple("failure", "traj-f"), cool_apple("success", "traj-s")])
+    out = memory.STAGE.run(StageContext(store, PipelineConfig(), llm_factory=OneFailure))
+    assert [(r["trajectory_id"], r["model"]) for r in out.rows] == [("traj-f", "m@1")]
+    [q] = out.quarantine
+    assert (q.stage, q.reason, q.detail, q.item_id, q.raw, q.source_uri, q.line) == \
+        ("memory", "not_json", "no JSON", "traj-s", "{oops", "rollouts/env001/test1.txt", 1)
+    assert [r.key for r in out.failed_requests] == ["traj-s"] and out.request_quarantine == []
+    assert (out.rows_in, out.counters["success"], out.counters["failure"], out.counters["quality"]["items"]) == \
+        (2, 0, 1, 2)
 
 
 def test_schema_is_derived_from_the_file():
@@ -113,11 +132,11 @@ def test_schema_is_derived_from_the_file():
 
 
 def test_prompt_files_cover_every_env_template_and_the_schema():
-    names = [p.split("/pipeline/templates/")[-1].split("/schemas/")[-1] for p in memory.prompt_files(None)]
+    names = [p.split("/pipeline/templates/")[-1].split("/schemas/")[-1] for p in memory.STAGE.prompt_files(None)]
     assert names == ["memory.txt", "memory.alfworld.txt", "memory.default.txt", "memory.search.txt",
                      "memory.textworld.txt", "memory.webshop.txt", "memory.schema.json"]
     # unique basenames: the runner keys template hashes by basename
-    assert len({p.rsplit("/", 1)[1] for p in memory.prompt_files(None)}) == 7
+    assert len({p.rsplit("/", 1)[1] for p in memory.STAGE.prompt_files(None)}) == 7
 
 
 def test_empty_input_needs_no_llm(tmp_path):
