@@ -19,7 +19,7 @@ def skill(sid, kind, title="", principle="", when="", category="", desc="", why=
             "when_to_apply": when, "description": desc, "why_it_happens": why, "how_to_avoid": how}
 
 
-# TV5's bank as rows (spec §15 TV5): one empty general skill, one empty mistake.
+# TV5's bank as rows: one empty general skill, one empty mistake.
 TV5_BANK = [
     skill("gen_001", "general", "Explore Once", "Visit each location once...", "Always."),
     skill("dyn_001", "general", "Check Lamp", "Turn on the lamp", "Look tasks."),
@@ -65,7 +65,7 @@ def test_selection_caps_and_category_rules():
 
 
 def tv6(tid="traj-tv6"):
-    """TV6's four steps (spec §15), a success with reward 10 on the last step."""
+    """TV6's four steps, a success with reward 10 on the last step."""
     steps = [
         Step(0, None, "You are in the middle of a room. You see a countertop 1.",
              ["go to countertop 1", "inventory", "look"], line=2),
@@ -95,7 +95,7 @@ def test_tv6_pair4_synthetic_done_exact():
     adm = synthetic_done_admissible(traj, 0)
     assert adm == ["done", "look", "examine box 1", "inventory", "go to countertop 1"]  # pinned sample
     user = render_step_messages(traj, 4, "", PromptConfig(history_length=2), adm)[1]["content"]
-    # Absolute step numbers (spec §13 "ours"): observations 2 and 3, not 1 and 2.
+    # Absolute step numbers (ours): observations 2 and 3, not 1 and 2.
     assert user == (
         "## Current Progress\n\nPrior to this step, you have already taken 3 step(s). Below are the most "
         "recent 2 observations and the corresponding actions you took: [Observation 2: 'You arrive at "

@@ -1,4 +1,4 @@
-"""A failed LLM request is never lost (issue 14, hole 3): it leaves a quarantine row with its raw
+"""A failed LLM request is never lost: it leaves a quarantine row with its raw
 output, the manifest lists it, the stage is not recorded as complete-and-fresh, and a plain rerun
 sends exactly the failed requests again (the successful answers come from the LLM cache).
 

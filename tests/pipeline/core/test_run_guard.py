@@ -1,4 +1,4 @@
-"""Run-level guards (issue 14, holes 6 and 7): one process per run id (an advisory lock that
+"""Run-level guards: one process per run id (an advisory lock that
 names its holder), temporary folders of a killed stage removed by the next run, and bad run
 ids rejected as usage errors (exit 2) instead of tracebacks."""
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_invalid_action_in_source_is_never_a_target(tmp_path):
 
 
 # Rule short_think: 46 of 64 <think> blocks of the small embedded distill model were numbers or
-# punctuation ("1.5-2.3", "123456789"); they are quarantined by default (issue 13), flagged on request.
+# punctuation ("1.5-2.3", "123456789"); they are quarantined by default, flagged on request.
 DEFAULT_MIN = BuildPairsConfig().min_think_words
 
 
