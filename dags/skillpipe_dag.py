@@ -28,6 +28,41 @@ def _args(params: dict, llm: dict) -> dict:
                 llm_base_url=llm["base_url"], llm_model=llm["model"])
 
 
+@task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
+def sft_fit(export: dict, params=None) -> dict:
+    """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``."""
+    from sft.config import SFTFitConfig
+    from sft.run_step import fit_for_run
+    a = _args(params, {"base_url": "", "model": ""})
+    m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
+    return {k: m[k] for k in XCOM_KEYS}  # rows: SFT pairs trained on; fingerprint: the step's
+
+
+@task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
+def grpo(sft: dict, params=None) -> dict:
+    """GRPO from the run's SFT checkpoint (skipped when unchanged); XCom ``{uri, rows, fingerprint}``."""
+    from sft.rl.config import smoke
+    from sft.rl.step import grpo_for_run
+    a = _args(params, {"base_url": "", "model": ""})
+    m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
+    return {k: m[k] for k in XCOM_KEYS}  # rows: training episodes; fingerprint: the step's
+
+
+def eval_task(which: str, task_id: str):
+    """The task evaluating checkpoint ``which`` (``sft_fit`` | ``grpo``) of the run."""
+    @task(task_id=task_id, doc_md=f"Evaluate the `{which}` checkpoint on held-out TextWorld Express games "
+                                  "(sft/eval.py): success with a 95 % Wilson interval, valid-action rate.")
+    def _eval(ckpt: dict, params=None) -> dict:
+        from sft.eval import eval_config, eval_for_run
+        a = _args(params, {"base_url": "", "model": ""})
+        cfg = eval_config(games=params["eval_games"], episodes=int(params["eval_episodes"]), max_steps=5,
+                          max_new_tokens=48, torch_threads=1)
+        r = eval_for_run(a["root"], a["run_id"], which, cfg, progress=False)
+        return {**{k: r[k] for k in XCOM_KEYS}, "success_rate": r["success_rate"],
+                "success_ci95": r["success_ci95"]}
+    return _eval
+
+
 @dag(
     dag_id="skillpipe",
     schedule=None,
@@ -80,35 +115,6 @@ def skillpipe():
             from pipeline.core.runner import run_task
             return run_task(name, **_args(params, llm))
         return _run
-
-    @task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
-    def sft_fit(export: dict, params=None) -> dict:
-        from sft.config import SFTFitConfig
-        from sft.run_step import fit_for_run
-        a = _args(params, {"base_url": "", "model": ""})
-        m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
-        return {k: m[k] for k in XCOM_KEYS}  # rows: SFT pairs trained on; fingerprint: the step's
-
-    @task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
-    def grpo(sft: dict, params=None) -> dict:
-        from sft.rl.config import smoke
-        from sft.rl.step import grpo_for_run
-        a = _args(params, {"base_url": "", "model": ""})
-        m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
-        return {k: m[k] for k in XCOM_KEYS}  # rows: training episodes; fingerprint: the step's
-
-    def eval_task(which: str, task_id: str):
-        @task(task_id=task_id, doc_md=f"Evaluate the `{which}` checkpoint on held-out TextWorld Express games "
-                                      "(sft/eval.py): success with a 95 % Wilson interval, valid-action rate.")
-        def _eval(ckpt: dict, params=None) -> dict:
-            from sft.eval import eval_config, eval_for_run
-            a = _args(params, {"base_url": "", "model": ""})
-            cfg = eval_config(games=params["eval_games"], episodes=int(params["eval_episodes"]), max_steps=5,
-                              max_new_tokens=48, torch_threads=1)
-            r = eval_for_run(a["root"], a["run_id"], which, cfg, progress=False)
-            return {**{k: r[k] for k in XCOM_KEYS}, "success_rate": r["success_rate"],
-                    "success_ci95": r["success_ci95"]}
-        return _eval
 
     # A teardown: it runs when everything before it is done, failed or not (a failed run gets a
     # report too), and unlike an all_done leaf it never decides the DAG run's state.

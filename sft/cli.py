@@ -123,6 +123,12 @@ def submit_cmd(
     except (ResumeError, FileNotFoundError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2)
+    _report_submit(out, dry_run, scheduler)
+
+
+def _report_submit(out: dict, dry_run: bool, scheduler: str) -> None:
+    """Print what :func:`sft.submit.submit` made (the job script or where it went, the local
+    command on a dry run); exit with the launched command's return code when it failed."""
     if out["script"] is not None and (dry_run or not out["path"]):
         typer.echo(out["script"])
     elif out["path"]:

@@ -183,6 +183,26 @@ def _last(history: list[dict], key: str):
     return next((h[key] for h in reversed(history) if key in h), None)
 
 
+def _resume(cfg: SFTFitConfig, export_fingerprint: str, world: int, zero: int) -> tuple[str | None, str | None]:
+    """``(checkpoint to resume or None, mode)`` (:func:`sft.manifest.check_resume`); warns when
+    only the weights can be reused. Raises ``ResumeError``."""
+    ckpt = mf.find_checkpoint(cfg.output_dir, cfg.resume)
+    mode = mf.check_resume(mf.read_manifest(ckpt), world_size=world, zero_stage=zero,
+                           export_fingerprint=export_fingerprint, mode=cfg.resume_mode) if ckpt else None
+    if mode == "weights_only":
+        log.warning("world size/ZeRO stage changed: restarting from the weights of %s with a FRESH "
+                    "optimizer and schedule (resume_mode=weights_only)", ckpt)
+    return ckpt, mode
+
+
+def _write_quarantine(output_dir: str, quarantine: list[QuarantineRow]) -> None:
+    """The refused rows as ``output_dir/quarantine.parquet`` (``records.QUARANTINE_SCHEMA``)."""
+    import pyarrow.parquet as pq
+    os.makedirs(output_dir, exist_ok=True)
+    pq.write_table(to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA),
+                   os.path.join(output_dir, "quarantine.parquet"))
+
+
 def run(cfg: SFTFitConfig) -> dict[str, Any]:
     """Load pairs, check resume compatibility, build the trainer, pre-flight, train, save.
 
@@ -199,12 +219,7 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
     cfg.validate()
     rows, export, quarantine = load_pairs(cfg.pairs, cfg.split, cfg.max_rows)
     world, zero = mf.runtime_topology()
-    ckpt = mf.find_checkpoint(cfg.output_dir, cfg.resume)
-    mode = mf.check_resume(mf.read_manifest(ckpt), world_size=world, zero_stage=zero,
-                           export_fingerprint=export["fingerprint"], mode=cfg.resume_mode) if ckpt else None
-    if mode == "weights_only":
-        log.warning("world size/ZeRO stage changed: restarting from the weights of %s with a FRESH "
-                    "optimizer and schedule (resume_mode=weights_only)", ckpt)
+    ckpt, mode = _resume(cfg, export["fingerprint"], world, zero)
     model_dir = str(ensure_base_model(cfg.base_model, cfg.model_cache_dir))
     base = {"path": model_dir, **content_hashes(model_dir)}
     if cfg.max_length:
@@ -232,10 +247,7 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
     if cfg.preflight:
         extra["preflight"] = preflight(trainer, rows, cfg.per_device_train_batch_size)
     if quarantine and trainer.is_world_process_zero():
-        os.makedirs(cfg.output_dir, exist_ok=True)
-        import pyarrow.parquet as pq
-        pq.write_table(to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA),
-                       os.path.join(cfg.output_dir, "quarantine.parquet"))
+        _write_quarantine(cfg.output_dir, quarantine)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     result = trainer.train(resume_from_checkpoint=ckpt if mode == "continue" else None)

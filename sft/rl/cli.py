@@ -164,6 +164,23 @@ def rollout(
     typer.echo(json.dumps(res, indent=2))
 
 
+def _config_file(config: str) -> dict[str, Any]:
+    """The mapping of GRPOConfig fields in the YAML file ``config``; a ``typer.BadParameter``
+    (a usage error) when it cannot be read, is not YAML or is not a mapping."""
+    import yaml
+    try:
+        with open(config, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise typer.BadParameter(f"cannot read {config}: {e.strerror or e}", param_hint="--config")
+    except yaml.YAMLError as e:
+        raise typer.BadParameter(f"{config}: not valid YAML: {e}".replace("\n", " "), param_hint="--config")
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{config}: expected a mapping of GRPOConfig fields, got {type(data).__name__}",
+                                 param_hint="--config")
+    return data
+
+
 @app.command()
 def grpo(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML of GRPOConfig fields (flat keys)"),
@@ -188,19 +205,7 @@ def grpo(
     from sft.rl.config import from_dict
     from sft.rl.config import smoke as smoke_cfg
 
-    data: dict[str, Any] = {}
-    if config:
-        import yaml
-        try:
-            with open(config, encoding="utf-8") as f:
-                data = yaml.safe_load(f) or {}
-        except OSError as e:
-            raise typer.BadParameter(f"cannot read {config}: {e.strerror or e}", param_hint="--config")
-        except yaml.YAMLError as e:
-            raise typer.BadParameter(f"{config}: not valid YAML: {e}".replace("\n", " "), param_hint="--config")
-        if not isinstance(data, dict):
-            raise typer.BadParameter(f"{config}: expected a mapping of GRPOConfig fields, got {type(data).__name__}",
-                                     param_hint="--config")
+    data = _config_file(config) if config else {}
     if run_id:
         clash = [f"--{k.replace('_', '-')}" for k, v in dict(output_dir=output_dir, model=model,
                                                              skill_bank=skill_bank).items() if v is not None]

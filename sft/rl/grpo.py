@@ -40,6 +40,7 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.config import LLMConfig
@@ -210,99 +211,159 @@ def _clear_outputs(output_dir: str) -> None:
             os.remove(p)
 
 
-def train(cfg: GRPOConfig) -> dict[str, Any]:
-    """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``.
+@dataclass
+class _Run:
+    """What the steps of one GRPO run share (built by :func:`_start`)."""
+    cfg: GRPOConfig
+    model: Any
+    tok: Any
+    ref_model: Any
+    optimizer: Any
+    bank: SkillBank
+    log: _Log
+    start_step: int
+    start_dir: str
+    model_dir: str
+    resume_from: str | None
+    policy: Any = None
+    val_policy: Any = None
+    recent_train: list[Episode] = field(default_factory=list)
+    client: Any = None
 
-    Raises ``FileNotFoundError`` (model/bank/checkpoint missing), ``EnvUnavailable`` (ALFWorld
-    without data), ``ValueError`` (bad config).
-    """
+
+def _load_policy(cfg: GRPOConfig, start_dir: str, resume_from: str | None):
+    """``(model, tokenizer, KL reference or None)``: a LoRA adapter on the starting policy
+    (reference = adapter off), or full weights with a frozen copy of the starting policy."""
     import copy
 
+    from sft.rl.policy import load_model
+    if cfg.lora_r > 0:
+        model, tok = load_model(start_dir)
+        return _with_adapter(model, cfg, os.path.join(resume_from, "policy") if resume_from else None), tok, None
+    model, tok = load_model(os.path.join(resume_from, "policy") if resume_from else start_dir)
+    ref_model = None
+    if cfg.beta > 0:  # reference = a frozen copy of the starting policy, also after a resume
+        ref_model = load_model(start_dir)[0] if resume_from else copy.deepcopy(model)
+        ref_model.eval().requires_grad_(False)
+    return model, tok, ref_model
+
+
+def _start(cfg: GRPOConfig) -> _Run:
+    """Prepare ``output_dir`` (a fresh run replaces earlier outputs), seed, load the policy, the
+    optimizer and the bank, restoring them from the checkpoint to resume."""
     import torch
 
-    from sft.rl.policy import HFPolicy, load_model
+    from sft.rl.policy import HFPolicy
 
     os.makedirs(cfg.output_dir, exist_ok=True)
     resume_from = ckpt.resolve(cfg.resume, cfg.output_dir)
     if resume_from is None:  # a fresh run replaces an earlier run's outputs, never appends to them
         _clear_outputs(cfg.output_dir)
     os.makedirs(os.path.join(cfg.output_dir, "banks"), exist_ok=True)
-    t_start = time.monotonic()
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     start_dir = starting_policy(cfg)
-    model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
-    ref_model = None
-    if cfg.lora_r > 0:  # a new adapter on the starting policy; reference = adapter off
-        model, tok = load_model(start_dir)
-        model = _with_adapter(model, cfg, os.path.join(resume_from, "policy") if resume_from else None)
-    else:
-        model, tok = load_model(model_dir)
-        if cfg.beta > 0:  # reference = a frozen copy of the starting policy, also after a resume
-            ref_model = load_model(start_dir)[0] if resume_from else copy.deepcopy(model)
-            ref_model.eval().requires_grad_(False)
+    model, tok, ref_model = _load_policy(cfg, start_dir, resume_from)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate,
                                   weight_decay=cfg.weight_decay)
     start, bank = 0, SkillBank.load(cfg.skill_bank, cfg.env, cfg.skill_bank_env)
     if resume_from:
         state = ckpt.restore_state(resume_from, optimizer)
         start, bank = state["step"], state["bank"]
-    log = _Log(os.path.join(cfg.output_dir, "grpo_log.jsonl"))
-    pcfg = cfg.prompt
-    train_tasks, val_tasks = make_task_lists(cfg)
-    n_slots = cfg.tasks_per_step * cfg.num_generations
+    model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
+    run = _Run(cfg, model, tok, ref_model, optimizer, bank, _Log(os.path.join(cfg.output_dir, "grpo_log.jsonl")),
+               start, start_dir, model_dir, resume_from)
     model_id = f"grpo:{os.path.basename(os.path.normpath(model_dir))}"
-    policy = HFPolicy(model, tok, cfg.max_completion_length, cfg.temperature, cfg.top_p, model_id)
-    val_policy = HFPolicy(model, tok, cfg.max_completion_length, cfg.val_temperature, 1.0, model_id)
-    last_ckpt, recent_train, step = resume_from, [], start
+    run.policy = HFPolicy(model, tok, cfg.max_completion_length, cfg.temperature, cfg.top_p, model_id)
+    run.val_policy = HFPolicy(model, tok, cfg.max_completion_length, cfg.val_temperature, 1.0, model_id)
+    return run
+
+
+def _train_step(run: _Run, step: int, envs: list[Any], train_tasks: list[Any]) -> tuple[dict[str, float], list]:
+    """Roll out the step's groups, update the policy once, log the step; returns ``(metrics, episodes)``."""
+    cfg, n_slots, t0 = run.cfg, slots_per_step(run.cfg), time.monotonic()
+    chosen = random.Random(cfg.seed * 100_003 + step).sample(train_tasks, min(cfg.tasks_per_step, len(train_tasks)))
+    slots = [t for _ in range(cfg.num_generations) for t in chosen]  # interleaved groups
+    gids = [f"s{step}:{t.instance}" for t in slots]
+    eps = run_episodes(envs[:len(slots)], slots, gids, run.policy, run.bank.rows, cfg.prompt, cfg.max_env_steps,
+                       cfg.env, record_offset=step * n_slots, bank_version=run.bank.version)
+    t_roll = time.monotonic() - t0
+    rewards = [episode_reward(e.won, e.score, e.n_invalid, cfg.reward, cfg.invalid_action_penalty) for e in eps]
+    adv, stats = group_advantages(rewards, gids, cfg.scale_rewards, cfg.adv_epsilon)
+    metrics = update(run.model, run.ref_model, run.optimizer, eps, adv, cfg, run.tok.pad_token_id)
+    run.recent_train = (run.recent_train + eps)[-4 * n_slots:]
+    run.log.write({"kind": "train", "step": step, "bank_version": run.bank.version, **metrics,
+                   "no_signal_groups": sum(g.no_signal for g in stats.values()),
+                   "groups": _groups_log(eps, rewards, stats), **episode_summary(eps),
+                   "rollout_s": round(t_roll, 2), "wall_s": round(time.monotonic() - t0, 2)})
+    return metrics, eps
+
+
+def slots_per_step(cfg: GRPOConfig) -> int:
+    """Episodes played at once in a training step: ``tasks_per_step * num_generations``."""
+    return cfg.tasks_per_step * cfg.num_generations
+
+
+def _validate(run: _Run, step: int, envs: list[Any], val_tasks: list[Any], stack: contextlib.ExitStack) -> None:
+    """Play the validation games, evolve the bank when configured (saving a changed one under
+    ``banks/``) and log the validation."""
+    cfg, n_slots, val = run.cfg, slots_per_step(run.cfg), []
+    for i in range(0, len(val_tasks), n_slots):
+        chunk = val_tasks[i:i + n_slots]
+        val += run_episodes(envs[:len(chunk)], chunk, [f"val{step}:{t.instance}" for t in chunk], run.val_policy,
+                            run.bank.rows, cfg.prompt, cfg.max_env_steps, cfg.env, bank_version=run.bank.version)
+    entry = {"kind": "validation", "step": step, "bank_version": run.bank.version, **episode_summary(val)}
+    if cfg.evolve_skills:
+        run.client = run.client or _updater(cfg, stack)
+        res = evolve(run.bank, val, run.recent_train, run.client, cfg, step)
+        entry["evolution"] = res.record
+        if res.changed:
+            run.bank = res.bank
+            run.bank.save(os.path.join(cfg.output_dir, "banks", f"{run.bank.version}.json"))
+    run.log.write(entry)
+
+
+def _loop(run: _Run) -> tuple[int, str | None]:
+    """Steps ``start_step + 1 .. max_steps`` with validation and checkpoints; returns
+    ``(last step, last checkpoint folder or None)``."""
+    cfg, last_ckpt, step = run.cfg, run.resume_from, run.start_step
+    train_tasks, val_tasks = make_task_lists(cfg)
     with contextlib.ExitStack() as stack:
-        envs = make_envs(cfg, n_slots)
+        envs = make_envs(cfg, slots_per_step(cfg))
         for e in envs:
             stack.callback(e.close)
-        client = None
         # one line per step in a log (log_interval_s=0): a GRPO step takes seconds to minutes
-        steps = stack.enter_context(progress_bar(cfg.max_steps - start, "grpo", unit="step", log_interval_s=0))
-        for step in range(start + 1, cfg.max_steps + 1):
-            t0 = time.monotonic()
-            chosen = random.Random(cfg.seed * 100_003 + step).sample(train_tasks, min(cfg.tasks_per_step, len(train_tasks)))
-            slots = [t for _ in range(cfg.num_generations) for t in chosen]  # interleaved groups
-            gids = [f"s{step}:{t.instance}" for t in slots]
-            eps = run_episodes(envs[:len(slots)], slots, gids, policy, bank.rows, pcfg, cfg.max_env_steps, cfg.env,
-                               record_offset=step * n_slots, bank_version=bank.version)
-            t_roll = time.monotonic() - t0
-            rewards = [episode_reward(e.won, e.score, e.n_invalid, cfg.reward, cfg.invalid_action_penalty) for e in eps]
-            adv, stats = group_advantages(rewards, gids, cfg.scale_rewards, cfg.adv_epsilon)
-            metrics = update(model, ref_model, optimizer, eps, adv, cfg, tok.pad_token_id)
-            recent_train = (recent_train + eps)[-4 * n_slots:]
-            log.write({"kind": "train", "step": step, "bank_version": bank.version, **metrics,
-                       "no_signal_groups": sum(g.no_signal for g in stats.values()),
-                       "groups": _groups_log(eps, rewards, stats), **episode_summary(eps),
-                       "rollout_s": round(t_roll, 2), "wall_s": round(time.monotonic() - t0, 2)})
+        steps = stack.enter_context(progress_bar(cfg.max_steps - run.start_step, "grpo", unit="step",
+                                                 log_interval_s=0))
+        for step in range(run.start_step + 1, cfg.max_steps + 1):
+            metrics, eps = _train_step(run, step, envs, train_tasks)
             steps.set_postfix(loss=f"{metrics['loss']:.4f}", kl=f"{metrics['kl']:.5f}",
                               won=f"{sum(e.won for e in eps)}/{len(eps)}", refresh=False)
             steps.update(1)
             if cfg.eval_steps and step % cfg.eval_steps == 0:
-                val = []
-                for i in range(0, len(val_tasks), n_slots):
-                    chunk = val_tasks[i:i + n_slots]
-                    val += run_episodes(envs[:len(chunk)], chunk, [f"val{step}:{t.instance}" for t in chunk], val_policy,
-                                        bank.rows, pcfg, cfg.max_env_steps, cfg.env, bank_version=bank.version)
-                entry = {"kind": "validation", "step": step, "bank_version": bank.version, **episode_summary(val)}
-                if cfg.evolve_skills:
-                    client = client or _updater(cfg, stack)
-                    res = evolve(bank, val, recent_train, client, cfg, step)
-                    entry["evolution"] = res.record
-                    if res.changed:
-                        bank = res.bank
-                        bank.save(os.path.join(cfg.output_dir, "banks", f"{bank.version}.json"))
-                log.write(entry)
+                _validate(run, step, envs, val_tasks, stack)
             if (cfg.save_steps and step % cfg.save_steps == 0) or step == cfg.max_steps:
-                last_ckpt = ckpt.save(cfg.output_dir, step, model, tok, optimizer, bank, to_dict(cfg),
-                                      {"base_model": os.path.abspath(start_dir)})
-    summary = {"output_dir": cfg.output_dir, "steps": step, "started_at_step": start, "checkpoint": last_ckpt,
-               "bank_version": bank.version, "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
-               "log": log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": model_dir}
+                last_ckpt = ckpt.save(cfg.output_dir, step, run.model, run.tok, run.optimizer, run.bank,
+                                      to_dict(cfg), {"base_model": os.path.abspath(run.start_dir)})
+    return step, last_ckpt
+
+
+def train(cfg: GRPOConfig) -> dict[str, Any]:
+    """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``:
+    ``output_dir``, ``steps`` (last step), ``started_at_step``, ``checkpoint`` (last checkpoint
+    folder), ``bank_version``, ``bank_file`` (the bank of that checkpoint), ``log``, ``wall_s``, ``model``.
+
+    Raises ``FileNotFoundError`` (model/bank/checkpoint missing), ``EnvUnavailable`` (ALFWorld
+    without data), ``ValueError`` (bad config).
+    """
+    t_start = time.monotonic()
+    run = _start(cfg)
+    step, last_ckpt = _loop(run)
+    summary = {"output_dir": cfg.output_dir, "steps": step, "started_at_step": run.start_step,
+               "checkpoint": last_ckpt, "bank_version": run.bank.version,
+               "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
+               "log": run.log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": run.model_dir}
     atomic_write_json(os.path.join(cfg.output_dir, "grpo_manifest.json"), summary)
     return summary
