@@ -45,7 +45,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-#: Keys of the export manifest that may hold data-quality metrics (issue 13, deliverable 2).
+#: Keys of the export manifest (or its counters) that may hold data-quality metrics.
 QUALITY_KEYS = ("quality_metrics", "data_quality", "quality", "metrics")
 
 

@@ -5,7 +5,7 @@ by ``pipeline.llm.server.find_gguf`` without importing that package). transforme
 by de-quantizing it into a float32 ``LlamaForCausalLM`` (134.5 M parameters); we do that once
 and cache a plain HF folder, so training, DeepSpeed and resume see an ordinary checkpoint.
 
-Save workaround (DESIGN §8): a GGUF-loaded model carries an ``hf_quantizer`` and a
+Save workaround: a GGUF-loaded model carries an ``hf_quantizer`` and a
 ``config.quantization_config`` that make ``save_pretrained`` refuse or write a config that
 does not reload; both are cleared first. The saved folder reloads with identical output.
 
@@ -37,7 +37,7 @@ def convert_gguf(gguf: Path, dest: Path) -> Path:
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model.hf_quantizer = None  # DESIGN §8: otherwise save_pretrained treats it as quantized
+    model.hf_quantizer = None  # otherwise save_pretrained treats it as quantized
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tmp = temp_name(dest)

@@ -6,7 +6,7 @@ parsed by ``trl.TrlParser``; the command line wins over YAML), the DAG task ``sf
 checkpoint manifest, where it is stored in full.
 
 The defaults are the *small* budget used by ``make run``: a few LoRA steps of the embedded
-SmolLM2-135M-Instruct on CPU (DESIGN §8: ~2 s per LoRA step on these machines).
+SmolLM2-135M-Instruct on CPU (~2 s per LoRA step on these machines).
 """
 from __future__ import annotations
 

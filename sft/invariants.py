@@ -1,6 +1,6 @@
 """Pre-flight invariants of the SFT job: small pure functions on token ids, labels and a tokenizer.
 
-Each check states one invariant (issue 5 item 2, DESIGN §3.8) and returns ``None`` when it holds
+Each check states one invariant and returns ``None`` when it holds
 or a short reason string when it does not, in the manner of TRL's ``chat_template_utils.py``
 validators and datatrove's filters. :func:`check_batch` and :func:`check_template` collect them;
 ``sft.train`` runs them on the batches the trainer's own collator builds, before step 1, and

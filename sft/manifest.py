@@ -1,4 +1,4 @@
-"""Checkpoint manifest and the resume compatibility check (issue 5 item 5, DESIGN §3.8).
+"""Checkpoint manifest and the resume compatibility check.
 
 Every checkpoint folder (``<output_dir>/checkpoint-<step>/``) and the final model folder get a
 ``skillpipe_sft_manifest.json`` saying exactly what made them: the export artifact fingerprint,

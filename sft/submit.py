@@ -1,4 +1,4 @@
-"""Build, run or schedule the ``accelerate launch`` command of the SFT job (issue 5 item 4).
+"""Build, run or schedule the ``accelerate launch`` command of the SFT job.
 
 ``build_command`` turns a config name of ``sft/configs/`` plus the trainer flags into an argv;
 :func:`submit` checks resume compatibility *before* anything is launched, then

@@ -1,4 +1,4 @@
-"""SFT fit: TRL ``SFTTrainer`` on the exported SFT pairs, under Accelerate / DeepSpeed (DESIGN §3.8).
+"""SFT fit: TRL ``SFTTrainer`` on the exported SFT pairs, under Accelerate / DeepSpeed.
 
 Rows are prompt-completion: prompt = the pair's ``messages`` without the last assistant turn,
 completion = that turn. TRL renders both with the tokenizer's chat template and supervises only
@@ -91,7 +91,7 @@ def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list
 def drop_too_long(rows: list[dict], tokenizer: Any, max_length: int) -> tuple[list[dict], list[QuarantineRow]]:
     """Split ``rows`` into those whose whole chat fits ``max_length`` tokens and a quarantine row
     (reason ``too_long``, the token count in the detail, the messages as raw) for each that does
-    not (issue 14, hole 9): TRL would cut such a row, losing its end-of-turn token, and the
+    not: TRL would cut such a row, losing its end-of-turn token, and the
     pre-flight would then abort the whole fit for one row. The length is what TRL's
     prompt-completion tokenization gives: ``apply_chat_template(prompt + completion)``."""
     kept, quarantine = [], []

@@ -1,7 +1,7 @@
 """Coupled GRPO checkpoint: policy weights, optimizer state, step, RNG state and skill bank.
 
 The reference saved the evolved bank to a file nothing reloaded, so a resumed run trained with
-a different bank than the one that conditioned its last step (spec §12.3, D-R3). Here one
+a different bank than the one that conditioned its last step (D-R3). Here one
 folder holds everything and is written atomically (temp folder, then rename)::
 
     <output_dir>/checkpoints/step-000004/

@@ -1,4 +1,4 @@
-"""``skillpipe rl rollout`` and ``skillpipe rl grpo``: a typer sub-app (mounted on the main CLI by the lead).
+"""``skillpipe rl rollout`` and ``skillpipe rl grpo``: a typer sub-app (mounted on the main ``skillpipe`` CLI).
 
 Copy-paste::
 
@@ -135,7 +135,7 @@ def rollout(
     base_url: str = typer.Option("", help="endpoint URL for --policy endpoint"),
     model: str = typer.Option("", help="model name for --policy endpoint"),
     api_key_env: str = typer.Option("", help="env var holding the endpoint's API key"),
-    temperature: float = typer.Option(0.4, min=0.0, help="sampling temperature (spec §12.1 validation value)"),
+    temperature: float = typer.Option(0.4, min=0.0, help="sampling temperature (SkillRL's validation value)"),
     max_tokens: int = typer.Option(256, min=1, help="max new tokens per action"),
     skill_bank: str = typer.Option("", help="SkillRL bank JSON whose skills condition the prompts"),
     history_length: int = typer.Option(2, min=0, help="history window of the prompt (same as SFT)"),

@@ -1,10 +1,10 @@
-"""Configuration of the online GRPO stage: one dataclass, every field with a default and help.
+"""Configuration of the online GRPO step: one dataclass, every field with a default and help.
 
-Defaults follow SkillRL's official ALFWorld GRPO script (reference/skillrl_sft_pipeline_spec.md
-§12.1) where it defines them: group size 8, 16 tasks per step, 50 env steps, lr 1e-6, KL
-``low_var_kl`` with coefficient 0.01, clip ratio 0.2, entropy 0.001, response length 512,
-temperature 1.0 (train) / 0.4 (validation), invalid-action penalty 0.1, history length 2,
-top-6 general skills, validation every 5 steps, update threshold 0.4, 3 new skills at most.
+Defaults follow SkillRL's official ALFWorld GRPO script where it defines them: group size 8,
+16 tasks per step, 50 env steps, lr 1e-6, KL ``low_var_kl`` with coefficient 0.01, clip ratio
+0.2, entropy 0.001, response length 512, temperature 1.0 (train) / 0.4 (validation),
+invalid-action penalty 0.1, validation every 5 steps, update threshold 0.4, 3 new skills at
+most. The prompt (history length 2, top-6 general skills) is the run's own ``PromptConfig``.
 Those are GPU-cluster budgets; :func:`smoke` returns the small CPU budget used by ``make run``
 and the tests. Names match TRL's ``GRPOConfig`` where the meaning is the same
 (``num_generations``, ``beta``, ``epsilon``, ``learning_rate``, ``max_completion_length``).
@@ -41,18 +41,18 @@ class GRPOConfig:
     game_params: str = _f("", "TextWorld Express gameParams ('' = small per-game defaults)")
     train_seeds: int = _f(64, "distinct training games (seeds 0..N-1 of the train fold)", min=1)
     val_tasks: int = _f(8, "validation games (dev fold, seeds 0..N-1; >= 1 when eval_steps > 0)", min=0)
-    max_env_steps: int = _f(50, "actions per episode at most (spec §12.1 env.max_steps)", min=1)
+    max_env_steps: int = _f(50, "actions per episode at most (SkillRL env.max_steps)", min=1)
     # --- GRPO
     max_steps: int = _f(150, "optimizer steps (each: rollouts of tasks_per_step x num_generations episodes)",
                          min=1)
-    tasks_per_step: int = _f(16, "tasks (groups) per step (spec §12.1 train_data_size)", min=1)
-    num_generations: int = _f(8, "episodes per task = group size G (spec §12.1 env.rollout.n); >= 2: the "
+    tasks_per_step: int = _f(16, "tasks (groups) per step (SkillRL train_data_size)", min=1)
+    num_generations: int = _f(8, "episodes per task = group size G (SkillRL env.rollout.n); >= 2: the "
                                    "advantage is relative to the group, so a group of 1 has no signal", min=2)
     reward: str = _f("won", "episode reward: won (10 * won) | score (engine's normalised score, 0..1)",
                     choices=("won", "score"))
-    invalid_action_penalty: float = _f(0.1, "subtracted from the episode reward per invalid step (spec §12.1 coef)",
+    invalid_action_penalty: float = _f(0.1, "subtracted from the episode reward per invalid step (SkillRL's coefficient)",
                                         min=0)
-    scale_rewards: bool = _f(True, "divide advantages by the group std (spec §12.1 norm_adv_by_std_in_grpo)")
+    scale_rewards: bool = _f(True, "divide advantages by the group std (SkillRL norm_adv_by_std_in_grpo)")
     adv_epsilon: float = _f(1e-6, "added to the group std before dividing", min=0)
     beta: float = _f(0.01, "KL coefficient to the reference policy (low_var_kl / k3 estimator)", min=0)
     epsilon: float = _f(0.2, "PPO clip range (low and high)", min=0)
@@ -61,7 +61,7 @@ class GRPOConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
     max_grad_norm: float = _f(1.0, "gradient clipping norm", min=0)
     micro_batch_size: int = _f(4, "step samples per forward/backward pass (gradients accumulate)", min=1)
-    max_completion_length: int = _f(512, "new tokens per action (spec §12.1 max_response_length)", min=1)
+    max_completion_length: int = _f(512, "new tokens per action (SkillRL max_response_length)", min=1)
     temperature: float = _f(1.0, "sampling temperature of training rollouts (> 0: it divides the logits)",
                            min=0)
     top_p: float = _f(1.0, "nucleus sampling of training rollouts (0 < top_p <= 1)", min=0, max=1)
@@ -78,9 +78,9 @@ class GRPOConfig:
         "help": "prompt rendering (history window, skills shown); a pipeline run's GRPO step uses the run's "
                 "`prompt` section so SFT and RL prompts are byte-identical"})
     # --- validation and skill evolution
-    eval_steps: int = _f(5, "validate (and maybe evolve the bank) every N steps; 0 = never (spec §12.1 test_freq)",
+    eval_steps: int = _f(5, "validate (and maybe evolve the bank) every N steps; 0 = never (SkillRL test_freq)",
                          min=0)
-    val_temperature: float = _f(0.4, "sampling temperature of validation rollouts (spec §12.1)", min=0)
+    val_temperature: float = _f(0.4, "sampling temperature of validation rollouts (SkillRL's)", min=0)
     evolve_skills: bool = _f(True, "send failures of low-success categories to the LLM skill updater")
     update_threshold: float = _f(0.4, "a category below this validation success rate gets new skills",
                                     min=0, max=1)

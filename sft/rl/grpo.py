@@ -4,7 +4,7 @@ Usage (the DAG task ``grpo`` and ``make run`` call :func:`train`)::
 
     python -m sft.rl.cli grpo --smoke --output-dir runs/demo/grpo --skill-bank <export>/skill_bank.json
 
-One step (spec §12.1, our fixes D-R1..D-R4):
+One step (SkillRL's scheme, with the fixes D-R1..D-R4 of docs/reference_defects.md):
 
 1. pick ``tasks_per_step`` training games (seeded by step, so a resumed run sees the same ones);
 2. play ``num_generations`` episodes of each (``sft.rl.rollout.run_episodes`` with

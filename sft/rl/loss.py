@@ -1,6 +1,6 @@
 """GRPO pieces that need no environment: episode rewards, group advantages, the policy loss.
 
-Multi-turn, per-step scheme (SkillRL / verl-agent GRPO, spec §12.1): every action of an episode
+Multi-turn, per-step scheme (SkillRL / verl-agent GRPO): every action of an episode
 is one training sample (its own prompt, rendered from the trajectory so far, and its own
 completion); the episode's outcome reward is normalised within its *group* - the G episodes of
 one task in one step - and the resulting advantage is given to every step sample of the
@@ -26,7 +26,7 @@ WIN_REWARD = 10.0
 
 def episode_reward(won: bool, score: float, n_invalid: int, mode: str = "won", penalty: float = 0.1) -> float:
     """Reward of one episode: ``10 * won`` (mode ``won``) or the engine's normalised score
-    (mode ``score``), minus ``penalty`` per invalid step (spec §12.1; the reference subtracts it
+    (mode ``score``), minus ``penalty`` per invalid step (the reference subtracts it
     at each invalid step's last token, we subtract it from the episode return so it enters the
     group-relative advantage). Raises ``ValueError`` for an unknown mode."""
     if mode == "won":
@@ -59,7 +59,7 @@ def group_advantages(rewards: list[float], group_ids: list[str], scale: bool = T
     """Group-relative advantages, keyed by group id (order in the batch is irrelevant).
 
     For the rewards ``r`` of one group: ``A = (r - mean(r)) / (std(r) + eps)`` with the unbiased
-    std (``scale``; spec §12.1 ``norm_adv_by_std_in_grpo``), or ``A = r - mean(r)`` without
+    std (``scale``; SkillRL's ``norm_adv_by_std_in_grpo``), or ``A = r - mean(r)`` without
     scaling. A group whose rewards are all equal (including a single-episode group) gets
     ``A = 0`` and ``no_signal = True``.
 

@@ -80,7 +80,7 @@ class HFPolicy:
 
     Args:
         model, tokenizer: a causal LM and its tokenizer (chat template required).
-        max_new_tokens: completion budget per step (spec §12.1 ``max_response_length``).
+        max_new_tokens: completion budget per step (SkillRL's ``max_response_length``).
         temperature, top_p: sampling settings; ``temperature == 0`` means greedy.
         model_id: identity recorded in trajectories.
     """

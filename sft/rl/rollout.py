@@ -1,6 +1,6 @@
 """Run a policy in an environment, step by step, with the SFT prompt renderer.
 
-The online policy sees exactly what SFT trained on (spec §13, D-R1): each episode is recorded
+The online policy sees exactly what SFT trained on (D-R1): each episode is recorded
 as a :class:`~pipeline.core.records.Trajectory` *while it runs*, and the prompt for action ``k`` is
 ``prompts.render_step_messages(trajectory, k, skills_block, prompt_cfg)`` - the function the
 validate stage uses to build SFT pairs - with the skills block selected once per episode by
@@ -9,7 +9,7 @@ validate stage uses to build SFT pairs - with the skills block selected once per
 Episodes of all slots advance in lock-step so one batched generation call serves every active
 episode (a policy sees a list of chat prompts and returns one :class:`Completion` each).
 
-Action projection (spec §12.1): the action is the lowercased, whitespace-collapsed content of
+Action projection (as SkillRL's text envs): the action is the lowercased, whitespace-collapsed content of
 the first ``<action>...</action>``; without the tag the reference's fallback (last 30 characters
 of the lowercased output) is sent, so the env answers it like SkillRL's did. A step is *valid*
 when the output has ``<think>``, ``</think>`` and an ``<action>`` block and no CJK text (the
@@ -37,7 +37,7 @@ from pipeline.prompts import render_skills_block, render_step_messages, select_s
 from pipeline.core.records import Step, Trajectory
 
 SOURCE_FORMAT = "rollout"
-WIN_REWARD = 10.0  # reward logged on the winning step: 10 * won, as SkillRL's text envs (spec §2)
+WIN_REWARD = 10.0  # reward logged on the winning step: 10 * won, as SkillRL's text envs
 _ACTION = re.compile(r"<action>(.*?)</action>", re.S | re.I)
 
 
@@ -57,7 +57,7 @@ class Policy(Protocol):
 
 
 def project_action(text: str) -> tuple[str, bool]:
-    """``(action sent to the env, format_ok)`` for a raw model output (module docstring, spec §12.1).
+    """``(action sent to the env, format_ok)`` for a raw model output (module docstring).
 
     >>> project_action("<think>go</think>\\n<action>Take  Shirt</action>")
     ('take shirt', True)
@@ -133,7 +133,7 @@ def run_episodes(envs: Sequence[Any], tasks: Sequence[Any], group_ids: Sequence[
         group_ids: group key of each slot (advantages are normalised per key, never by position).
         policy: see :class:`Policy`.
         bank_rows: skill rows (``records.SKILL_SCHEMA``); ``[]`` = no skills block.
-        max_steps: actions per episode at most (spec §12.1 ``env.max_steps``).
+        max_steps: actions per episode at most (SkillRL's ``env.max_steps``).
         env_name: ``Trajectory.env`` value (``"textworld"``, ``"alfworld"``).
         record_offset: added to the slot index for ``record_index`` (unique ids across calls).
 

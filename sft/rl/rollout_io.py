@@ -3,7 +3,7 @@
 Parquet: one ``records.TRAJECTORY_SCHEMA`` row per episode, written as the ``rollout`` stage of
 a run through :class:`~pipeline.core.artifacts.ArtifactStore` (atomic, with a manifest).
 
-Text (spec §2, the layout ``skillpipe run`` parses with ``pipeline.formats.skillrl_txt``)::
+Text (SkillRL's rollout log layout, the one ``skillpipe run`` parses with ``pipeline.formats.skillrl_txt``)::
 
     <out>/env000/test1.txt ...      one folder per env instance (in first-seen order),
                                     one file per episode of it (K = 1..)

@@ -71,7 +71,7 @@ def test_latest_resolve_and_mismatched_bank(tiny, tmp_path):
 
 def test_fresh_run_replaces_earlier_outputs_but_keeps_other_files(tmp_path, monkeypatch):
     """A non-resumed run must not append to an earlier log nor leave a later-step checkpoint
-    that --resume auto would then pick (DESIGN §2: a retried task replaces, never appends)."""
+    that --resume auto would then pick (a retried task replaces, never appends)."""
     from sft.rl import grpo
     from sft.rl.config import smoke
     out = tmp_path / "grpo"

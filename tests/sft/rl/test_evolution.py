@@ -1,4 +1,4 @@
-"""Skill-bank evolution from scripted failures: a new bank version with lineage (spec §12.3, D-R2..D-R4)."""
+"""Skill-bank evolution from scripted failures: a new bank version with lineage (D-R2..D-R4)."""
 import json
 
 import pytest
