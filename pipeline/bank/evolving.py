@@ -12,7 +12,8 @@ its parent, the step, the skills added and evicted and the trajectories the fail
 Evolved skills are capped per category (oldest evicted first) and ranked after the static ones:
 static skills keep their bank order and come first, evolved skills follow in the order they
 were added, so they never push static skills out. A failed LLM call changes nothing; it is
-returned as a quarantine record with the raw answer. The caller (``sft.rl.evolution``) decides
+returned as a quarantine record with the raw answer
+(:func:`pipeline.core.llmstage.failure_row`, as an LLM stage does). The caller (``sft.rl.evolution``) decides
 which categories to update and which failures to show.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from pipeline.bank import rows as skillbank
 from pipeline.core import lineage
 from pipeline.core.fsutil import atomic_write_json
-from pipeline.core.records import QuarantineRow
+from pipeline.core.llmstage import failure_row
 from pipeline.llm import templates
 from pipeline.llm.schemas import schema_path
 from pipeline.llm.types import JSONRequest
@@ -176,9 +177,8 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
         c = res.key
         out.calls.append({"category": c, "ok": res.ok, "error": res.error, "detail": res.detail[:300]})
         if not res.ok:  # the bank is unchanged for c; the raw answer is kept
-            out.quarantine.append(QuarantineRow("skill_evolution", res.error or "llm_failed",
-                                                f"skill update for category {c} at step {step} failed: {res.detail}",
-                                                c, raw=res.raw).__dict__)
+            out.quarantine.append(failure_row("skill_evolution", res, f"skill update for category {c} at step "
+                                              f"{step} failed: {res.detail}", c).__dict__)
             continue
         rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=model, prompt_sha=PROMPT_SHA,
                                    env=bank.env) for s in res.value[:max_new]]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bank.evolving import PROMPT_SHA, SkillBank, apply_updates, update_request
+from pipeline.core.llmstage import Job, send
 from pipeline.llm.types import JSONRequest
 from sft.rl.rollout import Episode
 
@@ -80,19 +81,19 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
     rates = category_rates(val_episodes)
     low = [c for c, r in rates.items() if r["success_rate"] < cfg.update_threshold]
     pool = val_episodes if cfg.updates_from_validation else train_episodes
-    requests, sources = [], {}
+    jobs, sources = [], {}
     for c in low:
         failed = [e for e in pool if e.trajectory.category == c and not e.won][:cfg.max_failures]
         if failed:
-            requests.append(build_request(bank, c, rates[c]["success_rate"], failed, cfg))
+            jobs.append(Job(c, c, [build_request(bank, c, rates[c]["success_rate"], failed, cfg)]))
             sources[c] = [e.trajectory.trajectory_id for e in failed]
-    results = client.complete_json_many(requests, desc="skill_update") if requests else []
-    up = apply_updates(bank, results, sources, client.model_id if requests else "", cfg.max_new_skills,
+    send(client, jobs, "skill_update")  # one batch, as an LLM stage sends its requests
+    model = client.model_id if jobs else ""
+    up = apply_updates(bank, [r for j in jobs for r in j.results], sources, model, cfg.max_new_skills,
                        cfg.max_dynamic_skills, step)
     record = {"step": step, "version": up.bank.version, "parent_version": bank.version, "rates": rates,
               "low_categories": low, "added": up.added, "evicted": up.evicted, "failure_trajectory_ids": sources,
-              "calls": up.calls, "quarantine": up.quarantine,
-              "model": client.model_id if requests else "", "prompt_sha": PROMPT_SHA}
+              "calls": up.calls, "quarantine": up.quarantine, "model": model, "prompt_sha": PROMPT_SHA}
     if up.changed:
         up.bank.history.append({k: record[k] for k in ("step", "version", "parent_version", "added", "evicted",
                                                         "failure_trajectory_ids", "model", "prompt_sha")})
