@@ -1,33 +1,45 @@
-"""LLM fault storm (issue 14, "The suite"): memory, aggregate and distill through a fault proxy.
+"""Reliability suite: kill -9 matrix, corrupt-input matrix, secrets and path escape, LLM fault storm.
 
-A fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM client and
-an upstream model (default: the embedded SmolLM2 server, started here; ``--upstream URL`` for
-another). For each fault rate (default 30 % and 60 % of calls), a fresh run of parse, remove_loops,
-memory, aggregate and distill on ``data/samples`` goes through the proxy, which picks a fault
-per call from a seeded generator:
+Sections (``--sections``, default all), each printing one Markdown table and a verdict line:
+
+1. ``kill``: SIGKILL of ``skillpipe run`` during each stage, then a rerun compared with an
+   uninterrupted run (:mod:`bench.reliability_kill`).
+2. ``corrupt``: 29 kinds of corrupt input next to good files (:mod:`bench.reliability_corrupt`).
+3. ``secrets``: an API key echoed by the endpoint must appear in no file, log or report; run ids
+   and inputs that try to leave their folders (:mod:`bench.reliability_secrets`).
+4. ``storm``: the LLM fault storm below, on ``--trajectories`` generated SkillRL rollouts.
+
+Sections 1-3 run the CLI in subprocesses; every section talks to the schema stub
+(:mod:`bench.reliability_stub`), never to a real model, unless ``--upstream`` says otherwise
+for the storm.
+
+The storm: a fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM
+client and an upstream (default: the schema stub; ``--upstream embedded`` for the embedded SmolLM2
+server, or a URL). For each fault rate (default 30 % and 60 % of calls), a fresh run of the stages
+up to distill (through :func:`pipeline.core.runner.run_pipeline`) goes through the proxy, which
+picks a fault per call from a seeded generator:
 
 ==============  ===============================================================================
 ``http_500``    HTTP 500 with a JSON error body (retried)
 ``http_429``    HTTP 429 with ``Retry-After: 1`` (retried after 1 s)
 ``reset``       the socket is closed with an RST, no response (retried)
-``non_json``    HTTP 200 with an HTML body (retried, issue 14 hole 4)
+``non_json``    HTTP 200 with an HTML body (retried as a transport error)
 ``slow``        the answer comes 1.5 s late (within the timeout: no effect on rows)
 ``garbage``     the model's answer replaced by prose (a repair round, then quarantine)
 ``fenced``      the answer wrapped in a Markdown code fence (extraction copes)
 ``truncated``   the answer cut in half, ``finish_reason: length`` (quarantined as ``length``)
 ==============  ===============================================================================
 
-Upstream answers are memoised by request body, so a retried request costs the model once and
-both fault rates see the same answers. The table reports per fault rate: calls the proxy saw
-(and whether they equal the calls the client counted: "reconciled"), faults injected by kind,
-transport retries, repair calls, quarantined items by reason, and rows lost (units in minus out
-minus quarantined, summed over stages: must be 0). Not covered yet: skill evolution (GRPO), the
-kill -9 matrix, the corrupt-input matrix and the path checks of the suite.
+Upstream answers are memoised by request body, so a retried request costs the upstream once and
+both fault rates see the same answers. The table reports per fault rate: trajectories in, calls
+the proxy saw (and whether they equal the calls the clients counted, summed from the stage
+manifests: "reconciled"), faults injected by kind, transport retries, repair calls, quarantined
+items by reason (LLM stages), rows lost (units in minus out minus quarantined, summed over
+stages: must be 0), stage failures and wall time. Not covered: skill evolution (GRPO).
 
-Run: ``.venv/bin/python bench/reliability.py [--rates 0.3,0.6] [--seed 0] [--trajectories 8]
-[--save docs/reliability.md]``
-(several minutes on 2 cores: the first rate pays the model's answers). The last line is
-``rows_lost=<n> reconciled=<yes|no>``.
+Run: ``.venv/bin/python bench/reliability.py [--sections kill,corrupt,secrets,storm] [--rates 0.3,0.6]
+[--seed 0] [--trajectories 200] [--kill-seeds 2] [--save docs/reliability.md]`` (about 10-15 minutes
+on 2 shared cores, most of it the kill matrix). The last line is ``wall_s=<seconds>``.
 """
 from __future__ import annotations
 
@@ -53,15 +65,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
-from pipeline.core.config import PipelineConfig  # noqa: E402
-from pipeline.llm.client import LLMClient  # noqa: E402
-from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id  # noqa: E402
-from pipeline.core.runner import CountMismatch, StageFailed, run_stage  # noqa: E402
-from pipeline.core.stage import StageContext
+from pipeline.stages import STAGES as PIPELINE_STAGES  # noqa: E402
+from pipeline.core.config import QualityConfig  # noqa: E402
+from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("http_500", "http_429", "reset", "non_json", "slow", "garbage", "fenced", "truncated")
-STAGES = ("parse", "remove_loops", "split", "memory", "skills", "distill")
+STAGES = PIPELINE_STAGES[:PIPELINE_STAGES.index("distill") + 1]  # the LLM stages and what they need
 LLM_STAGES = ("memory", "skills", "distill")
 
 
@@ -165,97 +175,186 @@ class FaultProxy(ThreadingHTTPServer):
         self.server_close()
 
 
-def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, model_id: str, trajectories: int) -> dict:
-    """One run of STAGES through a proxy at ``rate``; returns the figures of one table row."""
-    cfg = PipelineConfig()
-    cfg.parse.max_trajectories = trajectories
-    # the upstream's own slowness is not a fault under test (the proxy injects "slow" itself): on a
-    # loaded CPU a real model can take minutes per answer
-    cfg.llm.timeout_s = 1800.0
+def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, input_path: str, model: str,
+          stub: bool = True) -> dict:
+    """One run of STAGES (through :func:`run_pipeline`) on ``input_path`` with the LLM behind a
+    proxy at ``rate``; returns the figures of one table row. Client-side figures come from the
+    stage manifests (``llm`` counters), so the run needs no access to the client object.
+    ``stub``: the upstream is the schema stub (``json_schema`` dialect, content rules only
+    counted); otherwise the embedded server (``json_object``, default content rules)."""
+    from bench.reliability_common import FAKE_KEY, KEY_ENV, write_config
+    os.environ.setdefault(KEY_ENV, FAKE_KEY)
+    from pipeline.core.config import load_config
+    from pipeline.core.runner import run_pipeline
+    t0 = time.monotonic()
+    run_id = f"storm-{int(rate * 100)}"
     with FaultProxy(upstream, rate, seed, memo) as proxy:
-        cfg.llm.base_url, cfg.llm.model = proxy.base_url, EMBEDDED_MODEL_ALIAS
-        store = ArtifactStore(root, f"storm-{int(rate * 100)}")
-        client = LLMClient(cfg.llm, cache_path=os.path.join(store.run_dir, "llm_cache.sqlite"), model_id=model_id,
-                           backoff_initial_s=0.2, backoff_max_s=2.0)
-        ctx = StageContext(store, cfg, input_path=os.path.join(REPO, "data", "samples"), llm_factory=lambda: client)
-        failed, lost, quarantined = [], 0, Counter()
-        for name in STAGES:
-            try:
-                m = run_stage(name, ctx, model_id=model_id, log=lambda s: None).manifest
-            except (StageFailed, CountMismatch) as e:
-                failed.append(f"{name}: {e}")
-                break
-            except Exception as e:  # a crash is a finding to report, not the end of the benchmark
-                failed.append(f"{name}: CRASH {type(e).__name__}: {e}")
-                break
-            c = m["counts"]
-            lost += c["units_in"] - c["units_out"] - c["quarantined"]
-            if name in LLM_STAGES:
-                quarantined.update(c["quarantine_reasons"])
-        stats = client.stats_snapshot()
+        cfg = load_config(write_config(os.path.join(root, f"{run_id}.yaml"), proxy.base_url, llm={
+            # the upstream's own slowness is not a fault under test (the proxy injects "slow"
+            # itself): on a loaded CPU a real model can take minutes per answer
+            "model": model, "structured_output": "json_schema" if stub else "json_object", "timeout_s": 1800.0}))
+        if not stub:
+            cfg.quality = QualityConfig()
+        failed = []
+        try:
+            run_pipeline(root, run_id, input_path, cfg, stages=STAGES, log=lambda s: None)
+        except Exception as e:  # a failed or crashed stage is a finding to report, not the end of the benchmark
+            failed.append(f"{type(e).__name__}: {e}")
         log = dict(proxy.log)
+    lost, quarantined, stats, units = 0, Counter(), Counter(), 0
+    store = ArtifactStore(root, run_id)
+    for name in STAGES:
+        art = store.load(name)
+        if art is None:
+            continue
+        c = art.manifest["counts"]
+        units += c["units_in"] if name == "parse" else 0
+        lost += c["units_in"] - c["units_out"] - c["quarantined"]
+        stats.update(art.manifest.get("llm") or {})
+        if name in LLM_STAGES:
+            quarantined.update(c["quarantine_reasons"])
     sent = sum(log.values())
-    return {"rate": rate, "calls_proxy": sent, "calls_client": stats["calls"], "reconciled": sent == stats["calls"],
-            "faults": {k: log.get(k, 0) for k in FAULTS}, "retries": stats["retries"], "repairs": stats["repairs"],
-            "quarantined": dict(sorted(quarantined.items())), "rows_lost": lost, "failed": failed}
+    return {"rate": rate, "trajectories": units, "calls_proxy": sent, "calls_client": stats["calls"],
+            "reconciled": sent == stats["calls"], "faults": {k: log.get(k, 0) for k in FAULTS},
+            "retries": stats["retries"], "repairs": stats["repairs"], "quarantined": dict(sorted(quarantined.items())),
+            "rows_lost": lost, "failed": failed, "wall_s": time.monotonic() - t0}
 
 
 def table(rows: list[dict]) -> str:
+    """The storm's Markdown table, one row per fault rate."""
     out = io.StringIO()
-    head = ["fault rate", "calls (proxy = client)", "faults injected", "retried", "repair calls",
-            "quarantined (reasons)", "rows lost", "stage failures"]
+    head = ["fault rate", "trajectories", "calls (proxy = client)", "faults injected", "retried", "repair calls",
+            "quarantined (reasons)", "rows lost", "stage failures", "wall s"]
     out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for r in rows:
         faults = ", ".join(f"{k}={v}" for k, v in r["faults"].items() if v)
         q = ", ".join(f"{k}={v}" for k, v in r["quarantined"].items()) or "0"
-        out.write(f"| {r['rate']:.0%} | {r['calls_proxy']} = {r['calls_client']} "
+        out.write(f"| {r['rate']:.0%} | {r['trajectories']} | {r['calls_proxy']} = {r['calls_client']} "
                   f"({'reconciled' if r['reconciled'] else 'MISMATCH'}) | {sum(r['faults'].values())}: {faults} | "
                   f"{r['retries']} | {r['repairs']} | {sum(r['quarantined'].values())}: {q} | {r['rows_lost']} | "
-                  f"{'; '.join(r['failed']) or 'none'} |\n")
+                  f"{'; '.join(r['failed']) or 'none'} | {r['wall_s']:.0f} |\n")
     return out.getvalue()
+
+
+def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
+    """Section 4: the storm at each rate of ``a.rates`` on ``a.trajectories`` generated SkillRL
+    rollouts (``tests/fixtures/tools/make_skillrl_rollouts.py``; 0 = ``data/samples``)."""
+    from bench.reliability_stub import SchemaStub
+    input_path = os.path.join(REPO, "data", "samples")
+    if a.trajectories:
+        input_path = os.path.join(work, "rollouts")
+        subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py"),
+                        input_path, "--envs", str((a.trajectories + 3) // 4), "--tests", "4", "--seed", str(a.seed)],
+                       check=True, capture_output=True)
+    with contextlib.ExitStack() as stack:
+        if a.upstream == "embedded":
+            upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192)), EMBEDDED_MODEL_ALIAS
+        elif a.upstream == "stub":
+            upstream, model = stack.enter_context(SchemaStub()).base_url, "stub-model"
+        else:
+            upstream, model = a.upstream, "upstream"
+        memo: dict[str, bytes] = {}
+        rows = [storm(work, upstream, float(r), a.seed, memo, input_path, model, stub=a.upstream == "stub")
+                for r in a.rates.split(",")]
+    ok = all(r["reconciled"] and not r["rows_lost"] and not r["failed"] for r in rows)
+    return table(rows), ok
+
+
+SECTIONS = ("kill", "corrupt", "secrets", "storm")
+
+
+def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """Run the chosen sections; returns (title, table, verdict line) per section."""
+    from bench import reliability_corrupt, reliability_kill, reliability_secrets
+    from bench.reliability_stub import SchemaStub
+    out = []
+    chosen = a.sections.split(",")
+    if "kill" in chosen:
+        res = reliability_kill.matrix(os.path.join(work, "kill"), seeds=a.kill_seeds)
+        bad = sum(not r.ok for r in res)
+        out.append(("1. kill -9 matrix", reliability_kill.table(res), f"{len(res)} kills, {bad} failed, "
+                    f"extra LLM calls {sum(r.extra_calls for r in res)}"))
+    if "corrupt" in chosen:
+        with SchemaStub() as stub:
+            res = reliability_corrupt.matrix(os.path.join(work, "corrupt"), stub.base_url)
+        bad = [r.kind for r in res if r.outcome == "FAIL"]
+        out.append(("2. corrupt-input matrix", reliability_corrupt.table(res),
+                    f"{len(res)} kinds, {sum(r.rc != 0 for r in res)} crashes, FAIL: {', '.join(bad) or 'none'}"))
+    if "secrets" in chosen:
+        sec = [reliability_secrets.secret_case(os.path.join(work, "secrets"), e) for e in ("answer", "error")]
+        with SchemaStub() as stub:
+            esc = reliability_secrets.escapes(os.path.join(work, "escape"), stub.base_url)
+        out.append(("3. secrets and path escape", reliability_secrets.secrets_table(sec) + "\n"
+                    + reliability_secrets.escape_table(esc),
+                    f"secret hits {sum(sum(r.hits.values()) for r in sec)}, "
+                    f"escape attempts {len(esc)}, FAIL {sum(r.outcome != 'ok' for r in esc)}"))
+    if "storm" in chosen:
+        text, ok = storm_section(os.path.join(work, "storm"), a)
+        out.append(("4. LLM fault storm", text, "rows lost 0, calls reconciled" if ok else "see the table: NOT clean"))
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rates", default="0.3,0.6", help="comma-separated fault rates")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ",".join(SECTIONS))
+    ap.add_argument("--rates", default="0.3,0.6", help="storm: comma-separated fault rates")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--upstream", default="", help="OpenAI-compatible upstream (default: the embedded server)")
-    ap.add_argument("--trajectories", type=int, default=8,
-                    help="parse.max_trajectories: how many sample trajectories go through (0 = all 17)")
-    ap.add_argument("--save", default="", help="also write the table to this Markdown file (docs/reliability.md)")
+    ap.add_argument("--upstream", default="stub",
+                    help="storm upstream: stub (the schema stub) | embedded (the SmolLM2 server) | an OpenAI URL")
+    ap.add_argument("--trajectories", type=int, default=200,
+                    help="storm: generated SkillRL rollouts to run (0 = data/samples)")
+    ap.add_argument("--kill-seeds", type=int, default=2, help="kill matrix: random kill moments per stage")
+    ap.add_argument("--save", default="", help="also write the tables to this Markdown file (docs/reliability.md)")
     a = ap.parse_args()
-    rates = [float(r) for r in a.rates.split(",")]
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="skillpipe-storm-") as tmp, contextlib.ExitStack() as stack:
-        upstream = a.upstream or stack.enter_context(EmbeddedServer(log_dir=tmp, ctx_size=8192))
-        model_id = embedded_model_id() if not a.upstream else "upstream"
-        memo: dict[str, bytes] = {}
-        rows = [storm(tmp, upstream, r, a.seed, memo, model_id, a.trajectories) for r in rates]
-    text = table(rows)
-    lost = sum(r["rows_lost"] for r in rows)
-    reconciled = all(r["reconciled"] for r in rows)
-    print(text, end="")
-    print(f"wall_s={time.monotonic() - t0:.0f} seed={a.seed} upstream={a.upstream or 'embedded ' + model_id}")
-    print(f"rows_lost={lost} reconciled={'yes' if reconciled else 'no'}")
+    with tempfile.TemporaryDirectory(prefix="skillpipe-reliability-") as work:
+        for d in ("kill", "corrupt", "secrets", "escape", "storm"):
+            os.makedirs(os.path.join(work, d))
+        sections = run_sections(work, a)
+    for title, text, verdict in sections:
+        print(f"\n## {title}\n\n{text}\n{verdict}")
+    print(f"wall_s={time.monotonic() - t0:.0f}")
     if a.save:
-        save(a.save, text, a, rows, time.monotonic() - t0)
+        save(a.save, sections, a, time.monotonic() - t0)
 
 
-def save(path: str, text: str, a, rows: list[dict], wall: float) -> None:
+def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace, wall: float) -> None:
+    """Write the sections' tables to ``path`` with the date, commit, machine and command."""
+    import platform
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or "unknown"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    body = "".join(f"## {title}\n\n{text}\n**{verdict}**\n\n" for title, text, verdict in sections)
     with open(path, "w", encoding="utf-8") as f:
-        f.write("# Reliability: LLM fault storm\n\n"
-                f"Last run of `bench/reliability.py --rates {a.rates} --seed {a.seed} --trajectories "
-                f"{a.trajectories}` on {now}, commit `{commit}`, "
-                f"upstream {a.upstream or 'the embedded SmolLM2 server'}, {wall:.0f} s on the 2-core development "
-                "machine. Stages parse, remove_loops, memory, aggregate and distill on `data/samples`; each call "
-                "through the proxy is a fault with the given probability, the kind drawn uniformly from: "
-                f"{', '.join(FAULTS)} (see the module docstring).\n\n{text}\n"
-                "Rows lost = units in - units out - quarantined, summed over the stages (the runner refuses "
-                "to write a stage where it is not 0). Calls reconcile when the proxy's count of requests "
-                "equals the client's `calls` counter.\n")
+        f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]))
+                + body + FOOTER)
+
+
+HEADER = """# Reliability suite
+
+Last run of `bench/reliability.py {cmd}` on {now}, commit `{commit}`, {machine}, {wall:.0f} s (a
+shared machine: wall times are indicative). The LLM is the schema stub (`bench/reliability_stub.py`):
+it answers each structured request with a valid instance of the request's schema, so every stage
+runs in seconds and the content rules are only counted (`quality.flag_rules`). What each section
+does and checks is in the docstrings of `bench/reliability_kill.py`, `bench/reliability_corrupt.py`,
+`bench/reliability_secrets.py` and `bench/reliability.py`.
+
+"""
+
+FOOTER = """## How to read the tables
+
+- kill -9: *stage hit* is read back from the run folder after the kill (the first stage without a
+  complete artifact). *Identical to reference*: every stage's files, quarantine included, equal
+  those of an uninterrupted run (the dataset card's title, which names the run id, excepted).
+  *Extra LLM calls*: calls of the killed run and its rerun together beyond the reference run's.
+- corrupt input: *rows out / good expected*: trajectories parse kept versus the valid records in
+  the folder (three in `good.jsonl` plus the valid records inside the bad file). FAIL = a crash, a
+  valid record not read, or a bad item without a quarantine row.
+- storm: rows lost = units in - units out - quarantined, summed over the stages. Calls reconcile
+  when the proxy's count of requests equals the sum of the clients' `calls` counters in the
+  manifests.
+"""
 
 
 if __name__ == "__main__":

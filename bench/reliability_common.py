@@ -23,8 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(REPO, "data", "samples")
 SKILLPIPE = os.path.join(os.path.dirname(sys.executable), "skillpipe")
 KEY_ENV = "SKILLPIPE_RELIABILITY_KEY"
-# a fake key shaped like a real one: long enough that a cut-off prefix would still be found
-FAKE_KEY = "sk-reliability-" + "7f3c9a1e5b2d4f60" * 3
+# a fake key shaped like a real one, no part of it repeated: a cut-off prefix is still found
+FAKE_KEY = "sk-reliability-" + hashlib.sha256(b"skillpipe reliability suite").hexdigest()[:48]
 
 
 def write_config(path: str, base_url: str, **sections: dict[str, Any]) -> str:

@@ -57,14 +57,15 @@ def complete(run_dir: str, stage: str) -> bool:
     return os.path.exists(os.path.join(run_dir, stage, "_manifest.json"))
 
 
-def windows(root: str, run_id: str, config: str) -> tuple[dict[str, tuple[float, float]], float]:
+def windows(root: str, run_id: str, config: str, upto: str = STAGES[-1]) -> tuple[dict[str, tuple[float, float]], float]:
     """Run the pipeline once, polling the run folder; returns per stage ``(start, end)`` seconds
     after the process started (start = the previous stage complete; parse starts at 0) and the
-    total wall time."""
+    total wall time. ``upto``: the last stage run."""
     run_dir = os.path.join(root, "runs", run_id)
     t0 = time.monotonic()
     with open(os.path.join(root, f"{run_id}.log"), "wb") as log:
-        proc = subprocess.Popen(cli_args(root, run_id, config), env=run_env(), cwd=REPO, stdout=log,
+        proc = subprocess.Popen(cli_args(root, run_id, config, stages=upto_stages(upto)), env=run_env(), cwd=REPO,
+                                stdout=log,
                                 stderr=subprocess.STDOUT)
     done: dict[str, float] = {}
     while proc.poll() is None:
@@ -76,10 +77,15 @@ def windows(root: str, run_id: str, config: str) -> tuple[dict[str, tuple[float,
     if proc.returncode != 0:
         raise RuntimeError(f"reference run failed with rc {proc.returncode}")
     out, start = {}, 0.0
-    for s in STAGES:
+    for s in STAGES[:STAGES.index(upto) + 1]:
         out[s] = (start, done.get(s, end))
         start = done.get(s, end)
     return out, end
+
+
+def upto_stages(upto: str) -> str:
+    """The ``--stages`` value of a run that stops after ``upto``."""
+    return ",".join(STAGES[:STAGES.index(upto) + 1])
 
 
 def kill_group(proc: subprocess.Popen) -> int:
@@ -95,15 +101,16 @@ def kill_group(proc: subprocess.Popen) -> int:
     return int(subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.count("\n"))
 
 
-def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay_s: float) -> tuple[str, int, int]:
+def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay_s: float,
+              upto: str = STAGES[-1]) -> tuple[str, int, int]:
     """Start a run and SIGKILL it per ``mode`` ("time": ``delay_s`` after the stage before
     ``target`` is complete, or after the start for the first stage); returns (stage hit, temp
     folders at the kill, processes left)."""
     run_dir = os.path.join(root, "runs", run_id)
     prev = STAGES[STAGES.index(target) - 1] if STAGES.index(target) else ""
     with open(os.path.join(root, f"{run_id}.killed.log"), "wb") as log:
-        proc = subprocess.Popen(cli_args(root, run_id, config), env=run_env(), cwd=REPO, start_new_session=True,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cli_args(root, run_id, config, stages=upto_stages(upto)), env=run_env(), cwd=REPO,
+                                start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     prefix, started = f".{target}.tmp-", None if prev else time.monotonic()
     while proc.poll() is None:
         if mode == "time" and started is None and complete(run_dir, prev):
@@ -121,29 +128,32 @@ def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay
 
 
 def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: tuple[str, ...] = ("time", "write"),
-           latency_s: float = 0.05, log=print) -> list[KillResult]:
+           latency_s: float = 0.05, log=print, points: list[tuple[str, str, int]] | None = None) -> list[KillResult]:
     """Run the matrix under ``work`` (a scratch folder); ``seeds`` random moments per stage for
-    mode "time", one kill per stage for mode "write". Returns one :class:`KillResult` per kill."""
+    mode "time", one kill per stage for mode "write"; ``stages``: the target stages (the runs
+    stop after the last of them); ``points``: explicit ``(stage, mode, seed)`` kills instead.
+    Returns one :class:`KillResult` per kill."""
+    points = points or [(t, m, seed) for t in stages for m in modes for seed in range(seeds if m == "time" else 1)]
+    upto = max((p[0] for p in points), key=STAGES.index)
     results = []
     with SchemaStub(latency_s) as stub:
         config = write_config(os.path.join(work, "kill.yaml"), stub.base_url)
-        win, _ = windows(work, "reference", config)
+        win, _ = windows(work, "reference", config, upto)
         ref = run_state(work, "reference")
         ref_calls = len(stub.requests)
-        for target in stages:
-            for mode in modes:
-                for seed in range(seeds if mode == "time" else 1):
-                    lo, hi = win[target]
-                    at = random.Random(f"{target}-{seed}").uniform(0.0, 0.9) * (hi - lo)
-                    run_id = f"kill-{target}-{mode}-{seed}"
-                    before = len(stub.requests)
-                    hit, temp_at, procs = kill_once(work, run_id, config, target, mode, at)
-                    rerun = run_cli(cli_args(work, run_id, config), log_path=os.path.join(work, f"{run_id}.log"))
-                    state = run_state(work, run_id)
-                    results.append(KillResult(target, mode, seed, hit, temp_at, rerun.returncode,
-                                              state.hashes == ref.hashes, len(stub.requests) - before - ref_calls,
-                                              len(state.temp_left), procs, state.reconciled()))
-                    log(f"kill {target}/{mode}/{seed}: hit={hit or 'finished'} ok={results[-1].ok}")
+        for target, mode, seed in points:
+            lo, hi = win[target]
+            at = random.Random(f"{target}-{seed}").uniform(0.0, 0.9) * (hi - lo)
+            run_id = f"kill-{target}-{mode}-{seed}"
+            before = len(stub.requests)
+            hit, temp_at, procs = kill_once(work, run_id, config, target, mode, at, upto)
+            rerun = run_cli(cli_args(work, run_id, config, stages=upto_stages(upto)),
+                            log_path=os.path.join(work, f"{run_id}.log"))
+            state = run_state(work, run_id)
+            results.append(KillResult(target, mode, seed, hit, temp_at, rerun.returncode,
+                                      state.hashes == ref.hashes, len(stub.requests) - before - ref_calls,
+                                      len(state.temp_left), procs, state.reconciled()))
+            log(f"kill {target}/{mode}/{seed}: hit={hit or 'finished'} ok={results[-1].ok}")
     return results
 
 

@@ -71,21 +71,23 @@ class SecretResult:
     hits: dict[str, int]
     quarantined: int
     calls: int
+    key_sent: bool  # the endpoint received the key (else the scan proves nothing)
 
 
-def secret_case(work: str, echo: str) -> SecretResult:
-    """One full run with the stub echoing the key per ``echo``; the scan of its root."""
+def secret_case(work: str, echo: str, stages: str = "") -> SecretResult:
+    """One run (``stages``: all by default) with the stub echoing the key per ``echo``; the scan
+    of its root."""
     root = os.path.join(work, f"secrets-{echo}")
     with SchemaStub(echo=echo) as stub:
         config = write_config(os.path.join(work, f"secrets-{echo}.yaml"), stub.base_url,
                               llm={"max_retries": 1})
-        res = run_cli(cli_args(root, "s", config), timeout_s=300)
-        calls = len(stub.requests)
+        res = run_cli(cli_args(root, "s", config, stages=stages), timeout_s=300)
+        calls, key_sent = len(stub.requests), FAKE_KEY in stub.keys
     report = run_cli([SKILLPIPE, "report", "s", "--root", root], timeout_s=120)
     n, hits = scan(root, {"stdout+stderr": res.stdout + res.stderr,
                           "skillpipe report": report.stdout + report.stderr})
     q = sum(c["quarantined"] for c in run_state(root, "s").counts.values())
-    return SecretResult(echo, res.returncode, n, hits, q, calls)
+    return SecretResult(echo, res.returncode, n, hits, q, calls, key_sent)
 
 
 @dataclass
@@ -175,9 +177,9 @@ def escapes(work: str, base_url: str) -> list[EscapeResult]:
 
 
 def secrets_table(results: list[SecretResult]) -> str:
-    head = ["key echoed by the endpoint", "run rc", "LLM calls", "files scanned (+ stdout/stderr, report)",
-            "quarantined rows", "secret hits"]
-    return md_table(head, [[r.case, r.rc, r.calls, r.files, r.quarantined,
+    head = ["key echoed by the endpoint", "run rc", "LLM calls", "key sent to the endpoint",
+            "files scanned (+ stdout/stderr, report)", "quarantined rows", "secret hits"]
+    return md_table(head, [[r.case, r.rc, r.calls, "yes" if r.key_sent else "NO", r.files, r.quarantined,
                             sum(r.hits.values()) if not r.hits else f"{sum(r.hits.values())}: {r.hits}"]
                            for r in results])
 

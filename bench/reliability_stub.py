@@ -118,6 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         with self.server.lock:
             self.server.requests.append(body)
+            self.server.keys.add(key)
             first = digest not in self.server.seen
             self.server.seen.add(digest)
         if self.server.latency_s:
@@ -154,12 +155,17 @@ class SchemaStub:
     def __init__(self, latency_s: float = 0.0, echo: str = ""):
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.latency_s, self._server.lock, self._server.requests = latency_s, threading.Lock(), []
-        self._server.echo, self._server.seen = echo, set()
+        self._server.echo, self._server.seen, self._server.keys = echo, set(), set()
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
     def requests(self) -> list[dict[str, Any]]:
         return self._server.requests
+
+    @property
+    def keys(self) -> set[str]:
+        """The distinct bearer tokens the requests carried."""
+        return self._server.keys
 
     def __enter__(self) -> "SchemaStub":
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

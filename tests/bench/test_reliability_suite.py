@@ -1,0 +1,88 @@
+"""A small version of the reliability suite (bench/reliability.py sections 1-3), run through the
+``skillpipe`` CLI against the schema stub: two kill -9 points, five corrupt-input kinds, the key
+scan and three path-escape attempts. The full suite is ``bench/reliability.py``."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench import reliability_corrupt, reliability_kill, reliability_secrets
+from bench.reliability_common import FAKE_KEY
+from bench.reliability_stub import SchemaStub, instance
+
+
+def test_stub_answers_are_valid_instances_of_the_request_schema():
+    schema = {"type": "object", "properties": {
+        "thinks": {"type": "array", "items": False, "prefixItems": [
+            {"type": "object", "properties": {"step_index": {"type": "integer", "const": 3},
+                                              "think": {"type": "string", "minLength": 1, "maxLength": 20}}},
+            {"type": "object", "properties": {"step_index": {"type": "integer", "const": 4},
+                                              "think": {"type": "string", "minLength": 1, "maxLength": 20}}}]},
+        "kind": {"enum": ["a", "b"]}, "note": {"type": ["null", "string"], "maxLength": 5}}}
+    value = instance(schema, seed=1)
+    assert [t["step_index"] for t in value["thinks"]] == [3, 4]
+    assert all(1 <= len(t["think"]) <= 20 for t in value["thinks"])
+    assert value["thinks"][0]["think"] != value["thinks"][1]["think"]
+    assert value["kind"] == "b" and len(value["note"]) == 5
+
+
+def test_kill_during_parse_write_and_memory_then_rerun_is_identical(tmp_path):
+    res = reliability_kill.matrix(str(tmp_path), points=[("parse", "write", 0), ("memory", "time", 0)],
+                                  log=lambda s: None)
+    assert [(r.target, r.mode) for r in res] == [("parse", "write"), ("memory", "time")]
+    assert (res[0].hit, res[0].temp_at_kill) == ("parse", 1)  # killed inside the writer's transaction
+    for r in res:
+        assert (r.rerun_rc, r.identical, r.temp_left, r.procs_left, r.reconciled) == (0, True, 0, 0, True), r
+        assert r.extra_calls >= 0
+
+
+KINDS = {k.name: k for k in reliability_corrupt.KINDS}
+
+
+def test_corrupt_kinds_are_quarantined_and_good_rows_kept(tmp_path):
+    names = ["truncated_json", "nan_reward", "deeply_nested_jsonl_line", "symlink_loop", "duplicate_trajectories"]
+    with SchemaStub() as stub:
+        res = reliability_corrupt.matrix(str(tmp_path), stub.base_url, [KINDS[n] for n in names], log=lambda s: None)
+    got = {r.kind: (r.rc, r.reasons, r.good_out, r.reconciled, r.outcome) for r in res}
+    assert got == {
+        "truncated_json": (0, "invalid_json=1", 3, True, "ok"),
+        "nan_reward": (0, "non_finite_reward=1", 3, True, "ok"),
+        "deeply_nested_jsonl_line": (0, "invalid_json=1", 5, True, "ok"),
+        "symlink_loop": (0, "unreadable_file=2", 3, True, "ok"),
+        "duplicate_trajectories": (0, "duplicate_trajectory=3", 3, True, "ok"),
+    }
+
+
+def test_suite_has_at_least_25_corrupt_kinds():
+    assert len(KINDS) >= 25 and len(KINDS) == len(reliability_corrupt.KINDS)
+
+
+@pytest.mark.parametrize("echo", ["answer", "error"])
+def test_api_key_echoed_by_the_endpoint_is_nowhere_in_the_run(tmp_path, echo):
+    res = reliability_secrets.secret_case(str(tmp_path), echo, stages="parse,remove_loops,split,memory")
+    assert res.rc == 0 and res.key_sent
+    assert res.calls >= 17 + (17 if echo == "error" else 0)  # every request failed once in "error"
+    assert res.files >= 10 and res.hits == {}
+
+
+def test_scan_finds_a_planted_key_and_a_cut_prefix(tmp_path):
+    (tmp_path / "a.txt").write_text(f"token {FAKE_KEY[:18]} cut")
+    n, hits = reliability_secrets.scan(str(tmp_path), {"log": f"Bearer {FAKE_KEY}"})
+    assert n == 1 and hits == {"first 16 in a.txt": 1, "whole key in log": 1, "first 16 in log": 1,
+                               "last 16 in log": 1}
+
+
+def test_run_ids_that_escape_are_refused_without_traceback(tmp_path):
+    config = os.path.join(str(tmp_path), "c.yaml")
+    from bench.reliability_common import write_config
+    write_config(config, "http://127.0.0.1:9/v1")
+    attempts = {label: (args, expect) for label, args, expect in reliability_secrets.escape_attempts(str(tmp_path), config)}
+    chosen = ["run id ../escape (no --input)", "run id of 300 characters", "run id absolute /tmp/escape"]
+    from bench.reliability_common import run_cli
+    for label in chosen:
+        res = run_cli(attempts[label][0], timeout_s=60)
+        out = res.stdout + res.stderr
+        assert res.returncode == 2 and "Traceback" not in out, out
+        assert "--run-id" in reliability_secrets.first_message(out)
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "root" / "escape").exists()
