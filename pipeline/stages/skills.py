@@ -1,18 +1,20 @@
-"""Stage ``skills``: build the skill bank from the memories (spec §5).
+"""Stage ``skills``: build the skill bank from the memories.
 
 Per environment, up to three kinds of structured calls:
 
 * **general** - one call fed the planning patterns of the successes, deduplicated with counts
   and capped at ``max_patterns`` (most frequent first, ties by text: deterministic). No patterns
-  -> no call (D-M7: the reference called anyway and got fabricated skills).
+  -> no call (the reference called anyway and got fabricated skills).
 * **task_specific** - one call per category that has memories, fed that category's patterns
-  (successes) AND mistakes (failures), as the official generator does (spec §5.9, D-M7). One key
-  ``task_specific_skills`` for every env (D-K2).
+  (successes) AND mistakes (failures), as the official generator does. One key
+  ``task_specific_skills`` for every env.
 * **mistake** - one call fed every failure's ``mistakes_to_avoid`` (deduplicated, capped).
 
-Answers are schema-validated, then numbered consecutively only at export (D-M8). Each skill row
-carries the ids of the memories and trajectories fed to its call (D-M6). Near-duplicates are
-merged by embedding similarity (``_skillmerge``). Units are memories: a memory is *used* when it
+Answers are schema-validated, then numbered consecutively only at export. Each skill row
+carries the ids of the memories and trajectories fed to its call. Near-duplicates are
+merged by embedding similarity (:mod:`pipeline.bank.merge`). The calls are asked through
+:class:`~pipeline.core.llmstage.LLMStage`; its units are memories, not calls, so the stage
+assembles its own output (:meth:`SkillsStage.collect`). A memory is *used* when it
 fed at least one successful call; every other memory is quarantined with the reason (the failed
 call's error and raw output, or ``not_used``). The bank is also written as SkillRL JSON
 (``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs) and registered
@@ -23,36 +25,34 @@ Train instances only: the ``split`` artifact (:mod:`pipeline.core.split`) assign
 ``env_instance`` to train or val before any call. Memories of val instances feed no call: each is
 quarantined ``held_out_val``, so no skill can quote a val instance's memory into train prompts or
 into that instance's own val prompts. Export splits the pairs with the same artifact.
-The reference built its bank from every trajectory and split nothing (D-W4).
+The reference built its bank from every trajectory and split nothing.
 """
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import quality
+import pyarrow.parquet as pq
 
+from pipeline import quality
+from pipeline.bank import merge as _skillmerge
 from pipeline.bank import rows as skillbank
 from pipeline.bank.store import BankStore
-from pipeline.core.config import SkillsConfig, QualityConfig
+from pipeline.core.artifacts import parquet_parts
+from pipeline.core.config import QualityConfig, SkillsConfig
+from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row
+from pipeline.core.records import SKILL_SCHEMA, QuarantineRow
+from pipeline.core.split import read_assignment
+from pipeline.core.stage import StageContext, StageOutput, reject
+from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest
 from pipeline.prompts import category_label
 from pipeline.quality import grounding, text, topic
-from pipeline.core.records import SKILL_SCHEMA, QuarantineRow
-from pipeline.core.stage import StageContext, StageOutput
-from pipeline.core.split import read_assignment
-from pipeline.bank import merge as _skillmerge
-from pipeline.llm import templates as _templates
 
-NAME = "skills"
-INPUTS = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
-SCHEMA = SKILL_SCHEMA
-USES_LLM = True
-CONFIG = ("skills", "quality")  # config sections it reads (fingerprinted; + llm when USES_LLM)
+NAME = "skills"          # stage name, and pipeline/templates/skills*.txt
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS        # answer fields: schemas/skills.schema.json
 MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS    # answer fields: schemas/mistakes.schema.json
@@ -61,14 +61,13 @@ SCHEMA_FILES = {"general": "skills", "task_specific": "skills", "mistake": "mist
 
 @dataclass
 class Call:
-    """One aggregate call and the memories that fed it."""
+    """One skills call and the memories that fed it (a job's item)."""
     env: str
     kind: str                      # general | task_specific | mistake
     category: str                  # task_specific only
     memories: list[dict[str, Any]]
     request: JSONRequest
     prompt_sha: str
-    result: Any = None             # the JSONResult, once the call was made
 
 
 def dedupe_items(items: list[tuple[str, str]], cap: int) -> tuple[list[tuple[str, int]], set[str]]:
@@ -162,8 +161,8 @@ def source_check(rows: list[dict[str, Any]], memories: list[dict[str, Any]], tal
         if err is None:
             kept.append(r)
         else:
-            dropped.append(QuarantineRow(NAME, quality.reason_of("check_failed", err), err, r["skill_id"],
-                                         raw=json.dumps({k: r[k] for k in SKILL_FIELDS + MISTAKE_FIELDS if r.get(k)})))
+            dropped.append(reject(NAME, quality.reason_of("check_failed", err), err, r["skill_id"],
+                                  raw=json.dumps({k: r[k] for k in SKILL_FIELDS + MISTAKE_FIELDS if r.get(k)})))
     return kept, dropped
 
 
@@ -203,41 +202,42 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
     return calls
 
 
-def call_rows(call: Call, model: str) -> list[dict[str, Any]]:
-    """Skill rows of a successful call, in answer order, with the call's source ids."""
+def call_rows(call: Call, value: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    """Skill rows of a successful call's answer ``value``, in answer order, with the call's source ids."""
     key = "mistakes" if call.kind == "mistake" else "skills"
     mem_ids = [m["memory_id"] for m in call.memories]
     traj_ids = [m["trajectory_id"] for m in call.memories]
     return [skillbank.make_row(call.kind, call.category, {k: v.strip() for k, v in item.items()},
                                mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha, env=call.env)
-            for item in call.result.value[key]]
+            for item in value[key]]
 
 
-def unused_quarantine(memories: list[dict[str, Any]], calls: list[Call]) -> tuple[set[str], list[QuarantineRow]]:
-    """Ids of memories that fed a successful call, and a quarantine row for every other memory."""
-    used = {m["memory_id"] for c in calls if c.result.ok for m in c.memories}
-    failed: dict[str, Call] = {}
-    for c in calls:
-        if not c.result.ok:
-            for m in c.memories:
-                failed.setdefault(m["memory_id"], c)
+def call_failure_row(call: Call, result, item_id: str) -> QuarantineRow:
+    """The quarantine row of a failed call, for ``item_id`` (a memory it was fed, or the call's key)."""
+    return failure_row(NAME, result, f"{call.kind} call {call.request.key} failed: {result.detail}", item_id)
+
+
+def unused_quarantine(memories: list[dict[str, Any]], jobs: list[Job]) -> tuple[set[str], list[QuarantineRow]]:
+    """Ids of memories that fed a successful call (``jobs`` of :class:`Call` items, answered),
+    and a quarantine row for every other memory: the first failed call it fed (raw output kept),
+    else ``not_used``."""
+    used = {m["memory_id"] for j in jobs if not j.failed for m in j.item.memories}
+    failed: dict[str, Job] = {}
+    for j in jobs:
+        if j.failed:
+            for m in j.item.memories:
+                failed.setdefault(m["memory_id"], j)
     quarantine = []
     for m in memories:
         if m["memory_id"] in used:
             continue
-        c = failed.get(m["memory_id"])
-        if c is not None:
-            quarantine.append(QuarantineRow(NAME, quality.reason_of(c.result.error, c.result.detail),
-                                            f"{c.kind} call {c.request.key} failed: {c.result.detail}",
-                                            m["memory_id"], raw=c.result.raw))
+        j = failed.get(m["memory_id"])
+        if j is not None:
+            quarantine.append(call_failure_row(j.item, j.failed[0], m["memory_id"]))
         else:
-            quarantine.append(QuarantineRow(NAME, "not_used", "memory fed no call (its pattern or mistakes "
-                                            "were cut by skills.max_patterns, or it had none)", m["memory_id"]))
+            quarantine.append(reject(NAME, "not_used", "memory fed no call (its pattern or mistakes "
+                                     "were cut by skills.max_patterns, or it had none)", m["memory_id"]))
     return used, quarantine
-
-
-def prompt_files(ctx: StageContext) -> list[str]:
-    return _templates.stage_files(NAME, "skills", "mistakes")
 
 
 def _distribution(memories: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -254,20 +254,14 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
     return known + [c for c in dict.fromkeys(m["category"] for m in memories) if c not in known]
 
 
-def trajectory_instances(ctx: StageContext) -> tuple[dict[str, str], set[str]]:
-    """``({trajectory_id: env_instance}, instances with a successful trajectory)`` of the dedupe
-    artifact (only three columns are read: the steps are not needed here)."""
-    import pyarrow.parquet as pq
-    folder = ctx.upstream("remove_loops").path
+def trajectory_instances(ctx: StageContext) -> dict[str, str]:
+    """``{trajectory_id: env_instance}`` of the remove_loops artifact (two columns are read:
+    the steps are not needed here)."""
     out: dict[str, str] = {}
-    succeeded: set[str] = set()
-    for part in sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet")):
-        t = pq.read_table(os.path.join(folder, part), columns=["trajectory_id", "env_instance", "outcome"])
-        for tid, inst, outcome in zip(*(t.column(c).to_pylist() for c in ("trajectory_id", "env_instance", "outcome"))):
-            out[tid] = inst
-            if outcome == "success":
-                succeeded.add(inst)
-    return out, succeeded
+    for part in parquet_parts(ctx.upstream("remove_loops").path):
+        t = pq.read_table(part, columns=["trajectory_id", "env_instance"])
+        out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
+    return out
 
 
 def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], assignment: dict[str, str]
@@ -286,75 +280,114 @@ def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], as
         if assignment.get(inst[m["memory_id"]], "train") == "train":
             train.append(m)
         else:
-            held.append(QuarantineRow(NAME, "held_out_val", f"instance {inst[m['memory_id']]} is in the validation "
-                                      "split: kept out of the skill bank", m["memory_id"]))
+            held.append(reject(NAME, "held_out_val", f"instance {inst[m['memory_id']]} is in the validation "
+                               "split: kept out of the skill bank", m["memory_id"]))
     return train, held
 
 
-def run(ctx: StageContext) -> StageOutput:
-    all_memories = ctx.upstream("memory").read_rows()
-    cfg = ctx.config.skills
-    instance_of, _ = trajectory_instances(ctx)
-    memories, held_out = hold_out_val(all_memories, instance_of, read_assignment(ctx.upstream("split")))
-    by_env: dict[str, list[dict[str, Any]]] = {}
-    for m in memories:
-        by_env.setdefault(m["env"], []).append(m)
-    tally = quality.Tally(ctx.config.quality.flag_rules)
-    calls = [c for env, mems in by_env.items() for c in plan_calls(mems, env, cfg, ctx.config.quality, tally)]
-    model = ""
-    if calls:  # no memories or nothing to aggregate: never start the LLM server
-        llm = ctx.llm
-        model = llm.model_id
-        topic.warm(ctx.config.quality.off_topic_threshold)
-        for c, res in zip(calls, llm.complete_json_many([c.request for c in calls], desc=NAME), strict=True):
-            c.result = res
-    rows, merges, banks, bad_sources = [], [], {}, []
-    for env, mems in by_env.items():
-        env_rows = [r for c in calls if c.env == env and c.result.ok for r in call_rows(c, model)]
-        env_rows, env_merges = _skillmerge.merge_similar(env_rows, cfg.merge_threshold)
-        env_rows, dropped = source_check(env_rows, all_memories, tally)
-        bad_sources += dropped
-        rows += env_rows
-        merges += env_merges
-        banks[env] = (env_rows, mems)
-    version = skillbank.bank_version(rows)
-    for r in rows:
-        r["bank_version"] = version
-    # Register the bank as a version of <root>/banks (idempotent: a rerun finds the same record).
-    # Its parent is this run's previous bank, never an unrelated run's that happened to be HEAD.
-    parent = None
-    if rows:
-        previous = ctx.store.load(NAME)
-        prev_version = (previous.manifest.get("counters") or {}).get("bank_version") if previous else None
-        bank_store = BankStore(ctx.store.root)
-        if prev_version and not bank_store.has(prev_version):
-            prev_version = None
-        parent = bank_store.register(rows, run_id=ctx.store.run_id, stage=NAME,
-                                     parent=prev_version or None).record["parent"]
-    used, quarantine = unused_quarantine(memories, calls)
-    quarantine += held_out
-    # one row per failed call: its memories may all have fed a successful call too (a failed
-    # mistakes call whose failures also fed their category's call), and then no memory row keeps it
-    failed = [c for c in calls if not c.result.ok]
-    request_rows = [QuarantineRow(NAME, quality.reason_of(c.result.error, c.result.detail),
-                                  f"{c.kind} call {c.request.key} failed: {c.result.detail}", c.request.key,
-                                  raw=c.result.raw) for c in failed] + bad_sources
+def register_bank(ctx: StageContext, rows: list[dict[str, Any]]) -> str | None:
+    """Register the bank ``rows`` as a version of ``<root>/banks`` (idempotent: a rerun finds the
+    same record) and return its parent version. The parent is this run's previous bank, never an
+    unrelated run's that happened to be HEAD. ``None`` when there are no rows."""
+    if not rows:
+        return None
+    previous = ctx.store.load(NAME)
+    prev_version = (previous.manifest.get("counters") or {}).get("bank_version") if previous else None
+    bank_store = BankStore(ctx.store.root)
+    if prev_version and not bank_store.has(prev_version):
+        prev_version = None
+    return bank_store.register(rows, run_id=ctx.store.run_id, stage=NAME, parent=prev_version or None).record["parent"]
+
+
+def bank_files(banks: dict[str, tuple[list, list]], env: str, version: str, parent: str | None, model: str
+               ) -> dict[str, str]:
+    """The SkillRL JSON of each env's bank: ``skill_bank.json``, or ``skill_bank_<env>.json`` per
+    env when a run mixes envs; an empty run still gets a (loadable, empty) bank for ``env``."""
+    banks = banks or {env: ([], [])}
     extra = {}
-    if not banks:  # an empty run still gets a (loadable, empty) bank
-        banks[ctx.env] = ([], [])
-    for env, (env_rows, mems) in banks.items():
-        bank = skillbank.to_skillrl_json(env_rows, categories=_categories(env, mems), metadata={
-            "env": env, "bank_version": version, "parent_version": parent, "source_model": model,
+    for name, (env_rows, mems) in banks.items():
+        bank = skillbank.to_skillrl_json(env_rows, categories=_categories(name, mems), metadata={
+            "env": name, "bank_version": version, "parent_version": parent, "source_model": model,
             "total_memories_analyzed": len(mems), "task_distribution": _distribution(mems)})
-        name = "skill_bank.json" if len(banks) == 1 else f"skill_bank_{env}.json"
-        extra[name] = json.dumps(bank, ensure_ascii=False, indent=2)
-    counters = {"calls": dict(Counter(c.kind for c in calls)),
-                "calls_failed": dict(Counter(c.kind for c in calls if not c.result.ok)),
-                "skills": dict(Counter(r["kind"] for r in rows)), "merged": sum(not m["exact_duplicate"] for m in merges),
+        extra["skill_bank.json" if len(banks) == 1 else f"skill_bank_{name}.json"] = \
+            json.dumps(bank, ensure_ascii=False, indent=2)
+    return extra
+
+
+class SkillsStage(LLMStage):
+    """The skill bank of the run's train memories (module docstring). Its units are memories;
+    its jobs are calls (each fed by several memories)."""
+    name = NAME
+    inputs = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
+    schema = SKILL_SCHEMA
+    config_sections = ("skills", "quality")
+
+    def prompt_files(self, ctx: StageContext) -> list[str]:
+        return _templates.stage_files(NAME, "skills", "mistakes")
+
+    def requests(self, run: LLMRun) -> list[Job]:
+        """The calls of every env (:func:`plan_calls`) over the train memories; notes the
+        memories (all, held out, train by env) for :meth:`collect`."""
+        ctx = run.ctx
+        all_memories = ctx.upstream("memory").read_rows()
+        memories, held_out = hold_out_val(all_memories, trajectory_instances(ctx),
+                                          read_assignment(ctx.upstream("split")))
+        by_env: dict[str, list[dict[str, Any]]] = {}
+        for m in memories:
+            by_env.setdefault(m["env"], []).append(m)
+        run.notes.update(all_memories=all_memories, memories=memories, held_out=held_out, by_env=by_env)
+        calls = [c for env, mems in by_env.items()
+                 for c in plan_calls(mems, env, ctx.config.skills, ctx.config.quality, run.tally)]
+        return [Job(c, c.request.key, [c.request]) for c in calls]
+
+    def format_output(self, item: Call, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
+        return call_rows(item, values[0], run.model)
+
+    def env_banks(self, run: LLMRun) -> tuple[list[dict[str, Any]], dict[str, tuple[list, list]]]:
+        """Per env, the rows of its successful calls, merged (``skills.merge_threshold``) and
+        source-checked. Returns ``(rows, {env: (rows, memories)})``; notes the merges and the
+        rows dropped for their sources."""
+        rows, banks, merges, bad_sources = [], {}, [], []
+        for env, mems in run.notes["by_env"].items():
+            env_rows = [r for j in run.jobs if j.item.env == env and not j.failed
+                        for r in self.format_output(j.item, j.values, run)]
+            env_rows, env_merges = _skillmerge.merge_similar(env_rows, run.ctx.config.skills.merge_threshold)
+            env_rows, dropped = source_check(env_rows, run.notes["all_memories"], run.tally)
+            rows, merges, bad_sources = rows + env_rows, merges + env_merges, bad_sources + dropped
+            banks[env] = (env_rows, mems)
+        run.notes.update(merges=merges, bad_sources=bad_sources)
+        return rows, banks
+
+    def collect(self, run: LLMRun) -> StageOutput:
+        """Bank rows (versioned and registered), the SkillRL JSON files, one quarantine row per
+        unused or held-out memory, and one request row per failed call (a failed mistakes call
+        whose memories also fed their category's call leaves no memory row to keep its raw
+        output) plus one per skill dropped for its sources."""
+        rows, banks = self.env_banks(run)
+        version = skillbank.bank_version(rows)
+        for r in rows:
+            r["bank_version"] = version
+        parent = register_bank(run.ctx, rows)
+        used, quarantine = unused_quarantine(run.notes["memories"], run.jobs)
+        request_rows = [call_failure_row(j.item, j.failed[0], j.item.request.key) for j in run.jobs if j.failed]
+        n = len(run.notes["all_memories"])
+        run.notes.update(version=version, parent=parent)
+        return StageOutput(rows=rows, quarantine=quarantine + run.notes["held_out"], rows_in=n, units_in=n,
+                           units_out=len(used), extra_files=bank_files(banks, run.ctx.env, version, parent, run.model),
+                           request_quarantine=request_rows + run.notes["bad_sources"])
+
+    def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
+        """Calls (and failed ones) by kind, skills by kind, merges, the bank version and parent,
+        then the content-rule record over the calls (a skill dropped for its sources counts once
+        more: it is not a call)."""
+        kinds = [j.item.kind for j in run.jobs]
+        merges = run.notes["merges"]
+        return {"calls": dict(Counter(kinds)), "calls_failed": dict(Counter(j.item.kind for j in run.jobs if j.failed)),
+                "skills": dict(Counter(r["kind"] for r in out.rows)),
+                "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
-                "bank_version": version, "bank_parent": parent,
-                # items = calls; a skill dropped for its sources counts once more (it is not a call)
-                "quality": tally.record(len(calls), Counter(q.reason for q in request_rows))}
-    return StageOutput(rows=rows, quarantine=quarantine, rows_in=len(all_memories), units_in=len(all_memories),
-                       units_out=len(used), counters=counters, extra_files=extra,
-                       failed_requests=[c.result for c in failed], request_quarantine=request_rows)
+                "bank_version": run.notes["version"], "bank_parent": run.notes["parent"],
+                "quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.request_quarantine))}
+
+
+STAGE = SkillsStage()

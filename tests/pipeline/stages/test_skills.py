@@ -12,6 +12,7 @@ import pytest
 from pipeline.bank import rows as skillbank
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import SkillsConfig, PipelineConfig
+from pipeline.core.llmstage import Job
 from pipeline.llm.types import JSONResult
 from pipeline.core.records import MEMORY_SCHEMA
 from pipeline.core.runner import run_stage
@@ -84,18 +85,18 @@ def test_answer_schema_and_check():
 
 
 def test_unused_memories_are_quarantined_with_the_failed_call():
-    calls = skills.plan_calls(MEMORIES, "alfworld", SkillsConfig())
-    for c in calls:  # every category call fails, the general and mistake calls succeed
-        ok = c.kind != "task_specific"
-        c.result = JSONResult(c.request.key, ok, raw="" if ok else "{bad", error="" if ok else "schema_invalid",
-                              detail="" if ok else "at <root>: x")
-    used, quarantine = skills.unused_quarantine(MEMORIES, calls)
+    jobs = [Job(c, c.request.key, [c.request]) for c in skills.plan_calls(MEMORIES, "alfworld", SkillsConfig())]
+    for j in jobs:  # every category call fails, the general and mistake calls succeed
+        ok = j.item.kind != "task_specific"
+        j.results = [JSONResult(j.item_id, ok, raw="" if ok else "{bad", error="" if ok else "schema_invalid",
+                                detail="" if ok else "at <root>: x")]
+    used, quarantine = skills.unused_quarantine(MEMORIES, jobs)
     assert used == {"mem-1", "mem-2", "mem-3", "mem-4"}  # every memory fed a successful call
-    for c in calls:  # now the general and the heat calls fail: mem-2 fed only those two
-        failed = c.kind == "general" or c.category == "heat"
-        c.result = JSONResult(c.request.key, not failed, raw="{x" if failed else "", error="length" if failed else "",
-                              detail="cut" if failed else "")
-    used, quarantine = skills.unused_quarantine(MEMORIES, calls)
+    for j in jobs:  # now the general and the heat calls fail: mem-2 fed only those two
+        failed = j.item.kind == "general" or j.item.category == "heat"
+        j.results = [JSONResult(j.item_id, not failed, raw="{x" if failed else "", error="length" if failed else "",
+                                detail="cut" if failed else "")]
+    used, quarantine = skills.unused_quarantine(MEMORIES, jobs)
     assert used == {"mem-1", "mem-3", "mem-4"}
     assert [(q.item_id, q.reason, q.raw) for q in quarantine] == [("mem-2", "length", "{x")]
     assert quarantine[0].detail == "general call alfworld/general/ failed: cut"
