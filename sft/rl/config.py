@@ -97,7 +97,6 @@ class GRPOConfig:
     save_steps: int = _f(10, "save a coupled checkpoint every N steps (and always at the end); 0 = end only",
                          min=0)
 
-
     def validate(self) -> "GRPOConfig":
         """Return ``self`` or raise :class:`pipeline.core.config.ConfigError` (a ``ValueError``)
         ``"field: message"``: declared ranges/choices, ``temperature`` and ``top_p`` > 0, a
@@ -121,6 +120,7 @@ class GRPOConfig:
                                   f"known: {', '.join(sorted(GAME_CATEGORIES))}")
         return self
 
+
 def smoke(**overrides: Any) -> GRPOConfig:
     """The CPU budget of ``make run`` and the tests: 2 steps of 1 task x 2 episodes x 3 actions,
     32 new tokens, a rank-8 LoRA update at lr 1e-4, one validation/evolution at step 2 on 2 dev
@@ -133,6 +133,7 @@ def smoke(**overrides: Any) -> GRPOConfig:
 
 
 def to_dict(cfg: GRPOConfig) -> dict[str, Any]:
+    """``cfg`` as a JSON-ready dict (``prompt`` nested as a dict of its fields)."""
     return dataclasses.asdict(cfg)
 
 
