@@ -18,34 +18,10 @@ def canonical_stage(name: str) -> str:
 
 
 def get_stage(name: str):
-    """The stage object registered as ``name`` (old names accepted).
-
-    Transition: a stage module that defines ``STAGE`` (a :class:`pipeline.core.stage.Stage`)
-    is used as is; an older module (``NAME``/``INPUTS``/``run(ctx)`` constants) is wrapped by
-    :class:`_ModuleStage`. Raises ``ValueError`` for an unknown name."""
+    """The :class:`~pipeline.core.stage.Stage` registered as ``name`` (old names accepted): the
+    ``STAGE`` of module ``pipeline.stages.<name>``. Raises ``ValueError`` for an unknown name."""
     import importlib
     name = canonical_stage(name)
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
-    mod = importlib.import_module(f"pipeline.stages.{name}")
-    return getattr(mod, "STAGE", None) or _ModuleStage(mod)
-
-
-class _ModuleStage:
-    """Adapter: an old-style stage module seen through the :class:`~pipeline.core.stage.Stage` API."""
-
-    def __init__(self, mod):
-        self.module = mod
-        self.name, self.inputs, self.schema = mod.NAME, tuple(mod.INPUTS), mod.SCHEMA
-        self.uses_llm = mod.USES_LLM
-        self.config_sections = getattr(mod, "CONFIG", None)
-        self.split_files = getattr(mod, "SPLIT_FILES", None)
-
-    def prompt_files(self, ctx):
-        return self.module.prompt_files(ctx) if hasattr(self.module, "prompt_files") else []
-
-    def input_facts(self, ctx):
-        return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
-
-    def run(self, ctx):
-        return self.module.run(ctx)
+    return importlib.import_module(f"pipeline.stages.{name}").STAGE

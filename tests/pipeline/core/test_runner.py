@@ -108,7 +108,8 @@ def test_unknown_stage_name_is_a_clear_error():
 def test_every_registered_stage_is_a_stage_object_named_like_its_module():
     for name in STAGES:
         stage = get_stage(name)
-        assert stage.name == name and all(s in STAGES[:STAGES.index(name)] for s in stage.inputs)
+        assert isinstance(stage, Stage) and stage.name == name
+        assert all(s in STAGES[:STAGES.index(name)] for s in stage.inputs)  # upstreams run first
     assert get_stage("dedupe").name == "remove_loops"  # old names still accepted
 
 
