@@ -50,6 +50,7 @@ QUALITY_KEYS = ("quality_metrics", "data_quality", "quality", "metrics")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's options (``--help``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "outcome_root"), help="folder for runs/ and traces")
     p.add_argument("--run-id", default="outcome")
@@ -156,6 +157,7 @@ def evaluate(a: argparse.Namespace, which: str) -> dict:
 
 
 def grpo(a: argparse.Namespace) -> dict:
+    """Step 5: a few GRPO steps from the SFT checkpoint (no validation), the run's prompt config."""
     from sft.rl.config import smoke
     from sft.rl.step import grpo_for_run
     cfg = smoke(max_steps=a.grpo_steps, games=[a.game], game_params=a.game_params, max_env_steps=a.eval_max_steps,
@@ -218,6 +220,7 @@ def report(a: argparse.Namespace, results: dict[str, dict], counts: dict, q: dic
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the steps of the benchmark named by the options; returns the exit code."""
     a = parse_args(argv)
     if a.threads:
         import torch

@@ -78,6 +78,7 @@ class SFTFitConfig:
 
 
 def to_dict(cfg: SFTFitConfig) -> dict[str, Any]:
+    """``cfg`` as a JSON-ready dict of its fields."""
     return dataclasses.asdict(cfg)
 
 

@@ -26,6 +26,7 @@ MANIFEST = "checkpoint.json"
 
 
 def checkpoint_dir(output_dir: str, step: int) -> str:
+    """``<output_dir>/checkpoints/step-NNNNNN``: the folder of the checkpoint of ``step``."""
     return os.path.join(output_dir, "checkpoints", f"step-{step:06d}")
 
 
@@ -83,6 +84,7 @@ def resolve(resume: str, output_dir: str) -> str | None:
 
 
 def read_manifest(path: str) -> dict[str, Any]:
+    """The ``checkpoint.json`` of checkpoint folder ``path``; raises ``OSError`` without one."""
     with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
         return json.load(f)
 

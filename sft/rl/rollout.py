@@ -24,7 +24,6 @@ plan with optional injected noise) has ``start_episode(slot, env, task)`` and
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -327,7 +326,3 @@ def episode_summary(episodes: list[Episode]) -> dict[str, Any]:
     return {"episodes": n, "wins": wins, "success_rate": wins / n if n else 0.0,
             "mean_actions": sum(len(e.trajectory.steps) - 1 for e in episodes) / n if n else 0.0,
             "invalid_steps": sum(e.n_invalid for e in episodes)}
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
