@@ -97,7 +97,7 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
     if split:
         lines += [f"The skill bank was built from train instances only: the memories of the "
                   f"{len(split.get('val_instances', []))} val instances ({split.get('held_out_memories', 0)} "
-                  f"memories) were held out of it (aggregate quarantine reason `held_out_val`).", ""]
+                  f"memories) were held out of it (skills quarantine reason `held_out_val`).", ""]
     else:
         lines += ["The skill bank records no train/val split: it may have been built from val instances too.", ""]
     return "\n".join(lines)
@@ -122,15 +122,15 @@ def _counts(ctx: StageContext, stage: str) -> dict[str, Any]:
     return (art.manifest.get("counts") or {}) if art else {}
 
 
-def quality_card(m: dict[str, Any], validate_counts: dict[str, Any], distill_counts: dict[str, Any]) -> str:
+def quality_card(m: dict[str, Any], pair_counts: dict[str, Any], distill_counts: dict[str, Any]) -> str:
     """The card's "Data quality" section: surviving pairs with the quarantine reasons of distill
-    (trajectories) and build_pairs (candidate pairs; the card calls it "Validate"), then the figures of :func:`quality_metrics`."""
+    (trajectories) and build_pairs (candidate pairs), then the figures of :func:`quality_metrics`."""
     reasons = lambda c: ", ".join(f"{k} {v}" for k, v in sorted((c.get("quarantine_reasons") or {}).items())) or "none"  # noqa: E731
     su, comp, tl = m["skill_use"], m["trajectory_completeness"], m["think_length"]
     lines = ["## Data quality", "",
              f"{m['pairs']} pairs survive. Distill: {distill_counts.get('out', '?')} of {distill_counts.get('in', '?')} "
-             f"trajectories distilled (quarantined: {reasons(distill_counts)}). Validate: {validate_counts.get('out', '?')} "
-             f"of {validate_counts.get('units_in', '?')} candidate pairs kept (quarantined: {reasons(validate_counts)}).", "",
+             f"trajectories distilled (quarantined: {reasons(distill_counts)}). Pair building: {pair_counts.get('out', '?')} "
+             f"of {pair_counts.get('units_in', '?')} candidate pairs kept (quarantined: {reasons(pair_counts)}).", "",
              "| metric | value | definition |", "|---|---|---|",
              f"| skill-use rate | {su['rate']} ({su['using']} of {su['pairs_with_skills']}) | thinks sharing >= "
              f"{su['min_shared']} content words with a skill in their prompt, beyond task/observation/action |",

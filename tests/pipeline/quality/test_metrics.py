@@ -127,6 +127,6 @@ def test_export_writes_the_metrics_to_the_manifest_and_the_card(tmp_path):
     assert m["terminal_action_coverage"] == {"alfworld": {"trajectories": 1, "with_terminal": 1, "rate": 1.0}}
     assert m["action_entropy"] == {"alfworld": {"bits": 1.0, "types": 2}}
     card = open(os.path.join(res.uri, "DATASET_CARD.md"), encoding="utf-8").read()
-    assert ("2 pairs survive. Distill: ? of ? trajectories distilled (quarantined: none). Validate: 2 of 3 "
+    assert ("2 pairs survive. Distill: ? of ? trajectories distilled (quarantined: none). Pair building: 2 of 3 "
             "candidate pairs kept (quarantined: short_think 1).") in card
     assert "| skill-use rate | 1.0 (2 of 2) |" in card and "| terminal-action coverage, alfworld | 1.0 (1 of 1) |" in card
