@@ -1,4 +1,4 @@
-"""Benchmark of the LLM client's concurrency and cache against the local stub (issue 4, deliverable 8).
+"""Benchmark of the LLM client's concurrency and cache against the local stub.
 
 200 structured requests, each answered by the stub (tests/helpers/llm_stub.py) after an injected latency
 of 0.5 s, through ``LLMClient.complete_json_many`` with ``llm.concurrency = 16``. The stub runs in

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 
-REFERENCE_S = 5.9  # reference parse + dedupe on the --envs 3000 --seed 1 tree (issue 3)
+REFERENCE_S = 5.9  # reference parse + dedupe on the --envs 3000 --seed 1 tree
 # the project's synthetic rollout-tree generator, shipped with the tests (tests/fixtures/tools/SOURCE.md)
 TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures", "tools",
                     "make_skillrl_rollouts.py")

@@ -1,4 +1,4 @@
-"""Nothing in the repository reaches outside it (issue 10, acceptance: "no test, fixture or product
+"""Nothing in the repository reaches outside it (acceptance: "no test, fixture or product
 module opens a path outside the repository; a test enforces it").
 
 Every ``.py`` under ``tests/``, ``pipeline/``, ``sft/``, ``dags/`` and ``bench/`` is parsed with

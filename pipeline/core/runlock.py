@@ -1,4 +1,4 @@
-"""One process at a time per run: an advisory file lock under the run folder (issue 14, hole 6).
+"""One process at a time per run: an advisory file lock under the run folder.
 
 Two ``skillpipe run`` processes on the same run id would both pay every LLM answer, and with
 different inputs the last writer would win silently while the other printed a false summary. So
