@@ -234,3 +234,16 @@ def test_none_dialect_puts_the_schema_in_the_prompt():
         MSGS[0]["content"] + "\n\nAnswer with only one JSON value, no prose and no code fence, that matches this "
         'JSON Schema:\n{"type":"object","additionalProperties":false,"required":["city"],'
         '"properties":{"city":{"type":"string","maxLength":20}}}')
+
+
+def test_an_answer_accepted_after_a_repair_is_a_cache_hit_next_time(tmp_path):
+    """The accepted answer is stored under the key of the ORIGINAL request (not of the repair
+    conversation), so a rerun pays nothing for it."""
+    with ChatStub([{"content": '{"town": "Paris"}'}, {"content": '{"city": "Paris"}'}]) as stub:
+        first = run_one(make_client(stub, tmp_path))
+    with ChatStub([]) as stub:  # an empty script: any call would get HTTP 599
+        client = make_client(stub, tmp_path)
+        again = run_one(client)
+        assert stub.requests == []
+    assert (first.ok, first.attempts, again.ok, again.cached, again.value) == (True, 2, True, True, {"city": "Paris"})
+    assert counters(client) == {"calls": 0, "retries": 0, "repairs": 0, "failures": 0, "cache_hits": 1}
