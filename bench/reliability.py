@@ -144,6 +144,7 @@ class FaultProxy(ThreadingHTTPServer):
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def draw(self) -> str | None:
+        """The fault for the next call (``None`` = pass through), counted in ``log``."""
         with self.lock:
             fault = self.rng.choice(self.kinds) if self.rng.random() < self.rate else None
             self.log[fault or "none"] += 1
@@ -272,7 +273,8 @@ def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]
     if "kill" in chosen:
         res = reliability_kill.matrix(os.path.join(work, "kill"), seeds=a.kill_seeds)
         bad = sum(not r.ok for r in res)
-        out.append(("1. kill -9 matrix", reliability_kill.table(res), f"{len(res)} kills, {bad} failed, "
+        out.append(("1. kill -9 matrix", reliability_kill.table(res),
+                    f"{len(res)} kills, {sum(r.landed for r in res)} landed in a running stage, {bad} failed, "
                     f"extra LLM calls {sum(r.extra_calls for r in res)}"))
     if "corrupt" in chosen:
         with SchemaStub() as stub:
@@ -295,6 +297,7 @@ def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]
 
 
 def main() -> None:
+    """Command line: run the chosen sections, print their tables, optionally save them."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ",".join(SECTIONS))
     ap.add_argument("--rates", default="0.3,0.6", help="storm: comma-separated fault rates")
@@ -321,21 +324,24 @@ def main() -> None:
 def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace, wall: float) -> None:
     """Write the sections' tables to ``path`` with the date, commit, machine and command."""
     import platform
+    # outside a git checkout (e.g. a copy made with git archive, run while the checkout changes)
+    # the caller names the commit in SKILLPIPE_COMMIT
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+                            text=True).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     body = "".join(f"## {title}\n\n{text}\n**{verdict}**\n\n" for title, text, verdict in sections)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]))
+        f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]),
+                              upstream=a.upstream)
                 + body + FOOTER)
 
 
 HEADER = """# Reliability suite
 
 Last run of `bench/reliability.py {cmd}` on {now}, commit `{commit}`, {machine}, {wall:.0f} s (a
-shared machine: wall times are indicative). The LLM is the schema stub (`bench/reliability_stub.py`):
-it answers each structured request with a valid instance of the request's schema, so every stage
+shared machine: wall times are indicative). The LLM of sections 1-3 is the schema stub
+(`bench/reliability_stub.py`; the storm's upstream: `{upstream}`): it answers each structured request with a valid instance of the request's schema, so every stage
 runs in seconds and the content rules are only counted (`quality.flag_rules`). What each section
 does and checks is in the docstrings of `bench/reliability_kill.py`, `bench/reliability_corrupt.py`,
 `bench/reliability_secrets.py` and `bench/reliability.py`.
@@ -347,7 +353,9 @@ FOOTER = """## How to read the tables
 - kill -9: *stage hit* is read back from the run folder after the kill (the first stage without a
   complete artifact). *Identical to reference*: every stage's files, quarantine included, equal
   those of an uninterrupted run (the dataset card's title, which names the run id, excepted).
-  *Extra LLM calls*: calls of the killed run and its rerun together beyond the reference run's.
+  *Extra LLM calls*: calls of the killed run and its rerun together beyond the reference run's
+  (a request in flight at the kill is sent again: its answer never reached the cache).
+  *missed*: the run had finished before the kill moment (the checks still ran on the rerun).
 - corrupt input: *rows out / good expected*: trajectories parse kept versus the valid records in
   the folder (three in `good.jsonl` plus the valid records inside the bad file). FAIL = a crash, a
   valid record not read, or a bad item without a quarantine row.

@@ -48,12 +48,19 @@ class KillResult:
     reconciled: bool
 
     @property
+    def landed(self) -> bool:
+        """The kill hit a running pipeline (not a run that had already finished)."""
+        return bool(self.hit)
+
+    @property
     def ok(self) -> bool:
+        """Every check passed."""
         return (self.rerun_rc == 0 and self.identical and self.temp_left == 0 and self.procs_left == 0
                 and self.reconciled)
 
 
 def complete(run_dir: str, stage: str) -> bool:
+    """Whether ``stage`` of the run folder ``run_dir`` has a complete artifact (its manifest)."""
     return os.path.exists(os.path.join(run_dir, stage, "_manifest.json"))
 
 
@@ -158,8 +165,10 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
 
 
 def table(results: list[KillResult]) -> str:
+    """The matrix as a Markdown table, one row per kill."""
     head = ["target stage", "mode", "seed", "stage hit", "temp at kill", "rerun rc", "identical to reference",
             "extra LLM calls", "temp left", "processes left", "reconciled", "outcome"]
     return md_table(head, [[r.target, r.mode, r.seed, r.hit or "(run had finished)", r.temp_at_kill, r.rerun_rc,
                             "yes" if r.identical else "NO", r.extra_calls, r.temp_left, r.procs_left,
-                            "yes" if r.reconciled else "NO", "ok" if r.ok else "FAIL"] for r in results])
+                            "yes" if r.reconciled else "NO",
+                            ("ok" if r.landed else "missed") if r.ok else "FAIL"] for r in results])

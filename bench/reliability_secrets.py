@@ -65,6 +65,7 @@ def scan(root: str, texts: dict[str, str]) -> tuple[int, dict[str, int]]:
 
 @dataclass
 class SecretResult:
+    """One echo case: run exit code, files scanned, hits per needle and file, quarantined rows."""
     case: str
     rc: int
     files: int
@@ -80,7 +81,7 @@ def secret_case(work: str, echo: str, stages: str = "") -> SecretResult:
     root = os.path.join(work, f"secrets-{echo}")
     with SchemaStub(echo=echo) as stub:
         config = write_config(os.path.join(work, f"secrets-{echo}.yaml"), stub.base_url,
-                              llm={"max_retries": 1})
+                              llm={"max_retries": 1, "concurrency": 8})
         res = run_cli(cli_args(root, "s", config, stages=stages), timeout_s=300)
         calls, key_sent = len(stub.requests), FAKE_KEY in stub.keys
     report = run_cli([SKILLPIPE, "report", "s", "--root", root], timeout_s=120)
@@ -92,6 +93,7 @@ def secret_case(work: str, echo: str, stages: str = "") -> SecretResult:
 
 @dataclass
 class EscapeResult:
+    """One escape attempt: exit code, the CLI's message (or what happened), ok / FAIL: why."""
     attempt: str
     rc: int
     message: str
@@ -177,6 +179,7 @@ def escapes(work: str, base_url: str) -> list[EscapeResult]:
 
 
 def secrets_table(results: list[SecretResult]) -> str:
+    """The key scans as a Markdown table."""
     head = ["key echoed by the endpoint", "run rc", "LLM calls", "key sent to the endpoint",
             "files scanned (+ stdout/stderr, report)", "quarantined rows", "secret hits"]
     return md_table(head, [[r.case, r.rc, r.calls, "yes" if r.key_sent else "NO", r.files, r.quarantined,
@@ -185,4 +188,5 @@ def secrets_table(results: list[SecretResult]) -> str:
 
 
 def escape_table(results: list[EscapeResult]) -> str:
+    """The escape attempts as a Markdown table."""
     return md_table(["attempt", "rc", "message", "outcome"], [[r.attempt, r.rc, r.message, r.outcome] for r in results])

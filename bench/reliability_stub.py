@@ -121,14 +121,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.keys.add(key)
             first = digest not in self.server.seen
             self.server.seen.add(digest)
+            self.server.doomed = self.server.doomed or digest  # the first request ever
         if self.server.latency_s:
             time.sleep(self.server.latency_s)
-        if self.server.echo == "error" and (first or int(digest[:8], 16) % 20 == 0):
+        if self.server.echo == "error" and (first or digest == self.server.doomed):
             return self._send({"error": {"message": "x" * ECHO_PAD + f"invalid credentials: {key}"}}, 500)
-        content = answer_for(body, key if self.server.echo == "answer" else "")
+        content, finish = answer_for(body, key if self.server.echo == "answer" else ""), "stop"
+        if self.server.echo == "answer" and int(digest[:8], 16) % 4 == 0:  # kept raw in the quarantine
+            content, finish = content[: len(content) // 2], "length"
         self._send({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
                     "model": body.get("model", "stub-model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
@@ -147,19 +150,21 @@ class SchemaStub:
 
     ``echo`` makes it a careless endpoint that repeats the request's API key (the
     ``Authorization`` bearer value): ``"answer"`` puts it at the head of the first long enough
-    string of every answer; ``"error"`` answers HTTP 500 whose message is
+    string of every answer, and cuts one answer in 4 in half with ``finish_reason: length``
+    (quarantined with the raw text); ``"error"`` answers HTTP 500 whose message is
     :data:`ECHO_PAD` filler characters and then the key (so a message cut at 300 characters
     before redaction would keep the key's first characters) to the first attempt of every
-    request, and to every attempt of one request in 20 (those end quarantined)."""
+    request, and to every attempt of the first request received (which ends quarantined)."""
 
     def __init__(self, latency_s: float = 0.0, echo: str = ""):
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.latency_s, self._server.lock, self._server.requests = latency_s, threading.Lock(), []
-        self._server.echo, self._server.seen, self._server.keys = echo, set(), set()
+        self._server.echo, self._server.seen, self._server.keys, self._server.doomed = echo, set(), set(), ""
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
     def requests(self) -> list[dict[str, Any]]:
+        """The request bodies received, in arrival order."""
         return self._server.requests
 
     @property
