@@ -15,7 +15,9 @@ artifact), not assumed. Then a plain rerun of the same command, and the checks: 
 0, every stage's content hash equals the reference, no temporary folder is left, no process of
 the killed group survives, counts reconcile (units in = out + quarantined), and the LLM calls of
 both runs together exceed the reference's by the number reported (``extra calls``: requests
-whose answer was in flight at the kill, or not yet in the cache).
+whose answer was in flight at the kill, or not yet in the cache); ``answered calls asked
+again`` counts the rerun's requests whose answer the stub had written out in full to the
+killed run (an answer sent in the last milliseconds before the kill may never have been read).
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class KillResult:
     rerun_rc: int
     identical: bool
     extra_calls: int
+    repeated: int       # requests of the rerun whose answer the killed run had received in full
     temp_left: int
     procs_left: int
     reconciled: bool
@@ -152,13 +155,15 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
             lo, hi = win[target]
             at = random.Random(f"{target}-{seed}").uniform(0.0, 0.9) * (hi - lo)
             run_id = f"kill-{target}-{mode}-{seed}"
-            before = len(stub.requests)
+            before, answered_before = len(stub.requests), len(stub.answered)
             hit, temp_at, procs = kill_once(work, run_id, config, target, mode, at, upto)
+            answered, rerun_from = set(stub.answered[answered_before:]), len(stub.requests)
             rerun = run_cli(cli_args(work, run_id, config, stages=upto_stages(upto)),
                             log_path=os.path.join(work, f"{run_id}.log"))
             state = run_state(work, run_id)
             results.append(KillResult(target, mode, seed, hit, temp_at, rerun.returncode,
                                       state.hashes == ref.hashes, len(stub.requests) - before - ref_calls,
+                                      len(answered & set(stub.digests[rerun_from:])),
                                       len(state.temp_left), procs, state.reconciled()))
             log(f"kill {target}/{mode}/{seed}: hit={hit or 'finished'} ok={results[-1].ok}")
     return results
@@ -167,8 +172,8 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
 def table(results: list[KillResult]) -> str:
     """The matrix as a Markdown table, one row per kill."""
     head = ["target stage", "mode", "seed", "stage hit", "temp at kill", "rerun rc", "identical to reference",
-            "extra LLM calls", "temp left", "processes left", "reconciled", "outcome"]
+            "extra LLM calls", "answered calls asked again", "temp left", "processes left", "reconciled", "outcome"]
     return md_table(head, [[r.target, r.mode, r.seed, r.hit or "(run had finished)", r.temp_at_kill, r.rerun_rc,
-                            "yes" if r.identical else "NO", r.extra_calls, r.temp_left, r.procs_left,
+                            "yes" if r.identical else "NO", r.extra_calls, r.repeated, r.temp_left, r.procs_left,
                             "yes" if r.reconciled else "NO",
                             ("ok" if r.landed else "missed") if r.ok else "FAIL"] for r in results])

@@ -118,6 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         with self.server.lock:
             self.server.requests.append(body)
+            self.server.digests.append(digest)
             self.server.keys.add(key)
             first = digest not in self.server.seen
             self.server.seen.add(digest)
@@ -134,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        with self.server.lock:
+            self.server.answered.append(digest)
 
 
 class _Server(ThreadingHTTPServer):
@@ -160,12 +163,23 @@ class SchemaStub:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.latency_s, self._server.lock, self._server.requests = latency_s, threading.Lock(), []
         self._server.echo, self._server.seen, self._server.keys, self._server.doomed = echo, set(), set(), ""
+        self._server.digests, self._server.answered = [], []
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
     def requests(self) -> list[dict[str, Any]]:
         """The request bodies received, in arrival order."""
         return self._server.requests
+
+    @property
+    def digests(self) -> list[str]:
+        """SHA-256 of each request body (sorted keys), parallel to :attr:`requests`."""
+        return self._server.digests
+
+    @property
+    def answered(self) -> list[str]:
+        """Digests of the requests whose answer was written out in full, in that order."""
+        return self._server.answered
 
     @property
     def keys(self) -> set[str]:
