@@ -112,9 +112,9 @@ def answer_schema(kind: str, n: int) -> dict[str, Any]:
 
 def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfig | None = None,
                  tally: quality.Tally | None = None):
-    """``JSONRequest.check``: every field of every item must have non-blank text (D-K4); with
-    ``qcfg``, then the content rules of :func:`skill_violations` against ``sources`` (the pattern
-    and mistake texts fed to the call), gated by ``tally`` (policy and counts)."""
+    """``JSONRequest.check``: every field of every item must have non-blank text; with ``qcfg``,
+    then the content rules of :func:`skill_violations` against ``sources`` (:func:`memory_sources`
+    of the memories fed to the call), gated by ``tally`` (policy and counts)."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
 
     def check(value: dict[str, Any]) -> str | None:
@@ -132,8 +132,11 @@ def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfi
 def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str], qcfg: QualityConfig,
                      encoder: topic.Encoder | None = None) -> list[quality.Violation]:
     """Content rules of one answer's skills (or mistakes): ``no_words``/``ngram_loop`` of every
-    field, ``not_a_phrase`` of a title, ``ngram_loop`` of the item's fields joined, then ``off_topic``: each item's text (title, principle,
-    when to apply; mistakes: description, why, how) against the texts fed to the call."""
+    field, ``not_a_phrase`` of a title, ``ngram_loop`` of the item's fields joined, then
+    ``off_topic`` (:func:`pipeline.quality.topic.off_domain`): each field of an item (title,
+    principle, when to apply; mistakes: description, why, how) scored separately against
+    ``sources``, the task and description of each memory fed to the call. No sources, or
+    ``quality.off_topic_threshold <= -1``: not checked."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
     out = []
     for i, item in enumerate(items):
@@ -146,8 +149,16 @@ def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str],
         if (loop := text.ngram_loop(whole, qcfg.loop_ngram, qcfg.loop_min_repeats)) is not None:
             out.append(quality.Violation("ngram_loop", f"{key}[{i}] repeats {loop!r} {qcfg.loop_min_repeats}+ times "
                                                        "across its fields; write it once"))
-    named = [(f"{key}[{i}]", _skillmerge.skill_text({**item, "kind": kind})) for i, item in enumerate(items)]
-    return out + topic.off_topic(named, [sources] * len(named), qcfg.off_topic_threshold, encoder)
+    if qcfg.off_topic_threshold <= -1:
+        return out
+    named = [[(f"{key}[{i}].{f}", str(item.get(f) or "")) for f in fields] for i, item in enumerate(items)]
+    return out + topic.off_domain(named, [sources] * len(named), encoder=encoder)
+
+
+def memory_sources(memories: list[dict[str, Any]]) -> list[str]:
+    """What a call's skills must be about: the task and the contextual description of each
+    memory fed to it (distinct, first-seen order)."""
+    return list(dict.fromkeys(t for m in memories for t in (m["task"], m["contextual_description"]) if t.strip()))
 
 
 def source_check(rows: list[dict[str, Any]], memories: list[dict[str, Any]], tally: quality.Tally
@@ -176,29 +187,30 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
     fail = [m for m in memories if m["outcome"] == "failure" and m["mistakes_to_avoid"]]
     calls: list[Call] = []
 
-    def add(kind: str, category: str, fed: set[str], section: str, n: int, sources: list, **values: Any) -> None:
+    def add(kind: str, category: str, fed: set[str], section: str, n: int, **values: Any) -> None:
+        used = [m for m in memories if m["memory_id"] in fed]
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},
                                         {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
                               schema=answer_schema(kind, n), schema_name=f"skills_{kind}",
-                              check=check_answer(kind, [t for t, _ in sources], qcfg, tally))
-        calls.append(Call(env, kind, category, [m for m in memories if m["memory_id"] in fed], request, tpl.sha))
+                              check=check_answer(kind, memory_sources(used), qcfg, tally))
+        calls.append(Call(env, kind, category, used, request, tpl.sha))
 
     patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)
     if patterns:
-        add("general", "", fed, "general", cfg.n_general, patterns, patterns=_lines(patterns))
+        add("general", "", fed, "general", cfg.n_general, patterns=_lines(patterns))
     for cat in dict.fromkeys(m["category"] for m in memories):  # first-seen order
         pats, fed_p = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ if m["category"] == cat],
                                    cfg.max_patterns)
         errs, fed_e = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail if m["category"] == cat
                                     for x in m["mistakes_to_avoid"]], cfg.max_patterns)
         if pats or errs:
-            add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific, pats + errs,
+            add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific,
                 category_label=category_label(cat), patterns=_lines(pats), mistakes=_lines(errs))
     errs, fed = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail for x in m["mistakes_to_avoid"]],
                              cfg.max_patterns)
     if errs:
-        add("mistake", "", fed, "mistakes", cfg.n_mistakes, errs, mistakes=_lines(errs))
+        add("mistake", "", fed, "mistakes", cfg.n_mistakes, mistakes=_lines(errs))
     return calls
 
 
