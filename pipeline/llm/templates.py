@@ -8,7 +8,7 @@ Layout (package data under ``pipeline/templates/``, one flat folder)::
 The names are unique on purpose: the runner keys a stage's template hashes by file basename
 (``runner.fingerprint``), so ``alfworld/memory.txt`` and ``webshop/memory.txt`` would collide and
 an edit of one could go unnoticed. The prompt wording is ours (the reference's prompts are not
-copied, DESIGN.md §3). A row's ``prompt_sha`` is the SHA-256 of the exact files used for it
+copied). A row's ``prompt_sha`` is the SHA-256 of the exact files used for it
 (stage file + env file), so editing a template changes the fingerprint (stage and downstream
 rerun) and the rows it produced can be traced to it. ``TEMPLATE_DIR`` is read at call time, so
 tests may point it at a copy (then call ``load.cache_clear()``).

@@ -1,4 +1,4 @@
-"""Grounding rules: an LLM claim about a trajectory must match what was recorded (issue 13).
+"""Grounding rules: an LLM claim about a trajectory must match what was recorded.
 
 * ``ungrounded_step`` - a memory's refined step must cite an action step (1..n, the numbering
   of ``memory.render_trajectory``) whose recorded action equals the claimed one after

@@ -256,9 +256,8 @@ def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
 
 
 def test_a_loop_across_a_mistakes_fields_is_caught():
-    """The mistake the embedded model wrote on the shipped sample (run q1 of issue 13): each field
-    alone is prose and, next to kitchen-flavoured sources, MiniLM puts it at 0.21 (above the
-    off-topic threshold); joined, "eat the same" occurs 3 times."""
+    """A mistake the embedded model wrote on the shipped sample: each field alone is prose;
+    joined, "eat the same" occurs 3 times (off_topic is judged in tests/pipeline/quality/test_topic.py)."""
     from pipeline.core.config import QualityConfig
     from pipeline.stages.skills import skill_violations
     item = {"description": "When I was a child, I would always eat the same thing twice. When I am hungry, I will "
