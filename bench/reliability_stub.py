@@ -136,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
         with self.server.lock:
-            self.server.answered.append(digest)
+            self.server.answered.append((digest, time.monotonic()))
 
 
 class _Server(ThreadingHTTPServer):
@@ -177,8 +177,9 @@ class SchemaStub:
         return self._server.digests
 
     @property
-    def answered(self) -> list[str]:
-        """Digests of the requests whose answer was written out in full, in that order."""
+    def answered(self) -> list[tuple[str, float]]:
+        """``(digest, time.monotonic())`` of each request whose answer was written out in full,
+        in that order."""
         return self._server.answered
 
     @property

@@ -34,7 +34,7 @@ def test_kill_during_parse_write_and_memory_then_rerun_is_identical(tmp_path):
     assert (res[0].hit, res[0].temp_at_kill) == ("parse", 1)  # killed inside the writer's transaction
     for r in res:
         assert (r.rerun_rc, r.identical, r.temp_left, r.procs_left, r.reconciled) == (0, True, 0, 0, True), r
-        assert r.extra_calls >= 0 and r.repeated == 0
+        assert r.extra_calls >= 0 and r.repeated_settled == 0
 
 
 KINDS = {k.name: k for k in reliability_corrupt.KINDS}
