@@ -289,12 +289,14 @@ class QualityConfig:
                                              "words that must occur, in order, in the observation before or "
                                              "after its step (1 = an exact quote; 0.6 lets a quote drop "
                                              "articles and numbers)", min=0, max=1)
-    off_topic_threshold: float = _f(0.15, "rule off_topic: min cosine similarity (MiniLM all-MiniLM-L6-v2) of "
-                                          "an LLM text to its source (trajectory, memories or step). Measured "
-                                          "(tests/test_quality_rules.py): a childhood-diet mistake or a football "
-                                          "remark scores 0.02-0.05 against an ALFWorld episode, placeholders "
-                                          "such as 'because of 0' 0.07-0.08; on-topic memories, skills and "
-                                          "thinks 0.27-0.74. -1 turns the rule off", min=-1, max=1)
+    off_topic_threshold: float = _f(0.15, "rule off_topic for memories and thinks: min cosine similarity "
+                                          "(MiniLM all-MiniLM-L6-v2) of an LLM text to its source (trajectory "
+                                          "or step). Measured (tests/pipeline/quality/test_rules.py): a "
+                                          "childhood-diet mistake or a football remark scores 0.02-0.05 against "
+                                          "an ALFWorld episode, placeholders such as 'because of 0' 0.07-0.08; "
+                                          "on-topic memories and thinks 0.27-0.74. Skills and mistakes use a "
+                                          "margin against everyday subjects instead (pipeline.quality.topic."
+                                          "DOMAIN_MARGIN). -1 turns the rule off everywhere", min=-1, max=1)
     skill_use_min_shared: int = _f(2, "metric skill_use_rate (export): content words of a skill in the think's "
                                       "prompt that the think must share, beyond those of the step's observation "
                                       "and action", min=1)

@@ -1,4 +1,4 @@
-"""pipeline.quality.metrics: each data-quality figure on a small input with a known value (issue 13)."""
+"""pipeline.quality.metrics: each data-quality figure on a small input with a known value."""
 from __future__ import annotations
 
 import json

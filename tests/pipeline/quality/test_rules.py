@@ -1,4 +1,4 @@
-"""pipeline.quality: each content rule on tiny literal inputs, exact reasons (issue 13).
+"""pipeline.quality: each content rule on tiny literal inputs, exact reasons.
 
 The degenerate examples are the ones the issue quotes from the export of the embedded 135M
 model (thinks ``1.25``, skills ``**1**: 2 _Apply when: 3 },_``)."""

@@ -1,4 +1,4 @@
-"""Content rules inside the LLM stages (issue 13): real sample trajectories (the SkillRL rollouts
+"""Content rules inside the LLM stages: real sample trajectories (the SkillRL rollouts
 of ``data/samples/skillrl-rollouts/env000``: a success, "cool some cup and put it in
 diningtable", 6 actions; a failure, "cool some vase and put it in fridge") and crafted answers
 served by the scripted stub. Each case asserts the exact quarantine reason, the repair round and

@@ -161,7 +161,7 @@ def test_run_on_embedded_model(tmp_path):
         again = run_stage("memory", ctx, model_id=client.model_id, log=lambda s: None)
     counts = res.manifest["counts"]
     assert counts["in"] == 3 and counts["out"] + counts["quarantined"] == 3
-    # a stage with failed requests is recorded incomplete: the rerun retries only those (issue 14)
+    # a stage with failed requests is recorded incomplete: the rerun retries only those
     n_failed = res.manifest["failed_requests"]["total"]
     assert again.skipped == (n_failed == 0) and counts["quarantined"] == n_failed
     if n_failed:

@@ -1,8 +1,8 @@
-"""The spec's test vectors (reference/skillrl_sft_pipeline_spec.md §15) that are not pinned in a
-module test, with the "ours" values where we deliberately differ.
+"""Test vectors of the SkillRL reference pipeline (TV1..TV11: tiny inputs with the reference's expected
+outputs) that are not pinned in a module test, with the "ours" values where we deliberately differ.
 
-Elsewhere: TV1 tests/pipeline/formats/test_skillrl_txt.py::test_tv1_ours_exact; TV3 tests/test_dedupe.py;
-TV4 tests/pipeline/envs/test_envs.py; TV6 tests/test_validate.py::test_tv6_ours; TV7 (parse) also
+Elsewhere: TV1 tests/pipeline/formats/test_skillrl_txt.py::test_tv1_ours_exact; TV3 tests/pipeline/stages/test_remove_loops.py;
+TV4 tests/pipeline/envs/test_envs.py; TV6 tests/pipeline/stages/test_build_pairs.py::test_tv6_ours; TV7 (parse) also
 tests/pipeline/formats/test_skillrl_search_txt.py; TV5 tests/pipeline/test_prompts.py; TV8/TV9 the LLM stages.
 """
 import pytest
