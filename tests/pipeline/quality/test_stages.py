@@ -6,6 +6,7 @@ the manifest's quality record; counts reconcile (runner's invariant)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -17,22 +18,28 @@ from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
 from tests.helpers.llm_stub import ChatStub
+from tests.helpers.paths import REPO
 from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
 
 COOL_CUP, VASE = "cool some cup and put it in diningtable.", "cool some vase and put it in fridge."
+
+def parsed_sample(tmp_path, sample: str, dest: str) -> tuple[ArtifactStore, list[Trajectory]]:
+    """parse + remove_loops of ``data/samples/<sample>`` (copied to ``<tmp_path>/in/<dest>``: trajectory
+    ids hash the path) into a store under ``tmp_path``; returns the store and the trajectories."""
+    inp = tmp_path / "in"
+    shutil.copytree(os.path.join(REPO, "data", "samples", sample), inp / dest)
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    for stage in ("parse", "remove_loops"):
+        run_stage(stage, ctx, log=lambda s: None)
+    return store, [Trajectory.from_row(r) for r in store.require("remove_loops").read_rows()]
 
 
 @pytest.fixture()
 def sample_store(tmp_path):
     """parse + dedupe of the real env000 rollouts into a tmp store; returns (store, {task: trajectory id})
     (ids hash the source path, so the tests name the two trajectories by their task)."""
-    inp = tmp_path / "in"
-    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
-    store = ArtifactStore(str(tmp_path / "root"), "r1")
-    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
-    for stage in ("parse", "remove_loops"):
-        run_stage(stage, ctx, log=lambda s: None)
-    trajs = [Trajectory.from_row(r) for r in store.require("remove_loops").read_rows()]
+    store, trajs = parsed_sample(tmp_path, "skillrl-rollouts/env000", "env000")
     assert [(t.task, t.outcome, len(t.steps) - 1) for t in trajs] == [(COOL_CUP, "success", 6), (VASE, "failure", 6)]
     return store, {t.task: t.trajectory_id for t in trajs}
 
@@ -154,13 +161,8 @@ def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over,
 # toiletpaperhanger" carries the thought the ETO agent recorded (5 actions, no admissible lists)
 @pytest.fixture()
 def eto_store(tmp_path):
-    inp = tmp_path / "in"
-    shutil.copytree("data/samples/eto-alfworld", inp / "eto")
-    store = ArtifactStore(str(tmp_path / "root"), "r1")
-    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
-    for stage in ("parse", "remove_loops"):
-        run_stage(stage, ctx, log=lambda s: None)
-    trajs = {t.task: t for t in (Trajectory.from_row(r) for r in store.require("remove_loops").read_rows())}
+    store, rows = parsed_sample(tmp_path, "eto-alfworld", "eto")
+    trajs = {t.task: t for t in rows}
     return distill_store(store), trajs["put a toiletpaper in toiletpaperhanger."]
 
 
