@@ -7,7 +7,7 @@ artifact of rows plus a quarantine of the units it could not use. Subclass :clas
         name = "shorten"                      # artifact folder: runs/<run_id>/shorten/
         inputs = ("remove_loops",)            # upstream stages it reads (fingerprinted by content)
         schema = TRAJECTORY_SCHEMA            # pyarrow schema of its rows
-        config_sections = ("shorten",)        # PipelineConfig sections it reads (fingerprinted)
+        config_sections = ("remove_loops",)   # PipelineConfig sections it reads (fingerprinted)
 
         def run(self, ctx: StageContext) -> StageOutput:
             rows, rejected = [], []

@@ -218,3 +218,34 @@ def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
     runner.check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
     dedupe = ArtifactStore(str(b), "r").require("remove_loops").manifest
     assert str(a) not in json.dumps(dedupe["inputs"]) and dedupe["inputs"][0]["stage"] == "parse"
+
+
+def test_the_contract_example_in_stage_py_runs_as_written(tmp_path, monkeypatch):
+    """The example stage of pipeline/core/stage.py's docstring, executed as written but with a cut
+    at 8 steps (so the contract a newcomer reads cannot rot): on the shipped sample it keeps the
+    short trajectories and quarantines the rest, and the runner reconciles and writes it like any
+    stage."""
+    import re
+    import shutil
+    import pipeline.core.stage as stage_mod
+    from pipeline.core.records import TRAJECTORY_SCHEMA
+    code = re.search(r"Subclass :class:`Stage`::\n\n(.*?)\n\nput it in", stage_mod.__doc__, re.S).group(1)
+    code = code.replace("> 50", "> 8")  # the sample's episodes are short: make both branches happen
+    namespace = {"Stage": Stage, "StageContext": StageContext, "StageOutput": StageOutput,
+                 "reject": stage_mod.reject, "TRAJECTORY_SCHEMA": TRAJECTORY_SCHEMA}
+    exec(compile("\n".join(line[4:] for line in code.splitlines()), "stage.py docstring", "exec"), namespace)
+    shorten = namespace["STAGE"]
+    inp = tmp_path / "in"
+    shutil.copytree(f"{REPO}/data/samples/skillrl-rollouts", inp / "skillrl-rollouts")
+    ctx = StageContext(ArtifactStore(str(tmp_path / "root"), "r"), PipelineConfig(), input_path=str(inp))
+    for name in ("parse", "remove_loops"):
+        run_stage(name, ctx, log=lambda m: None)
+    upstream = ctx.upstream("remove_loops").read_rows()
+    monkeypatch.setattr(runner, "get_stage", lambda name: shorten if name == "shorten" else get_stage(name))
+    res = run_stage("shorten", ctx, log=lambda m: None)
+    long = sum(len(t["steps"]) > 8 for t in upstream)
+    assert 0 < long < len(upstream)
+    assert res.manifest["counts"]["in"] == len(upstream)
+    assert res.manifest["counts"]["quarantine_reasons"] == {"too_long": long}
+    assert (res.rows, res.manifest["counts"]["quarantined"]) == (len(upstream) - long, long)
+    assert res.uri.endswith("/shorten") and run_stage("shorten", ctx, log=lambda m: None).skipped
