@@ -343,8 +343,9 @@ HEADER = """# Reliability suite
 
 Last run of `bench/reliability.py {cmd}` on {now}, commit `{commit}`, {machine}, {wall:.0f} s (a
 shared machine: wall times are indicative). The LLM of sections 1-3 is the schema stub
-(`bench/reliability_stub.py`; the storm's upstream: `{upstream}`): it answers each structured request with a valid instance of the request's schema, so every stage
-runs in seconds and the content rules are only counted (`quality.flag_rules`). What each section
+(`bench/reliability_stub.py`; the storm's upstream: `{upstream}`): it answers each structured
+request with a valid instance of the request's schema, so every stage runs in seconds and the
+content rules are only counted (`quality.flag_rules`). What each section
 does and checks is in the docstrings of `bench/reliability_kill.py`, `bench/reliability_corrupt.py`,
 `bench/reliability_secrets.py` and `bench/reliability.py`.
 

@@ -72,7 +72,8 @@ def complete(run_dir: str, stage: str) -> bool:
     return os.path.exists(os.path.join(run_dir, stage, "_manifest.json"))
 
 
-def windows(root: str, run_id: str, config: str, upto: str = STAGES[-1]) -> tuple[dict[str, tuple[float, float]], float]:
+def windows(root: str, run_id: str, config: str,
+            upto: str = STAGES[-1]) -> tuple[dict[str, tuple[float, float]], float]:
     """Run the pipeline once, polling the run folder; returns per stage ``(start, end)`` seconds
     after the process started (start = the previous stage complete; parse starts at 0) and the
     total wall time. ``upto``: the last stage run."""
@@ -180,7 +181,8 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
 def table(results: list[KillResult]) -> str:
     """The matrix as a Markdown table, one row per kill."""
     head = ["target stage", "mode", "seed", "stage hit", "temp at kill", "rerun rc", "identical to reference",
-            "extra LLM calls", "answered calls asked again (all / sent >= 0.1 s before the kill)", "temp left", "processes left", "reconciled", "outcome"]
+            "extra LLM calls", "answered calls asked again (all / sent >= 0.1 s before the kill)", "temp left",
+            "processes left", "reconciled", "outcome"]
     return md_table(head, [[r.target, r.mode, r.seed, r.hit or "(run had finished)", r.temp_at_kill, r.rerun_rc,
                             "yes" if r.identical else "NO", r.extra_calls,
                             f"{r.repeated} / {r.repeated_settled}", r.temp_left, r.procs_left,

@@ -78,7 +78,8 @@ def test_run_ids_that_escape_are_refused_without_traceback(tmp_path):
     config = os.path.join(str(tmp_path), "c.yaml")
     from bench.reliability_common import write_config
     write_config(config, "http://127.0.0.1:9/v1")
-    attempts = {label: (args, expect) for label, args, expect in reliability_secrets.escape_attempts(str(tmp_path), config)}
+    attempts = {label: (args, expect)
+                for label, args, expect in reliability_secrets.escape_attempts(str(tmp_path), config)}
     chosen = ["run id ../escape (no --input)", "run id of 300 characters", "run id absolute /tmp/escape"]
     from bench.reliability_common import run_cli
     for label in chosen:
