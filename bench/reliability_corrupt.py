@@ -31,6 +31,7 @@ def chat(task: str, action: str, **extra) -> dict:
 
 
 def line(task: str, action: str = "go to desk 1", **extra) -> str:
+    """:func:`chat` as one JSONL line (no newline)."""
     return json.dumps(chat(task, action, **extra))
 
 
@@ -57,6 +58,7 @@ def _write(folder: str, name: str, data: bytes | str) -> None:
 
 
 def w(name: str, data: bytes | str) -> Callable[[str], None]:
+    """A ``Kind.build`` that writes ``data`` to file ``name`` of the folder."""
     return lambda folder: _write(folder, name, data)
 
 
@@ -132,6 +134,7 @@ KINDS: list[Kind] = [
 
 @dataclass
 class CorruptResult:
+    """One row of the matrix (``outcome``: ok | NOTE | FAIL; ``note``: the problems or caveat)."""
     kind: str
     rc: int
     reasons: str
@@ -191,6 +194,7 @@ def matrix(work: str, base_url: str, kinds: list[Kind] | None = None, log=print)
 
 
 def table(results: list[CorruptResult]) -> str:
+    """The matrix as a Markdown table, one row per kind."""
     head = ["kind", "rc", "quarantined from the bad item (reasons)", "rows out / good expected", "reconciled",
             "outcome", "note"]
     return md_table(head, [[r.kind, r.rc, f"{r.quarantined_bad}: {r.reasons}", f"{r.good_out} / {r.good_expected}",
