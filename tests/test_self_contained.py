@@ -64,6 +64,14 @@ ALLOWED: tuple[tuple[str | tuple[str, ...], str, str], ...] = (
     ("tests/pipeline/core/test_artifacts.py", "../evil", "a bad artifact file name the test asserts is rejected"),
     ("tests/pipeline/core/test_artifacts.py", "../x", "a bad stage name the test asserts is rejected"),
     ("tests/pipeline/core/test_run_guard.py", "../escape", "a bad run id the test asserts is rejected"),
+    # the reliability suite's escape attempts: run ids, stage names and artifact paths it asserts are refused
+    ("bench/reliability_secrets.py", "../../../escaped", "an escape attempt the suite asserts is refused"),
+    ("bench/reliability_secrets.py", "/etc/escaped", "an escape attempt the suite asserts is refused"),
+    ("bench/reliability_secrets.py", "../escape", "an escape attempt the suite asserts is refused"),
+    ("bench/reliability_secrets.py", "/tmp/escape", "an escape attempt the suite asserts is refused"),
+    ("bench/reliability_secrets.py", "../x", "an escape attempt the suite asserts is refused"),
+    ("bench/reliability_secrets.py", "..", "an escape attempt the suite asserts is refused"),
+    ("tests/bench/test_reliability_suite.py", "/tmp/escape", "an escape attempt the test asserts is refused"),
 )
 
 

@@ -1,5 +1,6 @@
 """Runner mechanics: fingerprint skip, count invariant, streaming stages, config in fingerprints."""
 import json
+import os
 
 import pyarrow as pa
 import pytest
@@ -236,7 +237,7 @@ def test_the_contract_example_in_stage_py_runs_as_written(tmp_path, monkeypatch)
     exec(compile("\n".join(line[4:] for line in code.splitlines()), "stage.py docstring", "exec"), namespace)
     shorten = namespace["STAGE"]
     inp = tmp_path / "in"
-    shutil.copytree(f"{REPO}/data/samples/skillrl-rollouts", inp / "skillrl-rollouts")
+    shutil.copytree(os.path.join(REPO, "data", "samples", "skillrl-rollouts"), inp / "skillrl-rollouts")
     ctx = StageContext(ArtifactStore(str(tmp_path / "root"), "r"), PipelineConfig(), input_path=str(inp))
     for name in ("parse", "remove_loops"):
         run_stage(name, ctx, log=lambda m: None)
