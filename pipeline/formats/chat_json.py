@@ -233,7 +233,8 @@ def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     UTF-8 decoded with ``errors="surrogateescape"``), a JSONL line holding escaped bytes
     (U+DC80..U+DCFF) is quarantined ``not_utf8`` with its line number and counts as a record
     (its index is used up, like a bad line's); a JSON document holding any is one ``not_utf8``
-    row (a document cannot be split safely).
+    row (a document cannot be split safely). A JSONL line holding NUL bytes is quarantined
+    ``binary_file`` the same way (``discover`` passes such a file on instead of rejecting it whole).
     """
     text = src.read_text()
     dirty = _ESCAPED.search(text) if src.escaped else None
@@ -254,6 +255,11 @@ def _read_jsonl(src: Source, text: str, dirty: bool) -> Iterator[Trajectory | Qu
     path, index = src.path, 0
     for no, line in enumerate(text.split("\n"), 1):
         if not line.strip():
+            continue
+        if "\x00" in line:  # binary data in one line: this line only, like invalid UTF-8
+            yield bad("binary_file", "NUL bytes in this JSONL line (binary data, not text); the other lines "
+                      "are read", path, no, line.replace("\x00", "\\x00"))
+            index += 1
             continue
         if dirty and _ESCAPED.search(line):
             yield bad("not_utf8", f"invalid UTF-8 in this JSONL line (bytes {_escaped_bytes(line)}); "

@@ -246,7 +246,7 @@ def _utf16_row(path: str, head: bytes) -> QuarantineRow | None:
 
 
 def _jsonl_text(path: str, fmt: str, head: bytes, data: bytes | None) -> str | None:
-    """The text of a JSONL file that failed the strict UTF-8 check, decoded with
+    """The text of a JSONL file that failed the strict UTF-8 or NUL-byte check, decoded with
     ``errors="surrogateescape"`` (each invalid byte becomes one character U+DC80..U+DCFF, so the
     chat reader quarantines just the lines holding one); ``None`` when the file is not JSONL.
 
@@ -255,7 +255,8 @@ def _jsonl_text(path: str, fmt: str, head: bytes, data: bytes | None) -> str | N
     already read (small files), else it is read here (the reader would read it whole anyway).
     Newlines are translated as :func:`common.open_text` does. Raises ``OSError`` like ``open``.
     """
-    if fmt != "chat_json" and (fmt != "auto" or detect_format(path, head) != "chat_json"):
+    # NUL bytes make detect_format call the file binary: sniff around them (is_jsonl decides below)
+    if fmt != "chat_json" and (fmt != "auto" or detect_format(path, head.replace(b"\x00", b"")) != "chat_json"):
         return None
     if data is not None:
         text = data.decode(ENCODING, errors="surrogateescape")
@@ -286,7 +287,8 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
     Invalid UTF-8 quarantines the whole file (``not_utf8``, with the first bad line), except in
     JSONL (see :func:`_jsonl_text`), where only the lines holding invalid bytes are quarantined
     (``not_utf8``, that line, ``raw`` decoded with replacement characters) and every other line is
-    read. A file that looks like UTF-16 (:func:`common.utf16_encoding`) is ``not_utf8`` with a detail
+    read. NUL bytes likewise quarantine the whole file (``binary_file``), except the JSONL lines
+    that hold them (``binary_file``, that line). A file that looks like UTF-16 (:func:`common.utf16_encoding`) is ``not_utf8`` with a detail
     naming the ``iconv`` conversion, not ``binary_file``.
 
     Every reader sees the text without a leading UTF-8 BOM (decoded with ``common.ENCODING`` here
@@ -353,7 +355,7 @@ def _load(path: str, fmt: str, digest) -> _Loaded:
         utf16 = _utf16_row(path, head)
         if utf16 is not None:
             loaded.problem = utf16
-        elif problem.reason == "not_utf8":
+        else:  # a JSONL file loses only its lines with NUL or invalid bytes, not the whole file
             lenient = _jsonl_text(path, fmt, head, data)
             if lenient is not None:
                 loaded = _Loaded(None, head, lenient, True, "chat_json")

@@ -90,13 +90,8 @@ def test_run_ids_that_escape_are_refused_without_traceback(tmp_path):
     assert not (tmp_path / "escape").exists() and not (tmp_path / "root" / "escape").exists()
 
 
-NUL_BYTES = ("a JSONL file with NUL bytes in one line is quarantined whole as binary_file: its valid "
-             "lines are counted in that one row but not read")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NUL_BYTES))
-                                  if n == "nul_bytes" else n for n in KINDS])
+@pytest.mark.parametrize("name", list(KINDS))
 def test_every_corrupt_kind_exits_0_reconciles_and_loses_nothing(tmp_path, name):
     [res] = reliability_corrupt.matrix(str(tmp_path), "http://127.0.0.1:9/v1", [KINDS[name]], log=lambda s: None)
     assert (res.rc, res.reconciled) == (0, True)
