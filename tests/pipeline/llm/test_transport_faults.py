@@ -109,8 +109,16 @@ def test_key_echoed_in_a_valid_answer_is_not_stored(tmp_path, monkeypatch):
                   planning_pattern="Find [Object] -> Cool [Object] -> KEYESC")
     # the second copy is \u-escaped in the raw text: only the parsed value shows it
     raw = json.dumps(answer).replace("KEYESC", "".join(f"\\u{ord(ch):04x}" for ch in key))
-    res, art, _ = run_memory(tmp_path, [{"content": raw}], api_key_env=KEY_ENV)
-    assert res.manifest["counts"]["out"] == 2
+    # One trajectory, and the stub gives every call the same answer: on a loaded machine a
+    # request can be retried after the stub answered it (a stale keep-alive connection), and an
+    # ordered script would then hand the retry another trajectory's answer.
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [cool_apple("success", "traj-A")])
+    with ChatStub([], default={"content": raw}) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub, api_key_env=KEY_ENV))
+        res = run_stage("memory", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    art = store.require("memory")
+    assert res.manifest["counts"]["out"] == 1
     row = next(r for r in art.read_rows() if r["trajectory_id"] == "traj-A")
     assert row["contextual_description"] == "Cool an apple; session ***."
     assert row["planning_pattern"] == "Find [Object] -> Cool [Object] -> ***"
