@@ -18,7 +18,7 @@ from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import heat_mug, write_trajectories, write_upstream
 from tests.helpers.llm_stub import ChatStub
 from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
-from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
 SKILL = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
 MISTAKES = json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb misread",

@@ -14,7 +14,7 @@ from pipeline.llm.types import JSONRequest
 from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_stub import ChatStub
-from tests.pipeline.llm.test_faults import FAILURE, GOOD_B, stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import FAILURE, GOOD_B, stage_ctx, stub_llm_config
 from tests.helpers.paths import REPO
 
 SECRET = "sk-live-SECRET-0123456789abcdef"

@@ -10,45 +10,16 @@ the script is consumed in trajectory order: trajectory A (a success) meets the f
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.llm.client import LLMClient
+from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
 from pipeline.core.runner import StageFailed, run_stage
-from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import cool_apple, heat_mug, write_trajectories, write_upstream
+from tests.helpers.llm_faults import GOOD_B, SUCCESS, TRUNCATED, llm_counts, stage_ctx, stub_llm_config
 from tests.helpers.llm_stub import ChatStub
-
-SUCCESS = {"contextual_description": "Cool an apple, then put it on the countertop.",
-           "refined_trajectory": [{"step_index": 4, "action": "cool apple 1 with fridge 1",
-                                   "critical_observation": "the fridge cools", "reasoning": "the goal asks cool"}],
-           "planning_pattern": "Find [Object] -> Take [Object] -> Cool [Object] -> Place at [Target]"}
-FAILURE = {"contextual_description": "Cooling failed: went to the microwave.",
-           "mistakes_to_avoid": [{"trigger_condition": "an object must be cooled", "bad_action": "used the microwave"}]}
-GOOD_B = {"content": json.dumps(FAILURE)}
-TRUNCATED = json.dumps(SUCCESS)[:40]
-
-
-def stub_llm_config(stub: ChatStub, **over) -> LLMConfig:
-    cfg = dict(base_url=stub.base_url, model="stub-model", structured_output="json_object", max_retries=2,
-               max_repairs=1, timeout_s=0.5, concurrency=1)
-    return LLMConfig(**{**cfg, **over})
-
-
-def stage_ctx(store: ArtifactStore, cfg: PipelineConfig) -> StageContext:
-    """A context whose LLM is an LLMClient on the stub, caching in the run dir (as provider.py does)."""
-    def factory():
-        return LLMClient(cfg.llm, cache_path=os.path.join(store.run_dir, "llm_cache.sqlite"),
-                         backoff_initial_s=0.01, backoff_max_s=0.05)
-    return StageContext(store, cfg, env="alfworld", llm_factory=factory)
-
-
-def llm_counts(manifest: dict) -> dict:
-    return {k: manifest["llm"][k] for k in ("calls", "retries", "repairs", "failures", "cache_hits", "prompt_tokens")}
 
 
 # (fault, script for trajectory A, A's quarantine (reason, raw) or None, counters)

@@ -13,7 +13,7 @@ from pipeline.core.config import PipelineConfig
 from pipeline.core.runner import fingerprint, run_stage
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
-from tests.pipeline.llm.test_faults import FAILURE, stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import FAILURE, stage_ctx, stub_llm_config
 from tests.helpers.llm_stub import ChatStub
 
 

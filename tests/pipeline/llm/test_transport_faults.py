@@ -23,7 +23,7 @@ from pipeline.core.config import PipelineConfig
 from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_stub import ChatStub
-from tests.pipeline.llm.test_faults import GOOD_B, SUCCESS, llm_counts, stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import GOOD_B, SUCCESS, llm_counts, stage_ctx, stub_llm_config
 
 HTML = {"body_text": "<html><body><h1>502 Bad Gateway</h1></body></html>", "content_type": "text/html"}
 GARBAGE_JSON = {"body_text": "upstream connect error or disconnect/reset before headers"}  # typed as JSON

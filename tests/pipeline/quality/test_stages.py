@@ -19,7 +19,7 @@ from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
 from tests.helpers.llm_stub import ChatStub
 from tests.helpers.paths import REPO
-from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
 COOL_CUP, VASE = "cool some cup and put it in diningtable.", "cool some vase and put it in fridge."
 

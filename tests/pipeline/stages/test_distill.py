@@ -20,7 +20,7 @@ from pipeline.stages import distill
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream
 from tests.helpers.llm_stub import ChatStub
-from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 from tests.helpers.paths import FIXTURES
 
 ALFWORLD_BANK = os.path.join(FIXTURES, "skillrl-memory", "alfworld",

@@ -11,12 +11,12 @@ from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
 from pipeline.stages import parse
 from pipeline.selection import select
+from tests.helpers.paths import FIXTURES
 
 
-def test_parse_and_dedupe_stages_on_sample(tmp_path):
-    inp = tmp_path / "in"
-    shutil.copytree("data/samples", inp)
-    shutil.copy("tests/fixtures/formats/corrupt/empty.txt", inp / "empty.txt")
+def test_parse_and_remove_loops_stages_on_sample(tmp_path, sample_input):
+    inp = sample_input
+    shutil.copy(os.path.join(FIXTURES, "formats", "corrupt", "empty.txt"), inp / "empty.txt")
     ctx = StageContext(store=ArtifactStore(str(tmp_path / "store"), "r1"), config=PipelineConfig(), input_path=str(inp))
     logs = []
     res = run_stage("parse", ctx, log=logs.append)

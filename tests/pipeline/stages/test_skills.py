@@ -193,7 +193,7 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     from pipeline.bank.store import BankStore
     from pipeline.llm.schemas import load_schema
     from tests.helpers.llm_stub import ChatStub
-    from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+    from tests.helpers.llm_faults import stage_ctx, stub_llm_config
     import jsonschema
 
     store = ArtifactStore(str(tmp_path), "r1")
@@ -236,7 +236,7 @@ def aggregate_with_val_instance(tmp_path):
     """Run aggregate (stub LLM, val_fraction 0.3) on MEMORIES placed so that mem-2 is in a val
     instance; returns ``(store, StageResult, stub)``. Shared with test_export."""
     from tests.helpers.llm_stub import ChatStub
-    from tests.pipeline.llm.test_faults import stage_ctx, stub_llm_config
+    from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
     store = ArtifactStore(str(tmp_path), "r1")
     # hash scores at seed 0: kitchen-1 .562, -2 .960, -3 .339, -4 .265 -> only kitchen-4 < 0.3.

@@ -1,0 +1,25 @@
+"""Shared pytest set-up for the whole suite.
+
+Tests mirror the packages (``tests/pipeline/core/test_runner.py`` tests ``pipeline/core/runner.py``).
+Shared helpers are plain modules in ``tests/helpers/``, imported one way:
+``from tests.helpers.<module> import ...`` (``paths`` for REPO/FIXTURES, ``llm_stub`` for the
+scripted OpenAI-protocol stub, ``llm_faults`` and ``llm_stage_data`` for stage-level LLM tests).
+Fixtures used across folders live here.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.helpers.paths import REPO
+
+
+@pytest.fixture()
+def sample_input(tmp_path):
+    """A copy of the shipped real sample (``data/samples``) under ``tmp_path/in``: a test may
+    add, break or remove files there without touching the repository. Returns the folder path."""
+    dest = tmp_path / "in"
+    shutil.copytree(os.path.join(REPO, "data", "samples"), dest)
+    return dest
