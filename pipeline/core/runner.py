@@ -244,7 +244,8 @@ def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
 def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig, env: str = "auto",
                  stages: tuple[str, ...] | list[str] | None = None, force: bool = False,
                  log: Callable[[str], None] = print) -> list[StageResult]:
-    """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root``.
+    """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root`` (a folder or an
+    fsspec URI: :func:`pipeline.core.remote.open_root`).
 
     Later stages read earlier stages' artifacts from the same run, so ``stages=["distill"]``
     reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
@@ -258,21 +259,25 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
     """
     import contextlib
     from pipeline.llm.provider import llm_factory, model_id_for
+    from pipeline.core.remote import open_root
     from pipeline.core.runlock import run_lock
 
     check_run_id(run_id)
     # fail fast on a typo; old stage names map to the new ones; run order whatever the given order
     names = sorted({get_stage(n).name for n in (stages or STAGES)}, key=STAGES.index)
     chosen = [get_stage(n) for n in names]
-    store = ArtifactStore(root, run_id)
     results = []
-    with run_lock(store.run_dir, run_id), contextlib.ExitStack() as stack:
-        ctx = StageContext(store, config, input_path=input_path, env=env,
-                           llm_factory=llm_factory(config.llm, store.run_dir, stack))
-        model = model_id_for(config.llm) if any(s.uses_llm for s in chosen) else ""
-        for stage in chosen:
-            remove_stale_temp(store, stage.name, log)
-            results.append(run_stage(stage.name, ctx, model_id=model, force=force, log=log))
+    with open_root(root, run_id) as (local_root, hooks):
+        store = ArtifactStore(local_root, run_id)
+        with run_lock(store.run_dir, run_id), contextlib.ExitStack() as stack:
+            ctx = StageContext(store, config, input_path=input_path, env=env,
+                               llm_factory=llm_factory(config.llm, store.run_dir, stack))
+            model = model_id_for(config.llm) if any(s.uses_llm for s in chosen) else ""
+            for stage in chosen:
+                remove_stale_temp(store, stage.name, log)
+                hooks.before(stage.name)
+                results.append(run_stage(stage.name, ctx, model_id=model, force=force, log=log))
+                hooks.after(stage.name)
     return results
 
 
