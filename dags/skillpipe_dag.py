@@ -30,7 +30,11 @@ def _args(params: dict, llm: dict) -> dict:
 
 @task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
 def sft_fit(export: dict, params=None) -> dict:
-    """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``."""
+    """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``.
+    With param ``train`` False the task is skipped, and with it GRPO and both evaluations."""
+    if not params.get("train", True):
+        from airflow.sdk.exceptions import AirflowSkipException
+        raise AirflowSkipException("param train is False: the run stops after export")
     from sft.config import SFTFitConfig
     from sft.run_step import fit_for_run
     a = _args(params, {"base_url": "", "model": ""})
@@ -78,6 +82,7 @@ def eval_task(which: str, task_id: str):
         "config": Param("", type="string", description="YAML config path (empty: defaults)"),
         "llm_base_url": Param("", type="string", description="OpenAI-compatible endpoint (empty: embedded)"),
         "llm_model": Param("", type="string", description="model name at that endpoint"),
+        "train": Param(True, type="boolean", description="SFT, GRPO and eval after export (False: stop after export)"),
         "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),
         "grpo_max_steps": Param(2, type="integer", minimum=1, description="GRPO steps (CPU demo budget)"),
         "eval_episodes": Param(4, type="integer", minimum=1,
