@@ -6,14 +6,57 @@ The stages themselves only ever read and write a **local** folder (Parquet throu
 
 * A local root (a path, or ``file://``): the local folder is the root itself and the hooks do
   nothing.
-* An object-storage root: the local folder is a working mirror; ``before`` pulls what the stage
-  reads, ``after`` publishes what it wrote with the manifest-last commit protocol. (Filled in by
-  the object-storage work; until then such a root raises ``NotImplementedError``.)
+* An object-storage root: the local folder is a working **mirror**
+  (``$SKILLPIPE_CACHE_DIR/mirror/<hash of the root URI>``, default ``~/.cache/skillpipe``) and
+  :class:`RemoteHooks` keep it in step with the remote run:
+
+  - ``before``: take the stage's lease (:mod:`pipeline.core.lease`), pull every stage manifest of
+    the run and the data files of what the stage reads (its ancestors; one shard of a sharded
+    ancestor when a shard is given) and of its own previous artifact, each checked against the
+    SHA-256 the remote manifest records; import the stage's LLM cache parts.
+  - ``after``: publish the artifact folder with the **manifest-last commit**: its files go under
+    ``<folder>/_attempts/<attempt id>/``, then one PUT writes ``<folder>/_manifest.json`` naming
+    them. No rename is needed; readers trust only the manifest, so an attempt killed half-way
+    is never read, and its files are removed at the start of the next attempt (under the lease).
+
+An artifact folder is ``<stage>`` or ``<stage>/<shard>``: any folder with a ``_manifest.json``
+whose ``files`` list names its files relative to it. The remote manifest is the local one plus
+one key, ``attempt`` (``{"id", "files": {name: [bytes, sha256]}}``), which is dropped again when
+the manifest is pulled, so fingerprints and ``content_sha256`` are those of a local run.
+
+Storage options (endpoint, credentials) come from the usual places of the filesystem's library
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` for s3fs) and from
+``$SKILLPIPE_STORAGE_OPTIONS``, a JSON object passed to ``fsspec.url_to_fs`` (e.g.
+``{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}``).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+from pipeline.core.fsutil import atomic_write_json, sha256_file, temp_name
+
+log = logging.getLogger(__name__)
+
+ENV_STORAGE_OPTIONS = "SKILLPIPE_STORAGE_OPTIONS"
+ENV_CACHE_DIR = "SKILLPIPE_CACHE_DIR"
+ENV_CKPT_ANSWERS = "SKILLPIPE_LLM_CHECKPOINT_ANSWERS"
+ENV_CKPT_S = "SKILLPIPE_LLM_CHECKPOINT_S"
+CKPT_ANSWERS = 20  # new LLM answers that trigger a cache checkpoint ...
+CKPT_S = 30.0  # ... or seconds since the last one, whichever comes first
+MANIFEST = "_manifest.json"
+ATTEMPTS_DIR = "_attempts"
+LLM_PARTS_DIR = "_llm_cache"
+LOCKS_DIR = "_locks"
+ATTEMPT_KEY = "attempt"
+SHARD_PREFIX = "shard-"
 
 
 class StageHooks:
@@ -30,17 +73,445 @@ class StageHooks:
     def after(self, stage: str, shard: str | None = None) -> None:
         """Publish the artifact just written for ``stage`` (``shard``)."""
 
+    def uri(self, local_path: str) -> str:
+        """Where others find the artifact folder ``local_path``: the path itself for a local root."""
+        return local_path
+
+    def close(self) -> None:
+        """End of the run (also after an error): flush and release what is still held."""
+
 
 def is_remote(root: str) -> bool:
     """True for a URI with a scheme other than ``file`` (``s3://...``); False for a local path."""
     return "://" in root and not root.startswith("file://")
 
 
+def storage_options() -> dict[str, Any]:
+    """The JSON object in ``$SKILLPIPE_STORAGE_OPTIONS`` (``{}`` when unset).
+
+    Raises ``ValueError`` when it is not a JSON object."""
+    raw = os.environ.get(ENV_STORAGE_OPTIONS, "").strip()
+    try:
+        opts = json.loads(raw) if raw else {}
+    except ValueError as e:
+        raise ValueError(f"${ENV_STORAGE_OPTIONS} is not valid JSON: {e}") from e
+    if not isinstance(opts, dict):
+        raise ValueError(f"${ENV_STORAGE_OPTIONS} must be a JSON object, got {type(opts).__name__}")
+    return opts
+
+
+def remote_fs(uri: str):
+    """``(fsspec filesystem, path without protocol and trailing '/')`` for ``uri`` with
+    :func:`storage_options`. Raises ``ValueError`` for an unknown protocol (``ImportError`` from
+    fsspec when its package, e.g. gcsfs, is not installed)."""
+    import fsspec
+    fs, path = fsspec.core.url_to_fs(uri, **storage_options())
+    return fs, path.rstrip("/")
+
+
+def mirror_dir(uri: str) -> str:
+    """The local working mirror of ``uri``: ``$SKILLPIPE_CACHE_DIR/mirror/<16 hex of sha256(uri)>``
+    (default cache dir ``~/.cache/skillpipe``)."""
+    base = os.environ.get(ENV_CACHE_DIR) or os.path.join(os.path.expanduser("~"), ".cache", "skillpipe")
+    return os.path.join(base, "mirror", hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16])
+
+
+def new_attempt_id() -> str:
+    """A unique, time-ordered attempt id: ``<UTC yyyymmddThhmmssZ>-<8 hex>``."""
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def strip_attempt(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest as a local run writes it (without the remote ``attempt`` key)."""
+    return None if manifest is None else {k: v for k, v in manifest.items() if k != ATTEMPT_KEY}
+
+
+def read_local_manifest(folder: str) -> dict[str, Any] | None:
+    """The manifest in ``folder``, or ``None`` when absent or unreadable."""
+    try:
+        with open(os.path.join(folder, MANIFEST), encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def _local_files(folder: str, keep_subfolders: bool) -> set[str]:
+    """Files under ``folder`` (relative, ``/``-separated) except the manifest, temporary files,
+    and, with ``keep_subfolders``, anything inside ``shard-*`` (artifact folders of their own)."""
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        rel_dir = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+        if rel_dir == "." and keep_subfolders:
+            dirnames[:] = [d for d in dirnames if not d.startswith(SHARD_PREFIX)]
+        for f in filenames:
+            name = f if rel_dir == "." else f"{rel_dir}/{f}"
+            if name != MANIFEST and ".tmp-" not in f:
+                found.add(name)
+    return found
+
+
+def _matches(path: str, size: int, sha: str, check_sha: bool) -> bool:
+    if not os.path.isfile(path) or os.path.getsize(path) != size:
+        return False
+    return not check_sha or sha256_file(path) == sha
+
+
+def pull_folder(fs, rpath: str, manifest: dict[str, Any] | None, local: str, data: bool = True) -> int:
+    """Make the local artifact folder ``local`` hold the remote one at ``rpath`` whose remote
+    manifest is ``manifest`` (``None``: there is none; the local manifest is removed so the
+    folder reads as incomplete). Returns the number of files downloaded.
+
+    With ``data`` the files the manifest names are fetched from its attempt prefix (a local file
+    of the right size and SHA-256 is kept; when the local manifest already equals the remote one
+    only sizes are checked) and local files it does not name are removed; without, only the
+    manifest is written, and local data files of another version are removed. The manifest is
+    written last. Raises ``OSError`` when a downloaded file does not match its recorded SHA-256."""
+    if manifest is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(local, MANIFEST))
+        return 0
+    same = read_local_manifest(local) == strip_attempt(manifest)
+    info = manifest.get(ATTEMPT_KEY) or {}
+    files: dict[str, list] = info.get("files") or {}
+    if same and not data:
+        return 0
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(local, MANIFEST))
+    wanted = files if data else {}
+    todo = [(n, s) for n, s in wanted.items() if not _matches(os.path.join(local, n), s[0], s[1], not same)]
+    for name in sorted(_local_files(local, True) - set(wanted)) if os.path.isdir(local) else []:
+        os.remove(os.path.join(local, name))
+    _download(fs, [(f"{rpath}/{ATTEMPTS_DIR}/{info.get('id')}/{n}", os.path.join(local, n), s) for n, s in todo])
+    os.makedirs(local, exist_ok=True)
+    atomic_write_json(os.path.join(local, MANIFEST), strip_attempt(manifest))
+    return len(todo)
+
+
+def _download(fs, items: list[tuple[str, str, list]]) -> None:
+    """Fetch ``(remote path, local path, [size, sha256])`` items (concurrently where the
+    filesystem can), check each, then move it into place. Raises ``OSError`` on a mismatch."""
+    if not items:
+        return
+    tmps = []
+    for _, lpath, _ in items:
+        os.makedirs(os.path.dirname(lpath), exist_ok=True)
+        tmps.append(temp_name(lpath))
+    try:
+        fs.get([r for r, _, _ in items], tmps)
+        for (rpath, lpath, (size, sha)), tmp in zip(items, tmps):
+            if os.path.getsize(tmp) != size or sha256_file(tmp) != sha:
+                raise OSError(f"{rpath}: downloaded file does not match its manifest (size {size}, sha256 {sha[:12]})")
+            os.replace(tmp, lpath)
+    finally:
+        for tmp in tmps:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+
+class RemoteRun:
+    """The remote side of run ``run_id`` under ``base`` on the fsspec filesystem ``fs``: paths,
+    listings, manifests, publication and the LLM cache parts of its artifact folders. ``rel``
+    arguments are artifact folders relative to the run (``"memory"``, ``"memory/shard-00003"``)."""
+
+    def __init__(self, fs, base: str, run_id: str):
+        self.fs, self.run_id = fs, run_id
+        self.run = f"{base}/runs/{run_id}"
+
+    def path(self, *parts: str) -> str:
+        return "/".join((self.run,) + parts)
+
+    def uri(self, rel: str) -> str:
+        return self.fs.unstrip_protocol(self.path(rel))
+
+    def listing(self, stage: str) -> tuple[bool, list[str]]:
+        """``(stage folder has a manifest, names of its shard folders)``; one LIST call."""
+        try:
+            names = [n.rstrip("/").rsplit("/", 1)[-1] for n in self.fs.ls(self.path(stage), detail=False)]
+        except FileNotFoundError:
+            return False, []
+        return MANIFEST in names, sorted(n for n in names if n.startswith(SHARD_PREFIX))
+
+    def manifests(self, rels: list[str]) -> dict[str, dict[str, Any]]:
+        """The complete remote manifests among ``rels`` (one batched GET); others are left out."""
+        if not rels:
+            return {}
+        blobs = self.fs.cat([self.path(r, MANIFEST) for r in rels], on_error="omit")
+        out = {}
+        for r in rels:
+            try:
+                m = json.loads(blobs[self.path(r, MANIFEST)])
+            except (KeyError, ValueError):
+                continue
+            if isinstance(m, dict) and m.get("status") == "complete" and ATTEMPT_KEY in m:
+                out[r] = m
+        return out
+
+    def publish(self, local: str, rel: str, manifest: dict[str, Any], attempt: str) -> dict[str, Any]:
+        """Upload the files ``manifest`` names from the local folder ``local`` under the attempt
+        prefix, then write the remote manifest (one PUT, last); returns it. Raises ``OSError``
+        (e.g. ``FileNotFoundError`` for a listed file that is missing locally)."""
+        names = sorted(manifest.get("files", []))
+        files = {n: [os.path.getsize(os.path.join(local, n)), sha256_file(os.path.join(local, n))] for n in names}
+        if names:
+            self.fs.put([os.path.join(local, n) for n in names],
+                        [self.path(rel, ATTEMPTS_DIR, attempt, n) for n in names])
+        remote = dict(manifest, **{ATTEMPT_KEY: {"id": attempt, "files": files}})
+        self.fs.pipe_file(self.path(rel, MANIFEST), json.dumps(remote, indent=2, ensure_ascii=False,
+                                                               default=str).encode("utf-8"))
+        return remote
+
+    def gc_attempts(self, rel: str, keep: str | None) -> list[str]:
+        """Remove the attempt prefixes of ``rel`` other than ``keep`` (the current manifest's);
+        returns their ids. Only safe while holding the folder's lease."""
+        try:
+            ids = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.path(rel, ATTEMPTS_DIR), detail=False)]
+        except FileNotFoundError:
+            return []
+        old = sorted(i for i in ids if i != keep)
+        for i in old:
+            self.fs.rm(self.path(rel, ATTEMPTS_DIR, i), recursive=True)
+        return old
+
+    def cache_parts(self, rel: str) -> list[bytes]:
+        """The bytes of every LLM cache part of ``rel``, in name order."""
+        try:
+            paths = sorted(p for p in self.fs.ls(self.path(rel, LLM_PARTS_DIR), detail=False) if p.endswith(".parquet"))
+        except FileNotFoundError:
+            return []
+        blobs = self.fs.cat(paths) if paths else {}
+        return [blobs[p] for p in paths]
+
+    def put_cache_part(self, rel: str, name: str, data: bytes) -> None:
+        self.fs.pipe_file(self.path(rel, LLM_PARTS_DIR, name), data)
+
+
+class CacheCheckpointer:
+    """Copies the LLM answers a stage receives from the worker's local SQLite cache to immutable
+    remote cache parts ``<folder>/_llm_cache/<attempt>-<seq 5 digits>.parquet``: every
+    ``every_answers`` new answers or ``every_s`` seconds (polled by a daemon thread every
+    ``poll_s``), and on :meth:`stop`. ``put(name, bytes)`` writes one part."""
+
+    def __init__(self, cache_path: str, put: Callable[[str, bytes], None], attempt: str,
+                 every_answers: int | None = None, every_s: float | None = None, poll_s: float = 0.2):
+        from pipeline.llm.cache import ResponseCache
+        self.cache = ResponseCache(cache_path)
+        self.put, self.attempt, self.poll_s = put, attempt, poll_s
+        self.every_answers = every_answers or int(os.environ.get(ENV_CKPT_ANSWERS) or CKPT_ANSWERS)
+        self.every_s = every_s or float(os.environ.get(ENV_CKPT_S) or CKPT_S)
+        self.mark = self.cache.max_rowid()
+        self.parts = 0
+        self.error: Exception | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="skillpipe-llm-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            pending = self.cache.max_rowid() - self.mark
+            if pending >= self.every_answers or (pending and time.monotonic() - self._last >= self.every_s):
+                try:
+                    self.flush()
+                except Exception as e:  # storage hiccup: keep answering, retry at the next tick
+                    self.error = e
+                    log.warning("LLM cache checkpoint failed: %s", e)
+
+    def flush(self) -> int:
+        """Write the answers received since the last checkpoint as one part; returns how many."""
+        from pipeline.llm.cache import encode_part
+        with self._lock:
+            entries, mark = self.cache.entries_after(self.mark)
+            if entries:
+                self.put(f"{self.attempt}-{self.parts:05d}.parquet", encode_part(entries))
+                self.parts += 1
+            self.mark, self._last = mark, time.monotonic()
+            return len(entries)
+
+    def stop(self, flush: bool = True) -> None:
+        """Stop the thread; with ``flush`` write what is left. Raises the storage error, if any."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        try:
+            if flush:
+                self.flush()
+        finally:
+            self.cache.close()
+
+
+def ancestors(stage: str) -> set[str]:
+    """Every stage ``stage`` reads, directly or through its inputs (``Stage.inputs``, transitively)."""
+    from pipeline.stages import get_stage
+    seen: set[str] = set()
+    todo = list(get_stage(stage).inputs)
+    while todo:
+        s = todo.pop()
+        if s not in seen:
+            seen.add(s)
+            todo.extend(get_stage(s).inputs)
+    return seen
+
+
+def _rel(stage: str, shard: str | None) -> str:
+    if shard is not None and (not shard.startswith(SHARD_PREFIX) or "/" in shard or ".." in shard):
+        raise ValueError(f"invalid shard name {shard!r}: expected {SHARD_PREFIX}NNNNN")
+    return stage if shard is None else f"{stage}/{shard}"
+
+
+class RemoteHooks(StageHooks):
+    """The hooks of a run on object storage (see the module docstring); ``local_run_dir`` is the
+    run's folder in the mirror. Raises :class:`~pipeline.core.lease.LeaseHeld` from ``before``
+    when another worker runs the same stage/shard."""
+
+    def __init__(self, remote: RemoteRun, local_run_dir: str):
+        self.remote, self.local_run_dir = remote, local_run_dir
+        self._leases: dict[str, Any] = {}
+        self._published: dict[str, dict[str, Any] | None] = {}
+        self._attempt: dict[str, str] = {}
+        self._ckpt: dict[str, CacheCheckpointer] = {}
+        self.stats = {"downloaded": 0, "published": 0, "gc_attempts": 0, "cache_imported": 0}
+
+    def uri(self, local_path: str) -> str:
+        """The remote URI of the artifact folder ``local_path`` of this run's mirror."""
+        rel = os.path.relpath(local_path, self.local_run_dir).replace(os.sep, "/")
+        return self.remote.uri(rel)
+
+    def before(self, stage: str, shard: str | None = None) -> None:
+        from pipeline.core.lease import Lease
+        from pipeline.stages import get_stage
+        rel = _rel(stage, shard)
+        lease_name = stage if shard is None else f"{stage}.{shard}"
+        self._leases[rel] = Lease(self.remote.fs, self.remote.path(LOCKS_DIR, f"{lease_name}.json")).acquire()
+        try:
+            self.remote.fs.invalidate_cache()
+            current = self._sync(stage, shard)
+            self._published[rel] = current
+            self._attempt[rel] = new_attempt_id()
+            keep = (current or {}).get(ATTEMPT_KEY, {}).get("id")
+            self.stats["gc_attempts"] += len(self.remote.gc_attempts(rel, keep))
+            if get_stage(stage).uses_llm:
+                self._start_cache(rel)
+        except BaseException:
+            self._release(rel)
+            raise
+
+    def _sync(self, stage: str, shard: str | None) -> dict[str, Any] | None:
+        """Pull the run's manifests and the data of ``stage``'s ancestors and of its own folder
+        (only ``shard`` of a sharded stage when given); returns the remote manifest of the
+        folder about to be written (``None`` when there is none)."""
+        from pipeline.stages import STAGES
+        wanted = ancestors(stage) | {stage}
+        plan: dict[str, bool] = {}  # rel -> pull data too
+        for st in STAGES:
+            _, shards = self.remote.listing(st)
+            data = st in wanted
+            chosen = [shard] if data and shard in shards else (shards if data else [])
+            plan[st] = data  # also without a remote manifest: a stale local one is then removed
+            for sh in chosen:
+                plan[f"{st}/{sh}"] = True
+        if shard is not None:
+            plan.setdefault(_rel(stage, shard), True)
+        manifests = self.remote.manifests(sorted(plan))
+        for rel, data in plan.items():
+            self.stats["downloaded"] += pull_folder(self.remote.fs, self.remote.path(rel), manifests.get(rel),
+                                                    os.path.join(self.local_run_dir, rel), data=data)
+        return manifests.get(_rel(stage, shard))
+
+    def _start_cache(self, rel: str) -> None:
+        """Import the remote LLM cache parts of ``rel`` into the local cache, then start
+        checkpointing new answers."""
+        from pipeline.llm.cache import CACHE_FILE, ResponseCache, decode_part
+        path = os.path.join(self.local_run_dir, CACHE_FILE)
+        cache = ResponseCache(path)
+        try:
+            for data in self.remote.cache_parts(rel):
+                try:
+                    self.stats["cache_imported"] += cache.import_entries(decode_part(data))
+                except ValueError as e:  # a foreign file: its answers are simply asked again
+                    log.warning("skipping an unreadable LLM cache part of %s: %s", rel, e)
+        finally:
+            cache.close()
+        self._ckpt[rel] = CacheCheckpointer(path, lambda name, data: self.remote.put_cache_part(rel, name, data),
+                                            self._attempt[rel])
+
+    def after(self, stage: str, shard: str | None = None) -> None:
+        from pipeline.core.lease import LeaseHeld
+        rel = _rel(stage, shard)
+        if rel not in self._attempt:
+            raise RuntimeError(f"after({stage!r}, {shard!r}) without before(): nothing was pulled or leased")
+        try:
+            ckpt = self._ckpt.pop(rel, None)
+            if ckpt is not None:
+                ckpt.stop(flush=True)
+            lease = self._leases.get(rel)
+            if lease is not None and lease.lost:
+                raise LeaseHeld(f"{lease.path}: the lease was taken over while this worker ran "
+                                f"{rel}; its result is not published", {})
+            local = read_local_manifest(os.path.join(self.local_run_dir, rel))
+            if local is not None and local != strip_attempt(self._published.get(rel)):
+                self._published[rel] = self.remote.publish(os.path.join(self.local_run_dir, rel), rel, local,
+                                                           self._attempt[rel])
+                self.stats["published"] += 1
+        finally:
+            self._attempt.pop(rel, None)
+            self._release(rel)
+
+    def _release(self, rel: str) -> None:
+        lease = self._leases.pop(rel, None)
+        if lease is not None:
+            lease.release()
+
+    def close(self) -> None:
+        """Flush the LLM answers of a stage that failed (they stay paid for) and release its lease."""
+        for rel in list(self._ckpt):
+            try:
+                self._ckpt.pop(rel).stop(flush=True)
+            except Exception as e:
+                log.warning("final LLM cache checkpoint of %s failed: %s", rel, e)
+        for rel in list(self._leases):
+            self._release(rel)
+
+
 @contextlib.contextmanager
 def open_root(root: str, run_id: str) -> Iterator[tuple[str, StageHooks]]:
-    """``(local root folder, hooks)`` for the run ``run_id`` under ``root``.
+    """``(local root folder, hooks)`` for the run ``run_id`` under ``root``: the folder itself and
+    no-op hooks for a local path (or ``file://``), a mirror and :class:`RemoteHooks` for any other
+    fsspec URI. Raises ``ValueError`` for a bad ``$SKILLPIPE_STORAGE_OPTIONS`` or protocol."""
+    if not is_remote(root):
+        yield (root[len("file://"):] if root.startswith("file://") else root), StageHooks()
+        return
+    fs, base = remote_fs(root)
+    local = mirror_dir(root)
+    hooks = RemoteHooks(RemoteRun(fs, base, run_id), os.path.join(local, "runs", run_id))
+    try:
+        yield local, hooks
+    finally:
+        hooks.close()
 
-    Raises ``NotImplementedError`` for an object-storage URI until that backend exists."""
-    if is_remote(root):
-        raise NotImplementedError(f"object-storage roots are not supported yet: {root}")
-    yield (root[len("file://"):] if root.startswith("file://") else root), StageHooks()
+
+def open_artifact(uri: str) -> str:
+    """A local folder holding the artifact folder at ``uri`` (a stage ``.../runs/<id>/<stage>``
+    or one shard of it) as its manifest names it, pulled into the mirror of ``uri``; a local path
+    is returned as is. Raises ``FileNotFoundError`` when there is no complete artifact there."""
+    if not is_remote(uri):
+        return uri[len("file://"):] if uri.startswith("file://") else uri
+    fs, path = remote_fs(uri)
+    try:
+        manifest = json.loads(fs.cat_file(f"{path}/{MANIFEST}"))
+    except (FileNotFoundError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or ATTEMPT_KEY not in manifest:
+        raise FileNotFoundError(f"no complete artifact at {uri} (no committed {MANIFEST})")
+    local = mirror_dir(uri)
+    pull_folder(fs, path, manifest, local)
+    return local
+
+
+def read_table(uri: str, quarantine: bool = False):
+    """The rows (or quarantine rows) of the artifact at ``uri`` as one ``pyarrow.Table``: what
+    ``pd.read_parquet`` cannot do on object storage, since the committed files sit under
+    ``_attempts/`` (skipped by dataset readers). Raises ``FileNotFoundError`` / ``ArtifactError``."""
+    from pipeline.core.artifacts import StageArtifact
+    folder = open_artifact(uri)
+    return StageArtifact(folder, read_local_manifest(folder) or {}).read_table(quarantine)

@@ -1,8 +1,15 @@
 """Persistent response cache: one SQLite file, WAL mode, only validated answers.
 
-A crashed or repeated run re-spends nothing (D-M2): before any HTTP call the
+A crashed or repeated run re-spends nothing: before any HTTP call the
 client looks up :func:`cache_key`; after an answer passes JSON extraction, the schema and the
 request's check, it is stored. Failures are never stored, so a rerun retries them.
+
+The SQLite file is local to one worker (:data:`CACHE_FILE` in the run folder). For a run on
+object storage, entries travel between workers as immutable **cache parts**: Parquet files of
+:data:`PART_SCHEMA` written by :func:`encode_part` from :meth:`ResponseCache.entries_after` and
+loaded by :func:`decode_part` + :meth:`ResponseCache.import_entries`
+(:mod:`pipeline.core.remote` checkpoints and restores them); no SQLite file is ever shared over
+network storage.
 """
 from __future__ import annotations
 
@@ -13,6 +20,15 @@ import sqlite3
 import threading
 import time
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CACHE_FILE = "llm_cache.sqlite"  # in the run folder (a worker's local mirror on object storage)
+#: One cache entry per row; ``value`` and ``usage`` are JSON text as in the SQLite table.
+PART_SCHEMA = pa.schema([("key", pa.string()), ("model_id", pa.string()), ("value", pa.string()),
+                         ("raw", pa.string()), ("usage", pa.string()), ("created", pa.float64())])
+_COLUMNS = tuple(PART_SCHEMA.names)
 
 
 def cache_key(model_id: str, messages: list[dict[str, str]], schema: dict[str, Any],
@@ -68,6 +84,39 @@ class ResponseCache:
         with self._lock:
             self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
 
+    def max_rowid(self) -> int:
+        """The highest SQLite rowid so far (0 when empty): a mark for :meth:`entries_after`.
+        ``INSERT OR REPLACE`` gives a replaced entry a new, higher rowid, so every put after the
+        mark is found."""
+        with self._lock:
+            return self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM responses").fetchone()[0]
+
+    def entries_after(self, rowid: int) -> tuple[list[dict[str, Any]], int]:
+        """``(entries put after mark rowid, the new mark)``; each entry a dict of
+        :data:`PART_SCHEMA`'s columns (``value``/``usage`` as stored JSON text)."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT rowid, {', '.join(_COLUMNS)} FROM responses WHERE rowid > ?"
+                                    " ORDER BY rowid", (rowid,)).fetchall()
+        if not rows:
+            return [], rowid
+        return [dict(zip(_COLUMNS, r[1:])) for r in rows], rows[-1][0]
+
+    def import_entries(self, entries: list[dict[str, Any]]) -> int:
+        """Add entries (from :func:`decode_part`) that are not cached yet; returns how many were
+        added. An entry already present is kept as is (both are validated answers)."""
+        with self._lock:
+            before = self._db.total_changes
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT OR IGNORE INTO responses ({', '.join(_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                    [tuple(e[c] for c in _COLUMNS) for e in entries])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return self._db.total_changes - before
+
     def __len__(self) -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
@@ -75,3 +124,23 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def encode_part(entries: list[dict[str, Any]]) -> bytes:
+    """Cache entries (:meth:`ResponseCache.entries_after`) as one zstd Parquet file of :data:`PART_SCHEMA`."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(entries, schema=PART_SCHEMA), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def decode_part(data: bytes) -> list[dict[str, Any]]:
+    """The entries of a cache part written by :func:`encode_part`.
+
+    Raises ``ValueError`` when the file is not such a part (wrong columns, not Parquet)."""
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except pa.ArrowException as e:
+        raise ValueError(f"not an LLM cache part: {e}") from e
+    if table.schema.names != list(_COLUMNS):
+        raise ValueError(f"not an LLM cache part: columns {table.schema.names}")
+    return table.to_pylist()

@@ -32,6 +32,7 @@ def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Ca
     stage at once with its exit status (:class:`server.ServerDied`).
     """
     def make():
+        from pipeline.llm.cache import CACHE_FILE
         from pipeline.llm.client import LLMClient
         from pipeline.llm.server import DETACHED_STATE_DIR, EMBEDDED_MODEL_ALIAS, EmbeddedServer, detached_watch
         c = cfg
@@ -43,6 +44,6 @@ def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Ca
         else:
             watch = detached_watch(os.path.join(run_dir, DETACHED_STATE_DIR), c.base_url)
         os.makedirs(run_dir, exist_ok=True)
-        return LLMClient(c, cache_path=os.path.join(run_dir, "llm_cache.sqlite"), model_id=model_id_for(cfg),
+        return LLMClient(c, cache_path=os.path.join(run_dir, CACHE_FILE), model_id=model_id_for(cfg),
                          server_watch=watch)
     return make
