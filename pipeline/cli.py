@@ -115,6 +115,10 @@ def run(
     llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
+    shards: Optional[int] = typer.Option(None, "--shards", min=0,
+                                         help="shards the map stages (parse, remove_loops, memory, distill, build_pairs) "
+                                              "run in, one after another; 0 = one per 256 MB of input; default: the "
+                                              "run's previous plan, else 0. Read when parse runs"),
 ):
     """Run the pipeline (or some stages of it) and print a summary table.
 
@@ -148,7 +152,8 @@ def run(
     t0 = time.monotonic()
     try:
         results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
-                               stages=names, force=force, log=lambda m: err.print(m, highlight=False, markup=False))
+                               stages=names, force=force, log=lambda m: err.print(m, highlight=False, markup=False),
+                               shards=shards)
     except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")  # escape: messages start with "[stage]"
         raise typer.Exit(1)

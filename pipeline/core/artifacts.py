@@ -12,6 +12,15 @@ Quarantine parts and the manifest sit under ``_``-prefixed names, which Parquet 
 ``pd.read_parquet("runs/ID/build_pairs")`` returns the stage's good rows only. Runs written before
 this layout keep their quarantine in ``quarantine/``; :func:`quarantine_dir` still finds it.
 
+A map stage of a run planned into several shards (:mod:`pipeline.core.shards`) writes one full
+artifact per shard, ``<stage>/shard-NNNNN/`` (parts, ``_quarantine/``, ``_manifest.json`` with its
+own fingerprint and counts), and a stage manifest ``<stage>/_manifest.json`` that lists the shards
+(``shards``), sums their counts and lists their files (``shard-NNNNN/part-00000.parquet``...).
+:func:`parquet_parts` of such a folder returns every shard's parts in shard order (and of its
+``_quarantine`` every shard's quarantine), so readers of the flat layout work unchanged;
+``pyarrow.dataset`` on the stage folder reads ``shard-*/part-*.parquet`` and skips the
+``_quarantine`` folders by the same ``_`` convention.
+
 A stage whose rows carry a split (export) may instead lay its rows out per split as the Hugging
 Face Hub does, ``data/<split>-00000-of-00001.parquet`` (see :meth:`ArtifactStore.write`), so
 ``datasets.load_dataset(<stage folder>)`` loads one split per file name.
@@ -83,7 +92,7 @@ def content_sha256(folder: str, manifest: dict[str, Any]) -> str:
     Raises ``OSError`` when a listed file cannot be read."""
     h = hashlib.sha256()
     for name in sorted(manifest.get("files", [])):
-        if name.split("/", 1)[0] in (QUARANTINE_DIR, LEGACY_QUARANTINE_DIR):
+        if {QUARANTINE_DIR, LEGACY_QUARANTINE_DIR} & set(name.split("/")[:-1]):  # also shard-N/_quarantine/
             continue
         h.update(f"{name}\0{sha256_file(os.path.join(folder, name))}\n".encode())
     h.update(json.dumps(manifest.get("counters") or {}, sort_keys=True, ensure_ascii=False, default=str).encode())
@@ -97,11 +106,34 @@ def quarantine_dir(stage_dir: str) -> str:
     return old if not os.path.isdir(new) and os.path.isdir(old) else new
 
 
+def shard_dirs(stage_dir: str) -> list[str]:
+    """The shard folders of a sharded stage folder, in shard order: those its stage manifest
+    lists (``shards``), else every ``shard-NNNNN`` folder holding a manifest. Empty for a flat
+    (one-shard) artifact or no folder."""
+    from pipeline.core.shards import is_shard_id
+    try:
+        with open(os.path.join(stage_dir, MANIFEST), encoding="utf-8") as f:
+            listed = json.load(f).get("shards")
+        if isinstance(listed, list):
+            return [os.path.join(stage_dir, s["id"]) for s in listed]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        pass
+    if not os.path.isdir(stage_dir):
+        return []
+    return [os.path.join(stage_dir, d) for d in sorted(os.listdir(stage_dir))
+            if is_shard_id(d) and os.path.exists(os.path.join(stage_dir, d, MANIFEST))]
+
+
 def parquet_parts(folder: str) -> list[str]:
     """Paths of the Parquet parts of an artifact folder, in read order: its ``part-*.parquet``
     files, or, for a stage laid out per split, ``data/*.parquet`` (split files sorted by name).
+    For a sharded stage folder, the parts of every shard in shard order; for the ``_quarantine``
+    folder of a sharded stage (which does not exist), every shard's quarantine parts.
     Empty when there are none (or no such folder)."""
     if not os.path.isdir(folder):
+        parent, base = os.path.split(os.path.normpath(folder))
+        if base in (QUARANTINE_DIR, LEGACY_QUARANTINE_DIR):
+            return [p for d in shard_dirs(parent) for p in parquet_parts(quarantine_dir(d))]
         return []
     parts = sorted(f for f in os.listdir(folder) if f.startswith("part-") and f.endswith(".parquet"))
     if parts:
@@ -109,7 +141,7 @@ def parquet_parts(folder: str) -> list[str]:
     data = os.path.join(folder, SPLIT_DATA_DIR)
     if os.path.isdir(data):
         return [os.path.join(data, p) for p in sorted(os.listdir(data)) if p.endswith(".parquet")]
-    return []
+    return [p for d in shard_dirs(folder) for p in parquet_parts(d)]
 
 
 def read_parquet_dir(folder: str) -> pa.Table:
@@ -321,17 +353,18 @@ class ArtifactStore:
         self.run_id = run_id
         self.run_dir = os.path.join(self.root, "runs", run_id)
 
-    def stage_dir(self, stage: str) -> str:
-        return os.path.join(self.run_dir, stage)
+    def stage_dir(self, stage: str, shard: str | None = None) -> str:
+        """``runs/<run_id>/<stage>``, or its shard folder ``.../<stage>/<shard>``."""
+        return os.path.join(self.run_dir, stage, shard) if shard else os.path.join(self.run_dir, stage)
 
-    def load(self, stage: str) -> StageArtifact | None:
-        """The complete artifact of ``stage``, or ``None`` if it was never written, is incomplete,
-        or its manifest cannot be read (a rerun of the stage replaces it)."""
-        return self._load(stage)[0]
+    def load(self, stage: str, shard: str | None = None) -> StageArtifact | None:
+        """The complete artifact of ``stage`` (or of its shard ``shard``), or ``None`` if it was
+        never written, is incomplete, or its manifest cannot be read (a rerun replaces it)."""
+        return self._load(stage, shard)[0]
 
-    def _load(self, stage: str) -> tuple[StageArtifact | None, str]:
+    def _load(self, stage: str, shard: str | None = None) -> tuple[StageArtifact | None, str]:
         """``(artifact or None, why not)``."""
-        path = self.stage_dir(stage)
+        path = self.stage_dir(stage, shard)
         mpath = os.path.join(path, MANIFEST)
         if not os.path.exists(mpath):
             return None, "has no complete artifact"
@@ -344,14 +377,15 @@ class ArtifactStore:
             return None, "has no complete artifact"
         return StageArtifact(path, manifest), ""
 
-    def require(self, stage: str) -> StageArtifact:
-        """The complete artifact of ``stage``, with every file its manifest lists present.
+    def require(self, stage: str, shard: str | None = None) -> StageArtifact:
+        """The complete artifact of ``stage`` (or of its shard ``shard``), with every file its
+        manifest lists present.
 
         Raises :class:`ArtifactError` (with the command that rebuilds it) otherwise."""
-        art, why = self._load(stage)
+        art, why = self._load(stage, shard)
         rerun = f"run it again (skillpipe run --run-id {self.run_id} --stages {stage} --force)"
         if art is None:
-            raise ArtifactError(f"stage '{stage}' {why} in {self.run_dir}; "
+            raise ArtifactError(f"stage '{stage}'{f' {shard}' if shard else ''} {why} in {self.run_dir}; "
                                 + (rerun if "unreadable" in why else
                                    f"run it first (skillpipe run --run-id {self.run_id} --stages {stage})"))
         missing = [f for f in art.manifest.get("files", []) if not os.path.exists(os.path.join(art.path, f))]
@@ -362,8 +396,9 @@ class ArtifactStore:
 
     def write(self, stage: str, table: pa.Table, quarantine: list[QuarantineRow],
               manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None,
-              split_files: tuple[str, dict[str, str]] | None = None) -> StageArtifact:
-        """Write a stage atomically: temp folder, then rename over any previous version.
+              split_files: tuple[str, dict[str, str]] | None = None, shard: str | None = None) -> StageArtifact:
+        """Write a stage (or its shard ``shard``) atomically: temp folder, then rename over any
+        previous version.
 
         ``split_files``: ``(column, {value: split file name})`` lays the rows out per split
         (``data/<name>-NNNNN-of-MMMMM.parquet``, see the module docstring) instead of ``part-*``.
@@ -373,12 +408,13 @@ class ArtifactStore:
             qtable = to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA)
             files += [f"{QUARANTINE_DIR}/{n}" for n in _write_parts(os.path.join(tmp, QUARANTINE_DIR), qtable)]
             return files, manifest, extra_files or {}
-        return self._transaction(stage, body)
+        return self._transaction(stage, body, shard)
 
     def write_stream(self, stage: str, schema: pa.Schema,
                      batches: Iterable[tuple[list[dict[str, Any]] | pa.Table | EncodedPart,
                                              list[QuarantineRow] | EncodedPart]],
-                     finish: Callable[[int, int], tuple[dict[str, Any], dict[str, bytes | str]]]) -> StageArtifact:
+                     finish: Callable[[int, int], tuple[dict[str, Any], dict[str, bytes | str]]],
+                     shard: str | None = None) -> StageArtifact:
         """Stream ``(rows, quarantine_rows)`` batches to Parquet parts with bounded memory, then
         call ``finish(n_rows, n_quarantined) -> (manifest, extra_files)``; atomic like :meth:`write`.
         ``rows`` may be dicts, a table of ``schema`` or an :class:`EncodedPart`; quarantine rows
@@ -395,12 +431,13 @@ class ArtifactStore:
                 files = out.close() + [f"{QUARANTINE_DIR}/{n}" for n in qout.close()]
             manifest, extra = finish(out.rows, qout.rows)
             return files, manifest, extra
-        return self._transaction(stage, body)
+        return self._transaction(stage, body, shard)
 
-    def _transaction(self, stage: str, body) -> StageArtifact:
-        final = self.stage_dir(stage)
-        os.makedirs(self.run_dir, exist_ok=True)
-        tmp = os.path.join(self.run_dir, f".{stage}.tmp-{uuid.uuid4().hex[:8]}")
+    def _transaction(self, stage: str, body, shard: str | None = None) -> StageArtifact:
+        final = self.stage_dir(stage, shard)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        label = f"{stage}.{shard}" if shard else stage  # temp names: .<stage>[.<shard>].tmp-*
+        tmp = os.path.join(self.run_dir, f".{label}.tmp-{uuid.uuid4().hex[:8]}")
         try:
             os.makedirs(tmp)
             files, manifest, extra_files = body(tmp)
@@ -417,7 +454,7 @@ class ArtifactStore:
             atomic_write_json(os.path.join(tmp, MANIFEST), manifest)
             old = None
             if os.path.exists(final):
-                old = os.path.join(self.run_dir, f".{stage}.old-{uuid.uuid4().hex[:8]}")
+                old = os.path.join(self.run_dir, f".{label}.old-{uuid.uuid4().hex[:8]}")
                 os.rename(final, old)
             os.rename(tmp, final)
             if old:

@@ -7,6 +7,7 @@ described in :mod:`pipeline.core.stage`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -49,29 +50,36 @@ def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dic
             "fingerprint_complete": fp, "failed_requests": summary}
 
 
-def check_fresh(store: ArtifactStore, stage: str, seen: set[str] | None = None) -> None:
-    """Raise ``ArtifactError`` when ``stage``'s artifact (or an ancestor's) was built from an
-    upstream artifact that has since been rewritten, e.g. parse rerun on a new input but
-    remove_loops not: running a later stage on it would silently mix two inputs."""
+def check_fresh(store: ArtifactStore, stage: str, seen: set | None = None, shard: str | None = None) -> None:
+    """Raise ``ArtifactError`` when ``stage``'s artifact (or its shard ``shard``'s, or an
+    ancestor's) was built from an upstream artifact that has since been rewritten, e.g. parse
+    rerun on a new input but remove_loops not: running a later stage on it would silently mix
+    two inputs. A sharded stage's stage manifest is checked shard by shard."""
     seen = seen if seen is not None else set()
-    if stage in seen:
+    if (stage, shard) in seen:
         return
-    seen.add(stage)
-    art = store.require(stage)
+    seen.add((stage, shard))
+    art = store.require(stage, shard)
+    if shard is None and art.manifest.get("shards"):
+        for s in art.manifest["shards"]:
+            check_fresh(store, stage, seen, s["id"])
+        return
     for inp in art.manifest.get("inputs", []):
         # "stage" + "content_sha256" since fingerprints name no location; "uri" + "fingerprint" before
         up = inp.get("stage") or os.path.basename(os.path.normpath(inp.get("uri", "")))
         key = "content_sha256" if "content_sha256" in inp else "fingerprint"
         if key not in inp or up not in STAGES:
             continue
-        current = store.require(up)
+        current = store.require(up, inp.get("shard"))
+        up_label = f" {inp['shard']}" if inp.get("shard") else ""
         now = current.content_sha256 if key == "content_sha256" else current.fingerprint
         if now != inp[key]:
             raise ArtifactError(
-                f"stage '{stage}' of run {store.run_id} is stale: it was built from '{up}' {inp[key][:12]} "
+                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
+                f"from '{up}'{up_label} {inp[key][:12]} "
                 f"but '{up}' is now {now[:12]}; rerun from '{stage}' on "
                 f"(e.g. --stages {','.join(STAGES[STAGES.index(stage):])}) or the whole run")
-        check_fresh(store, up, seen)
+        check_fresh(store, up, seen, inp.get("shard"))
 
 
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",
@@ -93,6 +101,7 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
         "prompts": prompts,
         "model": model_id if stage.uses_llm else "",
         "code_version": __version__,
+        **({"shard": ctx.shard} if ctx.shard and stage.sharded else {}),
     }
     return content_hash(facts, n=32), facts
 
@@ -118,12 +127,13 @@ def _reusable(stage: Stage, ctx: StageContext, model_id: str, force: bool,
 
     With nothing to reuse (``force``, or no artifact yet) the fingerprint is left to after the
     run (``("", {})``): a stage that reports its input facts then reads its inputs only once."""
-    existing = ctx.store.load(stage.name)
+    existing = ctx.store.load(stage.name, ctx.shard)
     if force or existing is None:
         return None, "", {}
     fp, facts = fingerprint(ctx, stage.name, model_id)
+    label = f"{stage.name} {ctx.shard}" if ctx.shard else stage.name
     if existing.fingerprint == fp:
-        log(f"[{stage.name}] unchanged (fingerprint {fp[:12]}): skipped")
+        log(f"[{label}] unchanged (fingerprint {fp[:12]}): skipped")
         return StageResult(stage.name, existing.path, existing.manifest["counts"]["out"], fp, True,
                            existing.manifest), fp, facts
     if existing.manifest.get("fingerprint_complete") == fp:
@@ -190,7 +200,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     """
     stage = get_stage(name)
     for s in stage.inputs:  # never build on a stale upstream artifact
-        check_fresh(ctx.store, s)
+        check_fresh(ctx.store, s, shard=ctx.shard if ctx.reads_shard(s) else None)
     reused, fp, facts = _reusable(stage, ctx, model_id, force, log)
     if reused is not None:
         return reused
@@ -208,13 +218,13 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         return manifest, out.extra_files
 
     if out.stream is not None:  # large stages: bounded memory, rows never all in memory
-        art = ctx.store.write_stream(stage.name, stage.schema, _counted(out), finish)
+        art = ctx.store.write_stream(stage.name, stage.schema, _counted(out), finish, shard=ctx.shard)
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
         art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine,
-                              manifest, extra, split_files=stage.split_files)
-    _log_written(stage.name, art.manifest, log)
+                              manifest, extra, split_files=stage.split_files, shard=ctx.shard)
+    _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
     return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)
 
 
@@ -243,7 +253,7 @@ def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
 
 def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig, env: str = "auto",
                  stages: tuple[str, ...] | list[str] | None = None, force: bool = False,
-                 log: Callable[[str], None] = print) -> list[StageResult]:
+                 log: Callable[[str], None] = print, shards: int | None = None) -> list[StageResult]:
     """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root`` (a folder or an
     fsspec URI: :func:`pipeline.core.remote.open_root`).
 
@@ -251,67 +261,174 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
     reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
     opened lazily and closed at the end.
 
+    ``shards``: how many shards the map stages run in (:func:`pipeline.core.shards.plan_run`:
+    ``None`` keeps the run's plan, ``0`` sizes it from the input). In a sharded run a map stage
+    runs shard after shard (each skipped when unchanged) and is then collected; a reduce reads
+    every shard. The result of a map stage is its stage-level reference.
+
     The whole call holds the run's lock (:mod:`pipeline.core.runlock`): a second process on the same
     run id gets :class:`~pipeline.core.runlock.RunLocked` at once. Under the lock, each stage's
     temporary folders left by a killed process are removed before it runs.
 
-    Raises ``ValueError`` for an invalid run id (:func:`check_run_id`) or an unknown stage.
+    Raises ``ValueError`` for an invalid run id (:func:`check_run_id`), an unknown stage or a
+    shard count the run's plan cannot take.
     """
-    import contextlib
-    from pipeline.llm.provider import llm_factory, model_id_for
-    from pipeline.core.remote import open_root
-    from pipeline.core.runlock import run_lock
+    from pipeline.core.shards import plan_run
 
     check_run_id(run_id)
     # fail fast on a typo; old stage names map to the new ones; run order whatever the given order
     names = sorted({get_stage(n).name for n in (stages or STAGES)}, key=STAGES.index)
     chosen = [get_stage(n) for n in names]
     results = []
-    with open_root(root, run_id) as (local_root, hooks):
-        store = ArtifactStore(local_root, run_id)
-        with run_lock(store.run_dir, run_id), contextlib.ExitStack() as stack:
-            ctx = StageContext(store, config, input_path=input_path, env=env,
-                               llm_factory=llm_factory(config.llm, store.run_dir, stack))
-            model = model_id_for(config.llm) if any(s.uses_llm for s in chosen) else ""
-            for stage in chosen:
-                remove_stale_temp(store, stage.name, log)
-                hooks.before(stage.name)
-                results.append(run_stage(stage.name, ctx, model_id=model, force=force, log=log))
-                hooks.after(stage.name)
+    with _session(root, run_id, input_path, config, env, chosen, None) as (ctx, model, hooks):
+        ctx.plan = plan_run(ctx.store, input_path, shards, "parse" in names, log)
+        for stage in chosen:
+            results.append(_run_unit(stage, ctx, model, force, log, hooks))
     return results
 
 
-def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], None] = print) -> list[str]:
-    """Remove ``.<stage>.tmp-*`` / ``.<stage>.old-*`` folders of ``store``'s run (left when a process
-    was killed inside ``ArtifactStore._transaction``); returns their names.
+@contextlib.contextmanager
+def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, env: str, chosen: list[Stage],
+             unit: str | None) -> Iterator[tuple[StageContext, str, Any]]:
+    """``(context, model id, hooks)`` for work on run ``run_id``, under the run's exclusive lock
+    (``unit`` None: a whole CLI run) or its shared lock plus ``unit``'s own (an orchestrator task)."""
+    from pipeline.llm.provider import llm_factory, model_id_for
+    from pipeline.core.remote import open_root
+    from pipeline.core.runlock import run_lock, task_lock
 
-    Only safe while holding the run lock (:func:`run_pipeline` does): then no live process can
-    be writing into them."""
+    with open_root(root, run_id) as (local_root, hooks):
+        store = ArtifactStore(local_root, run_id)
+        lock = run_lock(store.run_dir, run_id) if unit is None else task_lock(store.run_dir, unit, run_id)
+        with lock, contextlib.ExitStack() as stack:
+            ctx = StageContext(store, config, input_path=input_path, env=env,
+                               llm_factory=llm_factory(config.llm, store.run_dir, stack))
+            yield ctx, model_id_for(config.llm) if any(s.uses_llm for s in chosen) else "", hooks
+
+
+def _run_unit(stage: Stage, ctx: StageContext, model: str, force: bool, log: Callable[[str], None],
+              hooks) -> StageResult:
+    """Run ``stage`` for the whole run: each shard then the collect step for a map stage of a
+    sharded run; else (after collecting its sharded upstreams) the stage itself."""
+    if ctx.plan is not None and stage.sharded:
+        done = [_run_shard(stage, ctx, sid, model, force, log, hooks) for sid in ctx.plan.ids]
+        return _collect_unit(stage.name, ctx, log, hooks, skipped=all(r.skipped for r in done))
+    if ctx.plan is not None:
+        for up in stage.inputs:
+            if get_stage(up).sharded:
+                _collect_unit(up, ctx, log, hooks)
+    remove_stale_temp(ctx.store, stage.name, log)
+    hooks.before(stage.name)
+    result = run_stage(stage.name, ctx, model_id=model, force=force, log=log)
+    hooks.after(stage.name)
+    return result
+
+
+def _run_shard(stage: Stage, ctx: StageContext, shard: str, model: str, force: bool,
+               log: Callable[[str], None], hooks) -> StageResult:
+    """Run shard ``shard`` of map stage ``stage`` (``ctx.shard`` is set for the call only: the
+    context keeps its one LLM client across shards)."""
+    remove_stale_temp(ctx.store, stage.name, log, shard=shard)
+    hooks.before(stage.name, shard)
+    ctx.shard = shard
+    try:
+        result = run_stage(stage.name, ctx, model_id=model, force=force, log=log)
+    finally:
+        ctx.shard = None
+    hooks.after(stage.name, shard)
+    return result
+
+
+def _collect_unit(name: str, ctx: StageContext, log: Callable[[str], None], hooks,
+                  skipped: bool = True) -> StageResult:
+    """The collect step of sharded stage ``name`` (:func:`pipeline.core.shards.collect`)."""
+    from pipeline.core.shards import collect
+    hooks.before(name)
+    art = collect(ctx, name, log)
+    hooks.after(name)
+    return StageResult(name, art.path, art.manifest["counts"]["out"], art.fingerprint, skipped, art.manifest)
+
+
+def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], None] = print,
+                      shard: str | None = None) -> list[str]:
+    """Remove ``.<stage>.tmp-*`` / ``.<stage>.old-*`` folders of ``store``'s run (left when a process
+    was killed inside ``ArtifactStore._transaction``), and those of its shards
+    (``.<stage>.shard-NNNNN.tmp-*``); only those of ``shard`` when given. Returns their names.
+
+    Only safe while holding the run lock (:func:`run_pipeline` does), or, for one shard, that
+    shard's task lock: then no live process can be writing into them."""
     import shutil
     if not os.path.isdir(store.run_dir):
         return []
-    stale = sorted(f for f in os.listdir(store.run_dir)
-                   if f.startswith((f".{stage}.tmp-", f".{stage}.old-")) and os.path.isdir(os.path.join(store.run_dir, f)))
-    for f in stale:
+    label = f".{stage}.{shard}" if shard else f".{stage}"
+
+    def stale(f: str) -> bool:
+        if f.startswith((f"{label}.tmp-", f"{label}.old-")):
+            return True
+        rest = f[len(label) + 1:] if not shard and f.startswith(f"{label}.") else ""
+        return rest.startswith("shard-") and (".tmp-" in rest or ".old-" in rest)
+
+    found = sorted(f for f in os.listdir(store.run_dir) if stale(f) and os.path.isdir(os.path.join(store.run_dir, f)))
+    for f in found:
         shutil.rmtree(os.path.join(store.run_dir, f), ignore_errors=True)
-    if stale:
-        log(f"[{stage}] removed {len(stale)} temporary folder(s) left by a killed run: {', '.join(stale)}")
-    return stale
+    if found:
+        log(f"[{stage}] removed {len(found)} temporary folder(s) left by a killed run: {', '.join(found)}")
+    return found
 
 
-def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: str = "auto",
-             config_path: str | None = None, llm_base_url: str = "", llm_model: str = "",
-             log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one stage for an orchestrator task and return the small XCom reference
-    ``{uri, rows, fingerprint}``. Same code path as ``skillpipe run --stages <stage>``."""
+def _task_config(config_path: str | None, llm_base_url: str, llm_model: str) -> PipelineConfig:
     from pipeline.core.config import load_config
     cfg = load_config(config_path)
     if llm_base_url:
         cfg.llm.base_url = llm_base_url
     if llm_model:
         cfg.llm.model = llm_model
-    (result,) = run_pipeline(root, run_id, input_path, cfg, env=env, stages=[stage], log=log)
+    return cfg
+
+
+def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: str = "auto",
+             config_path: str | None = None, llm_base_url: str = "", llm_model: str = "",
+             shard: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one stage (or one shard of a map stage) for an orchestrator task and return the small
+    XCom reference ``{uri, rows, fingerprint}``. Same code path as ``skillpipe run --stages <stage>``.
+
+    Uses the run's stored shard plan (:func:`plan_task` writes it). With ``shard``: that shard of
+    map stage ``stage`` (in a one-shard run: the stage itself, for the first shard). Without: a
+    reduce (after collecting its sharded upstreams), or the collect step of a map stage (its
+    shards must be complete: ``ArtifactError`` otherwise). Holds the run's lock shared and the
+    task's own exclusively (:func:`pipeline.core.runlock.task_lock`), so the mapped tasks of one
+    run work in parallel and a duplicate of one task fails with ``RunLocked``."""
+    from pipeline.core.shards import load_plan
+    st = get_stage(stage)
+    unit = f"{st.name}.{shard}" if shard else st.name
+    cfg = _task_config(config_path, llm_base_url, llm_model)
+    with _session(root, run_id, input_path, cfg, env, [st], unit) as (ctx, model, hooks):
+        plan = load_plan(ctx.store.run_dir)
+        ctx.plan = plan if plan is not None and plan.sharded else None
+        if ctx.plan is not None and st.sharded:
+            result = _run_shard(st, ctx, shard, model, False, log, hooks) if shard else _collect_unit(st.name, ctx, log, hooks)
+        elif st.sharded and not shard:  # one-shard run: the stage was written by its only shard task
+            art = ctx.store.require(st.name)
+            result = StageResult(st.name, art.path, art.manifest["counts"]["out"], art.fingerprint, True)
+        else:
+            result = _run_unit(st, ctx, model, False, log, hooks)
     return result.xcom()
+
+
+def plan_task(*, root: str, run_id: str, input_path: str, shards: int = 0,
+              log: Callable[[str], None] = print) -> list[str]:
+    """Plan run ``run_id``'s input into ``shards`` shards (0: automatic) for an orchestrator and
+    return the shard ids (``["shard-00000", ...]``, the list mapped tasks expand over). Holds
+    the run's exclusive lock while it plans. Raises ``FileNotFoundError`` for a missing input."""
+    from pipeline.core.remote import open_root
+    from pipeline.core.runlock import run_lock
+    from pipeline.core.shards import load_plan, plan_run, shard_id
+    check_run_id(run_id)
+    with open_root(root, run_id) as (local_root, hooks):
+        store = ArtifactStore(local_root, run_id)
+        with run_lock(store.run_dir, run_id):
+            plan_run(store, input_path, shards, True, log)
+            plan = load_plan(store.run_dir)
+    return plan.ids if plan is not None else [shard_id(0)]
 
 
 MAX_RUN_ID = 128  # bytes (UTF-8); a folder name may have 255 (NAME_MAX): room to spare

@@ -38,6 +38,11 @@ order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for
   the previous artifact or none, never half of one).
 
 LLM stages subclass :class:`pipeline.core.llmstage.LLMStage`, which adds the request/answer loop.
+
+**Shards.** A stage with ``sharded = True`` (a *map* stage: its rows depend on one trajectory at a
+time) runs once per shard of a run planned into several shards (:mod:`pipeline.core.shards`),
+with ``ctx.shard`` set; ``ctx.upstream(name)`` then returns that shard of a sharded upstream and
+the whole artifact of a global one. The others (*reduces*) run once and read every shard.
 """
 from __future__ import annotations
 
@@ -84,6 +89,7 @@ class Stage:
             so a change elsewhere does not rerun it. ``None`` = the whole config.
         split_files: ``(column, {value: split name})`` to write the rows as Hugging Face split
             files (``data/<split>-NNNNN-of-MMMMM.parquet``) instead of ``part-*.parquet``.
+        sharded: a map stage, run per shard in a sharded run (module docstring).
     """
     name: ClassVar[str] = ""
     inputs: ClassVar[tuple[str, ...]] = ()
@@ -91,6 +97,7 @@ class Stage:
     uses_llm: ClassVar[bool] = False
     config_sections: ClassVar[tuple[str, ...] | None] = None
     split_files: ClassVar[tuple[str, dict[str, str]] | None] = None
+    sharded: ClassVar[bool] = False
 
     def prompt_files(self, ctx: "StageContext") -> list[str]:
         """Template/schema files whose bytes shape this stage's output (fingerprinted)."""
@@ -101,7 +108,14 @@ class Stage:
         hash of each upstream artifact (never its location, so a moved run folder reruns
         nothing). A stage that reads input files overrides it; if it can compute the same facts
         more cheaply while running, it also sets :attr:`StageOutput.input_facts`."""
-        return [{"stage": s, "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
+        return [{"stage": s, **({"shard": ctx.shard} if ctx.reads_shard(s) else {}),
+                 "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
+
+    def reduce_shards(self, ctx: "StageContext", shards: list[StageArtifact]) -> dict[str, bytes | str]:
+        """Cross-shard work of a sharded stage, done once all its shards are written (``shards``
+        in shard order): extra files for the stage folder (relative name -> content), listed in
+        the stage manifest and covered by its content hash. Default: none."""
+        return {}
 
     def run(self, ctx: "StageContext") -> "StageOutput":
         """Do the work; return rows + quarantine (or a stream of batches). Must not write files:
@@ -169,9 +183,20 @@ class StageContext:
     env: str = "auto"
     llm_factory: Callable[[], Any] | None = None
     _llm: Any = None
+    shard: str | None = None  # the shard a map stage is running on (None: the whole run)
+    plan: Any = None  # the run's ShardPlan (pipeline.core.shards) when it has more than one shard
+
+    def reads_shard(self, stage: str) -> bool:
+        """True when ``upstream(stage)`` resolves to this context's shard of ``stage``."""
+        if not self.shard:
+            return False
+        from pipeline.stages import get_stage
+        return get_stage(stage).sharded
 
     def upstream(self, stage: str) -> StageArtifact:
-        return self.store.require(stage)
+        """The artifact of ``stage``: this shard of it when both run per shard, else the whole
+        (all shards). Raises ``ArtifactError`` when it is missing or incomplete."""
+        return self.store.require(stage, self.shard if self.reads_shard(stage) else None)
 
     @property
     def llm(self):

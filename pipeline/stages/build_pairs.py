@@ -216,6 +216,7 @@ class BuildPairs(Stage):
     inputs = ("remove_loops", "skills", "distill")
     schema = SFT_PAIR_SCHEMA
     config_sections = ("build_pairs", "prompt", "distill")
+    sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
         return prompt_template_files()

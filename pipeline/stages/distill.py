@@ -233,6 +233,7 @@ class DistillStage(LLMStage):
     inputs = ("remove_loops", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
+    sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
         return _templates.stage_files(TEMPLATE, SCHEMA_FILE)

@@ -190,6 +190,7 @@ class MemoryStage(LLMStage):
     inputs = ("remove_loops",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")
+    sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
         return _templates.stage_files(TEMPLATE, SCHEMA_FILE)

@@ -25,6 +25,18 @@ and returns the bytes plus per-group ranking facts (:class:`ChunkResult`); the m
 applies the global caps and writes each task's bytes as one part file. Only when a global cap
 drops rows of a task is that task's part decoded and re-encoded without them.
 
+Shards: in a run planned into several shards (:mod:`pipeline.core.shards`: contiguous runs of
+groups in path order) each shard is parsed alone with the within-group selection above, and
+the cross-group part (duplicates of an earlier group, global caps: :class:`CrossGroup`) is left
+to a small reduce, :meth:`Parse.reduce_shards`, run when the shards are collected: each shard
+keeps its groups' compact facts (``_selection_facts.json``: trajectory id, content digest and
+the instance ranking, ~100 bytes per row) and the reduce replays :class:`CrossGroup` over the
+shards in order, the unsharded stream, writing per shard the rows it drops
+(``parse/_selection/shard-NNNNN.json``). ``remove_loops`` quarantines those rows for its shard
+with the same reasons (``duplicate_trajectory`` / ``not_selected``) and whole rows, so the kept
+rows equal a one-shard run's and counts reconcile per shard and in total. A one-shard run does
+all of it here, as before.
+
 Input facts (:class:`InputDigest`, the one definition): ``[{"files", "sha256", "listed"}]``, one
 digest over ``"<relative path>\\0<sha256>\\n"`` in path order. :meth:`Parse.input_facts` hashes
 the files for the runner's skip check; when the stage runs anyway (forced, or no earlier
@@ -39,7 +51,6 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Iterator
 
 import pyarrow as pa
@@ -51,6 +62,7 @@ from pipeline.formats.discover import list_input_files, read_file
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.lineage import ID_HEX, UNREADABLE, input_sha256
 from pipeline.core.records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
+from pipeline.core.shards import file_groups, input_root  # noqa: F401 (input_root: part of this module's API)
 from pipeline.core.stage import Stage, StageContext, StageOutput
 from pipeline.selection import GlobalCaps, content_digest, rank_instances
 
@@ -87,11 +99,6 @@ class InputDigest:
                  "listed": self.listing if self.files <= MAX_LISTED_INPUTS else []}]
 
 
-def input_root(input_path: str) -> str:
-    """The folder input URIs are relative to: ``input_path`` itself, or a file's folder."""
-    return input_path if os.path.isdir(input_path) else os.path.dirname(input_path)
-
-
 @dataclass
 class GroupResult:
     """What a worker returns for one group (its rows travel in the chunk's encoded parts)."""
@@ -124,7 +131,7 @@ def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold
     for t in trajs:
         d = digests[t.trajectory_id] = content_digest(t)
         if d in first:
-            quarantine.append(_dropped(t, "duplicate_trajectory", _same_as(first[d].trajectory_id)))
+            quarantine.append(not_kept(t, "duplicate_trajectory", _same_as(first[d].trajectory_id)))
         else:
             first[d] = t
             unique.append(t)
@@ -132,7 +139,7 @@ def read_group(root: str, paths: list[str], fmt: str, env: str | None, threshold
     kept = []
     for t in unique:
         if t.trajectory_id in dropped:
-            quarantine.append(_dropped(t, "not_selected", dropped[t.trajectory_id]))
+            quarantine.append(not_kept(t, "not_selected", dropped[t.trajectory_id]))
         else:
             kept.append(t)
     pos = {t.trajectory_id: i for i, t in enumerate(kept)}
@@ -195,15 +202,11 @@ def _same_as(trajectory_id: str) -> str:
     return f"same content as {trajectory_id}, which is kept"
 
 
-def _dropped(t: Trajectory | dict, reason: str, why: str) -> QuarantineRow:
+def not_kept(t: Trajectory | dict, reason: str, why: str) -> QuarantineRow:
     """A read trajectory not kept (``reason`` in ``SELECTION_REASONS``), whole row as JSON in ``raw``."""
     row = t if isinstance(t, dict) else trajectory_row(t)
     return bad(reason, why, row["source_uri"], row["source_line"], json.dumps(row, ensure_ascii=False),
                item_id=row["trajectory_id"], limit=None)
-
-
-def _groups(files: list[str]) -> Iterator[list[str]]:
-    return (list(g) for _, g in groupby(files, key=os.path.dirname))
 
 
 def _chunks(groups: Iterator[list[str]], files_per_chunk: int) -> Iterator[list[list[str]]]:
@@ -223,7 +226,7 @@ def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None) -> 
     # TASKS_PER_WORKER tasks per worker (load balance), each at most CHUNK_FILES files (one part)
     per_chunk = min(CHUNK_FILES, max(16, -(-len(files) // (workers * TASKS_PER_WORKER)))) if workers > 1 \
         else CHUNK_FILES
-    tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(_groups(files), per_chunk))
+    tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(iter(file_groups(files)), per_chunk))
     return ordered_map(read_chunk, tasks, workers, chunk=1)
 
 
@@ -233,7 +236,7 @@ def _drop_rows(parts: list[EncodedPart], dropped: dict[int, tuple[str, str]]
     rows as quarantine rows ``{position: (reason, why)}``, in ``dropped`` order (a global cap or a
     duplicate across folders: rare)."""
     table = pa.concat_tables([decode_part(p) for p in parts])
-    quarantine = [_dropped(table.slice(p, 1).to_pylist()[0], reason, why) for p, (reason, why) in dropped.items()]
+    quarantine = [not_kept(table.slice(p, 1).to_pylist()[0], reason, why) for p, (reason, why) in dropped.items()]
     encoder = PartEncoder(TRAJECTORY_SCHEMA)
     keep = [i for i in range(table.num_rows) if i not in dropped]
     if keep:
@@ -241,19 +244,54 @@ def _drop_rows(parts: list[EncodedPart], dropped: dict[int, tuple[str, str]]
     return encoder.finish(), quarantine
 
 
-class _Selection:
-    """The main process's side of selection: global caps and cross-group duplicates over the
-    chunks in order, and the counters of the manifest."""
+class CrossGroup:
+    """Selection across groups, in stream order: exact duplicates of an earlier kept row and the
+    global caps (:class:`~pipeline.selection.GlobalCaps`). One instance runs over the groups of
+    an unsharded parse; in a sharded run one runs over every shard's groups in shard order
+    (:meth:`Parse.reduce_shards`), which is the same stream."""
 
-    def __init__(self, cfg: ParseConfig, out: StageOutput, inputs: InputDigest):
-        self.gcaps, self.out, self.inputs = GlobalCaps(cfg), out, inputs
+    def __init__(self, cfg: ParseConfig):
+        self.gcaps = GlobalCaps(cfg)
         # content digest -> trajectory id of every kept row so far, both as ints (8 bytes of the
         # digest; ids are "traj-" + 16 hex): ~100 bytes per row instead of ~170
         self.first: dict[int, int] = {}
+
+    def group(self, rows: list[tuple[str, bytes]], ranked, start: int, dropped: dict[int, tuple[str, str]]
+              ) -> set[tuple[str, str]]:
+        """Select one group: ``rows`` ``(trajectory id, content digest)`` at positions ``start``..,
+        ``ranked`` its ``(instance, has_success, positions)``; adds ``{position: (reason, why)}``
+        to ``dropped`` and returns the instances that keep a row."""
+        kept = set()
+        for p, (tid, digest_) in enumerate(rows, start):
+            dkey = int.from_bytes(digest_[:8], "little")  # 64 bits: ~3e-8 odds of a false match in 1e6 rows
+            if dkey in self.first:  # a copy of a row of an earlier group
+                dropped[p] = ("duplicate_trajectory", _same_as(f"traj-{self.first[dkey]:0{ID_HEX}x}"))
+            else:
+                self.first[dkey] = int(tid[5:], 16)
+        for key, has_success, items in ranked:
+            items = [p for p in items if p not in dropped]
+            for p, why in zip(items, self.gcaps.admit(key, has_success, len(items)) if items else ()):
+                if why:
+                    dropped[p] = ("not_selected", why)
+                else:
+                    kept.add(key)
+        return kept
+
+
+class _Selection:
+    """The main process's side of selection: global caps and cross-group duplicates over the
+    chunks in order (:class:`CrossGroup`), and the counters of the manifest. ``local``: one
+    shard of a sharded run, where the cross-group pass is left to :meth:`Parse.reduce_shards`
+    and each group's facts are kept for it instead (:meth:`facts`)."""
+
+    def __init__(self, cfg: ParseConfig, out: StageOutput, inputs: InputDigest, local: bool = False):
+        self.cross, self.out, self.inputs, self.local = CrossGroup(cfg), out, inputs, local
         self.read_by_format, self.kept_by_format, self.kept_by_cat = Counter(), Counter(), Counter()
         self.seen_instances: set[tuple[str, str]] = set()
         self.kept_instances: set[tuple[str, str]] = set()
         self.split: set[tuple[str, str]] = set()
+        self.groups: list[dict] = []  # local mode: per group {"rows": [[id, digest hex]], "ranked": [...]}
+        self.rows = 0  # rows emitted so far (local mode: positions in the shard)
 
     def chunk(self, chunk: ChunkResult) -> dict[int, tuple[str, str]]:
         """``{chunk row position: (reason, why)}`` of the chunk's rows dropped here."""
@@ -262,6 +300,7 @@ class _Selection:
         for res in chunk.groups:
             self._group(res, start, dropped)
             start += len(res.facts)
+        self.rows += start
         return dropped
 
     def _group(self, res: GroupResult, start: int, dropped: dict[int, tuple[str, str]]) -> None:
@@ -270,21 +309,17 @@ class _Selection:
         self.read_by_format.update(res.read_by_format)
         self.out.rows_in += sum(res.read_by_format.values()) + sum(
             n for reason, n in res.reasons.items() if reason not in SELECTION_REASONS)
-        for p, (_, _, tid, digest_) in enumerate(res.facts, start):
-            dkey = int.from_bytes(digest_[:8], "little")  # 64 bits: ~3e-8 odds of a false match in 1e6 rows
-            if dkey in self.first:  # a copy of a row of an earlier group
-                dropped[p] = ("duplicate_trajectory", _same_as(f"traj-{self.first[dkey]:0{ID_HEX}x}"))
-            else:
-                self.first[dkey] = int(tid[5:], 16)
-        for key, has_success, items in res.ranked:
+        for key, _, _ in res.ranked:
             self.split.update({key} & self.seen_instances)
             self.seen_instances.add(key)
-            items = [p for p in items if p not in dropped]
-            for p, why in zip(items, self.gcaps.admit(key, has_success, len(items)) if items else ()):
-                if why:
-                    dropped[p] = ("not_selected", why)
-                else:
-                    self.kept_instances.add(key)
+        rows = [(tid, digest_) for _, _, tid, digest_ in res.facts]
+        if self.local:
+            base = self.rows + start
+            self.groups.append({"start": base, "rows": [[tid, d.hex()] for tid, d in rows],
+                                "ranked": [[*key, has_s, [self.rows + p for p in items]] for key, has_s, items in res.ranked]})
+            self.kept_instances.update(key for key, _, items in res.ranked if items)
+        else:
+            self.kept_instances |= self.cross.group(rows, res.ranked, start, dropped)
         for p, (fmt, cat, _, _) in enumerate(res.facts, start):
             if p not in dropped:
                 self.kept_by_format[fmt] += 1
@@ -299,29 +334,51 @@ class _Selection:
                 "instances_split_across_groups": len(self.split)}
 
 
+#: In a shard's artifact: each group's rows and ranking, for the cross-shard pass.
+FACTS_FILE = "_selection_facts.json"
+#: In the stage folder of a sharded parse: per shard, its rows dropped by the cross-shard pass.
+DROPS_DIR = "_selection"
+
+
+def shard_drops(stage_dir: str, shard: str) -> list[tuple[int, str, str]]:
+    """``[(row position in the shard's parse artifact, reason, why)]`` the cross-shard pass
+    dropped from ``shard`` (:meth:`Parse.reduce_shards`); remove_loops quarantines them.
+    Raises ``OSError``/``ValueError`` when the parse stage was not collected."""
+    with open(os.path.join(stage_dir, DROPS_DIR, f"{shard}.json"), encoding="utf-8") as f:
+        return [tuple(d) for d in json.load(f)["drops"]]
+
+
 class Parse(Stage):
     """Read the input files into trajectories and select (module docstring)."""
     name = "parse"
     schema = TRAJECTORY_SCHEMA
     config_sections = ("parse",)
+    sharded = True
+
+    @staticmethod
+    def _files(ctx: StageContext) -> tuple[str, list[str]]:
+        """``(input root, input files in path order)`` of the run, or of ``ctx.shard``."""
+        if ctx.shard:
+            return ctx.plan.input_root, ctx.plan.files(ctx.shard)
+        return input_root(ctx.input_path), list_input_files(ctx.input_path)
 
     def input_facts(self, ctx: StageContext) -> list[dict]:
-        """The files under ``ctx.input_path``, hashed (:class:`InputDigest`)."""
-        root, digest = input_root(ctx.input_path), InputDigest()
-        for p in list_input_files(ctx.input_path):  # serial: threads only fight over the GIL here
+        """The files under ``ctx.input_path`` (or of the shard), hashed (:class:`InputDigest`)."""
+        (root, files), digest = self._files(ctx), InputDigest()
+        for p in files:  # serial: threads only fight over the GIL here
             digest.add(os.path.relpath(p, root), input_sha256(p))
         return digest.facts()
 
     def run(self, ctx: StageContext) -> StageOutput:
         """Read ``ctx.input_path``; see the module docstring. Counts: in = kept + quarantined."""
         cfg = ctx.config.parse
-        files = list_input_files(ctx.input_path)
+        root, files = self._files(ctx)
         out = StageOutput(rows=[], quarantine=[], rows_in=0)
         inputs = InputDigest()
-        selection = _Selection(cfg, out, inputs)
+        selection = _Selection(cfg, out, inputs, local=bool(ctx.shard))
 
         def stream():
-            for chunk in _results(input_root(ctx.input_path), files, cfg, ctx.env):
+            for chunk in _results(root, files, cfg, ctx.env):
                 dropped = selection.chunk(chunk)
                 parts, capped = _drop_rows(chunk.parts, dropped) if dropped else (chunk.parts, [])
                 for part in parts:
@@ -332,9 +389,28 @@ class Parse(Stage):
                     yield [], capped
             out.counters.update(selection.counters())
             out.input_facts = inputs.facts()
+            if selection.local:
+                out.extra_files[FACTS_FILE] = json.dumps({"groups": selection.groups}, separators=(",", ":"))
 
         out.stream = stream()
         return out
+
+    def reduce_shards(self, ctx: StageContext, shards: list) -> dict[str, bytes | str]:
+        """The cross-shard pass: :class:`CrossGroup` over every shard's groups in shard order (the
+        unsharded stream order), so exact duplicates across shards and the global caps drop
+        exactly the rows an unsharded parse drops. Returns ``_selection/<shard>.json`` per shard:
+        ``{"drops": [[row position, reason, why]]}``."""
+        cross, files = CrossGroup(ctx.config.parse), {}
+        for art in shards:
+            with open(os.path.join(art.path, FACTS_FILE), encoding="utf-8") as f:
+                groups = json.load(f)["groups"]
+            dropped: dict[int, tuple[str, str]] = {}
+            for g in groups:
+                rows = [(tid, bytes.fromhex(d)) for tid, d in g["rows"]]
+                cross.group(rows, [((e, i), has_s, items) for e, i, has_s, items in g["ranked"]], g["start"], dropped)
+            files[f"{DROPS_DIR}/{os.path.basename(art.path)}.json"] = json.dumps(
+                {"drops": [[p, r, w] for p, (r, w) in sorted(dropped.items())]}, ensure_ascii=False)
+        return files
 
 
 STAGE = Parse()

@@ -22,6 +22,11 @@ for large inputs) and deduplicated column-wise by :func:`remove_loops_table` (on
 are gathered with Arrow ``take``), so memory does not grow with the input. Each row group's
 output is encoded to Parquet in the worker and becomes one part file of the artifact. :func:`remove_loops_row`
 is the row-dict reference the tests compare it with.
+
+In a sharded run, the rows of the shard that parse's cross-shard pass dropped (an exact
+duplicate of a row in an earlier shard, or over a global cap: :meth:`pipeline.stages.parse.Parse.reduce_shards`)
+are quarantined here with parse's reason and the whole row, before loop removal; they are units
+in like every parse row, so in = out + quarantined holds per shard.
 """
 from __future__ import annotations
 
@@ -36,8 +41,10 @@ import pyarrow.parquet as pq
 from pipeline.core.artifacts import EncodedPart, PartEncoder
 from pipeline.core.artifacts import parquet_parts
 from pipeline.formats.common import trajectory_row
+from pipeline.stages.parse import shard_drops
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
+from pipeline.core.lineage import content_hash
 from pipeline.core.stage import Stage, StageContext, StageOutput, reject
 
 _STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
@@ -174,24 +181,39 @@ def _row_groups(folder: str) -> list[tuple[str, int]]:
     return [(path, i) for path in parquet_parts(folder) for i in range(pq.ParquetFile(path).num_row_groups)]
 
 
-def remove_loops_group(args: tuple[str, int, int]) -> tuple[list[EncodedPart] | list[dict], list, int, int, int]:
+def remove_loops_group(args: tuple) -> tuple[list[EncodedPart] | list[dict], list, int, int, int]:
     """Remove loops from one Parquet row group (runs in a worker or in-process):
     ``(kept rows as encoded Parquet parts, quarantine, n_in, shortened, removed)``; see
     :func:`remove_loops_table`. The part is encoded here so that only compressed bytes reach the main
-    process (see ``parse.read_chunk``)."""
-    path, index, min_actions = args
+    process (see ``parse.read_chunk``). ``args``: ``(part path, row group, min_actions)`` and
+    optionally ``[(row position in the group, reason, why)]`` of rows to quarantine unchanged
+    (parse's cross-shard drops)."""
+    path, index, min_actions, *more = args
     # hand the previous group's freed Arrow buffers back to the OS first: the allocator keeps
     # them otherwise and each worker's RSS creeps up group after group (measured ~146 -> ~135 MB
     # peak per worker on the 3,000-env benchmark tree)
     pa.default_memory_pool().release_unused()
     table = pq.ParquetFile(path).read_row_group(index)
+    selected: list = []
+    if more and more[0]:
+        table, selected = _drop_selected(table, more[0])
     if not table.schema.equals(TRAJECTORY_SCHEMA):  # e.g. an artifact of an older schema: row path
         kept_rows, qrows, n_in, shortened, removed = remove_loops_rows(table.to_pylist(), min_actions)
-        return [kept_rows], qrows, n_in, shortened, removed
+        return [kept_rows], selected + qrows, n_in + len(selected), shortened, removed
     kept, qrows, shortened, removed = remove_loops_table(table, min_actions)
     encoder = PartEncoder(TRAJECTORY_SCHEMA)
     encoder.write(kept)
-    return encoder.finish(), qrows, table.num_rows, shortened, removed
+    return encoder.finish(), selected + qrows, table.num_rows + len(selected), shortened, removed
+
+
+def _drop_selected(table: pa.Table, drops: list[tuple[int, str, str]]) -> tuple[pa.Table, list]:
+    """``table`` without the rows at ``drops``' positions, and those rows as parse's quarantine
+    rows (:func:`pipeline.stages.parse.not_kept`: reason, why, the whole row)."""
+    from pipeline.stages.parse import not_kept
+    gone = {p for p, _, _ in drops}
+    rows = [not_kept(table.slice(p, 1).to_pylist()[0], reason, why) for p, reason, why in drops]
+    keep = pa.array([i for i in range(table.num_rows) if i not in gone], pa.int64())
+    return table.take(keep), rows
 
 
 def remove_loops_rows(rows: list[dict], min_actions: int) -> tuple[pa.Table | list, list, int, int, int]:
@@ -294,17 +316,44 @@ def _gather(table: pa.Table, fields: dict[str, pa.Array], take_rows: list[int], 
     return out.append_column(TRAJECTORY_SCHEMA.field("steps"), new_steps)
 
 
+def _with_drops(tasks: list[tuple], drops: list[tuple[int, str, str]]) -> list[tuple]:
+    """``tasks`` ``(path, row group, min_actions)`` each extended with the ``drops`` (row position
+    in the whole artifact, reason, why) that fall in its row group, as positions in the group."""
+    out, base, k = [], 0, 0
+    for path, i, min_actions in tasks:
+        n = pq.ParquetFile(path).metadata.row_group(i).num_rows
+        mine = []
+        while k < len(drops) and drops[k][0] < base + n:
+            mine.append((drops[k][0] - base, drops[k][1], drops[k][2]))
+            k += 1
+        out.append((path, i, min_actions, mine))
+        base += n
+    return out
+
+
 class RemoveLoops(Stage):
     """Remove no-op loops from every parsed trajectory (module docstring)."""
     name = "remove_loops"
     inputs = ("parse",)
     schema = TRAJECTORY_SCHEMA
     config_sections = ("remove_loops",)
+    sharded = True
+
+    def input_facts(self, ctx: StageContext) -> list[dict]:
+        """The parse artifact's content hash; for a shard, its parse shard's and the digest of
+        the rows the cross-shard pass dropped from it."""
+        facts = super().input_facts(ctx)
+        if ctx.shard:
+            drops = shard_drops(ctx.store.stage_dir("parse"), ctx.shard)
+            facts.append({"stage": "parse", "selection": ctx.shard, "drops_sha256": content_hash(drops, n=32)})
+        return facts
 
     def run(self, ctx: StageContext) -> StageOutput:
         """Remove loops from every parsed trajectory; counts: in = kept + quarantined (``too_short``)."""
         upstream = ctx.upstream("parse")
         tasks = [(path, i, ctx.config.remove_loops.min_actions) for path, i in _row_groups(upstream.path)]
+        if ctx.shard:  # a sharded run: parse's cross-shard drops for this shard, per row group
+            tasks = _with_drops(tasks, shard_drops(ctx.store.stage_dir("parse"), ctx.shard))
         n_rows = upstream.manifest.get("counts", {}).get("out", 0)
         workers = worker_count(WORKERS) if n_rows >= MIN_ROWS_FOR_POOL else 1
         out = StageOutput(rows=[], quarantine=[], rows_in=0)

@@ -1,0 +1,166 @@
+"""Shard plans and sharded runs of the map stages (pipeline/core/shards.py, the runner's shard path)."""
+import os
+import shutil
+
+import pyarrow.dataset as ds
+import pytest
+
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.runlock import RunLocked, run_lock, task_lock
+from pipeline.core.runner import plan_task, run_pipeline, run_task
+from pipeline.core.shards import file_groups, make_plan, partition
+from pipeline.formats.discover import list_input_files
+from tests.helpers.paths import REPO
+
+SAMPLES = os.path.join(REPO, "data", "samples")
+STAGES = ["parse", "remove_loops", "split"]
+
+
+def quiet(msg: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """The shipped sample plus, in a last folder, a copy of its first file: with 3 shards the
+    copy's trajectories are exact duplicates of rows in shard 0, found only across shards."""
+    d = tmp_path_factory.mktemp("shards") / "in"
+    shutil.copytree(SAMPLES, d)
+    os.makedirs(d / "zz-copy")
+    shutil.copy(os.path.join(SAMPLES, "eto-alfworld", "alfworld_sft_sample.json"), d / "zz-copy")
+    return str(d)
+
+
+def capped() -> PipelineConfig:
+    cfg = PipelineConfig()
+    cfg.parse.max_success_instances = 4  # per env: reached in shard 0, so it drops rows of later shards
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def runs(tree, tmp_path_factory):
+    """The same input and config run with 1 shard and with 3 shards: the two stores."""
+    root = str(tmp_path_factory.mktemp("root"))
+    for n in (1, 3):
+        run_pipeline(root, f"r{n}", tree, capped(), stages=STAGES, shards=n, log=quiet)
+    return ArtifactStore(root, "r1"), ArtifactStore(root, "r3")
+
+
+def test_partition_is_contiguous_and_minimises_the_largest_shard():
+    assert partition([5, 1, 1, 1, 5, 1, 1, 1], 2) == [0, 4]  # 8 + 8
+    assert partition([1] * 6, 3) == [0, 2, 4]
+    assert partition([9, 1, 1, 1], 2) == [0, 1]  # the big group alone
+    assert partition([3, 3], 5) == [0, 1]  # never more shards than groups
+    assert partition([7], 1) == [0]
+    with pytest.raises(ValueError, match="at least 1"):
+        partition([1, 2], 0)
+
+
+def test_plan_keeps_each_folder_whole_and_in_path_order(tree):
+    plan = make_plan(tree, 3)
+    assert plan.ids == ["shard-00000", "shard-00001", "shard-00002"]
+    files = [f for s in plan.shards for f in s["files"]]
+    assert files == [os.path.relpath(p, tree) for p in list_input_files(tree)]  # path order, each file once
+    for group in file_groups(list_input_files(tree)):
+        owners = {s["id"] for s in plan.shards for f in s["files"] if os.path.join(tree, f) in group}
+        assert len(owners) == 1, group  # a folder (env instance and its trajectories) stays in one shard
+    sizes = [s["bytes"] for s in plan.shards]
+    assert sum(sizes) == sum(os.path.getsize(p) for p in list_input_files(tree))
+    assert max(sizes) < 1.4 * min(sizes)  # measured 29,493 / 25,405 / 32,381 bytes
+    assert make_plan(tree, 3).fingerprint == plan.fingerprint
+    assert len(make_plan(SAMPLES).shards) == 1  # automatic: one per 256 MB
+    assert len(make_plan(tree, 0, bytes_per_shard=30_000).shards) == 3
+
+
+def test_three_shards_keep_exactly_the_rows_of_one(runs):
+    one, three = runs
+    rows1 = one.require("remove_loops").read_rows()
+    rows3 = three.require("remove_loops").read_rows()
+    assert len(rows1) == 12 and rows3 == rows1  # same rows, same order
+    assert three.require("split").read_rows() == one.require("split").read_rows()
+
+    def dropped(store):  # parse drops them unsharded; remove_loops quarantines them per shard
+        return sorted((q["reason"], q["item_id"], q["detail"], q["raw"]) for s in ("parse", "remove_loops")
+                      for q in store.require(s).read_rows(quarantine=True))
+    assert dropped(three) == dropped(one)
+    reasons = one.require("parse").manifest["counts"]["quarantine_reasons"]
+    assert reasons == {"duplicate_trajectory": 2, "not_selected": 5}
+    # the duplicates sit in the last shard and copy rows of the first: only the reduce sees them
+    assert three.require("remove_loops", "shard-00002").manifest["counts"]["quarantine_reasons"] == {
+        "duplicate_trajectory": 2, "not_selected": 2}
+
+
+def test_one_shard_keeps_the_flat_layout(runs):
+    one, three = runs
+    assert sorted(os.listdir(one.stage_dir("parse"))) == ["_manifest.json", "_quarantine", "part-00000.parquet"]
+    assert sorted(os.listdir(three.stage_dir("parse"))) == [
+        "_manifest.json", "_selection", "shard-00000", "shard-00001", "shard-00002"]
+
+
+def test_counts_reconcile_per_shard_and_in_total(runs):
+    _, three = runs
+    for stage in ("parse", "remove_loops"):
+        total = three.require(stage).manifest
+        shards = [three.require(stage, s["id"]).manifest["counts"] for s in total["shards"]]
+        for c in shards + [total["counts"]]:
+            assert c["units_in"] == c["units_out"] + c["quarantined"]
+        assert total["counts"]["in"] == sum(c["in"] for c in shards)
+        assert [s["counts"] for s in total["shards"]] == shards
+    assert three.require("parse").manifest["counts"]["in"] == 19
+
+
+def test_dataset_readers_see_the_rows_of_every_shard_and_no_quarantine(runs):
+    _, three = runs
+    folder = three.stage_dir("remove_loops")
+    table = ds.dataset(folder, format="parquet").to_table()  # skips _quarantine, _manifest.json, _selection
+    assert table.num_rows == three.require("remove_loops").read_table().num_rows == 12
+    assert len(three.require("remove_loops").read_rows(quarantine=True)) == 7
+
+
+def test_rerun_after_losing_one_shard_reruns_only_that_shard(tree, tmp_path):
+    root = str(tmp_path)
+    run_pipeline(root, "r", tree, capped(), stages=STAGES, shards=3, log=quiet)
+    store = ArtifactStore(root, "r")
+    before = store.require("remove_loops").manifest["content_sha256"]
+    shutil.rmtree(store.stage_dir("remove_loops", "shard-00001"))
+    log: list[str] = []
+    results = run_pipeline(root, "r", tree, capped(), stages=STAGES, log=log.append)  # keeps the 3-shard plan
+    ran = [m for m in log if "unchanged" not in m and "shard-" in m]
+    assert ran == [m for m in ran if m.startswith("[remove_loops shard-00001]")] and len(ran) == 1
+    assert store.require("remove_loops").manifest["content_sha256"] == before
+    assert [r.skipped for r in results] == [True, False, True]  # split reads the same rows
+
+
+def test_orchestrator_tasks_run_one_shard_each_then_collect(tree, tmp_path):
+    args = dict(root=str(tmp_path), run_id="t", input_path=tree, log=quiet)
+    ids = plan_task(shards=2, **args)
+    assert ids == ["shard-00000", "shard-00001"]
+    refs = [run_task("parse", shard=s, **args) for s in ids]
+    assert set(refs[0]) == {"uri", "rows", "fingerprint"} and refs[0]["uri"].endswith("parse/shard-00000")
+    total = run_task("parse", **args)  # the collect step (with the cross-shard pass)
+    assert total["rows"] == sum(r["rows"] for r in refs)
+    for s in ids:
+        run_task("remove_loops", shard=s, **args)
+    split = run_task("split", **args)  # a reduce: collects remove_loops first
+    (one,) = run_pipeline(str(tmp_path), "one", tree, PipelineConfig(), stages=["parse", "remove_loops", "split"],
+                          log=quiet)[2:]
+    assert split["rows"] == one.rows == 15
+    # the same rows, byte for byte (fingerprints differ: they name the upstream's layout)
+    split_t, split_one = (ArtifactStore(str(tmp_path), r).require("split") for r in ("t", "one"))
+    assert split_t.content_sha256 == split_one.content_sha256
+
+
+def test_task_locks_are_per_shard_and_exclude_a_whole_run(tmp_path):
+    run_dir = str(tmp_path / "runs" / "r")
+    with task_lock(run_dir, "memory.shard-00000", "r"), task_lock(run_dir, "memory.shard-00001", "r"):
+        with pytest.raises(RunLocked, match="memory.shard-00000 of run r is in use"):
+            with task_lock(run_dir, "memory.shard-00000", "r"):
+                pass
+        with pytest.raises(RunLocked, match="run r is in use by .*orchestrator run"):
+            with run_lock(run_dir, "r"):
+                pass
+    with run_lock(run_dir, "r"):
+        with pytest.raises(RunLocked, match="run r is in use by pid"):
+            with task_lock(run_dir, "memory.shard-00000", "r"):
+                pass
