@@ -2,6 +2,10 @@
 ### skillpipe
 
 Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL method), one task per stage.
+`plan` cuts the input into shards (param `shards`, 0 = one per 256 MB); the map stages (parse,
+remove_loops, memory, distill, build_pairs) run as one mapped task per shard, each followed by
+`<stage>_all`, which collects the shards (for parse: the cross-shard duplicate and cap pass);
+split, skills and export run once over all shards. Clearing one shard's task reruns that shard.
 Every task calls `pipeline.core.runner.run_task`, the same entry point as `skillpipe run --stages X`,
 and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
@@ -16,7 +20,7 @@ import pendulum
 from airflow.sdk import Param, dag, setup, task, teardown
 
 from pipeline.core.manifest import XCOM_KEYS
-from pipeline.stages import STAGES
+from pipeline.stages import STAGES, get_stage
 
 
 def _args(params: dict, llm: dict) -> dict:
@@ -82,6 +86,7 @@ def eval_task(which: str, task_id: str):
         "config": Param("", type="string", description="YAML config path (empty: defaults)"),
         "llm_base_url": Param("", type="string", description="OpenAI-compatible endpoint (empty: embedded)"),
         "llm_model": Param("", type="string", description="model name at that endpoint"),
+        "shards": Param(0, type="integer", minimum=0, description="shards of the map stages (0: one per 256 MB)"),
         "train": Param(True, type="boolean", description="SFT, GRPO and eval after export (False: stop after export)"),
         "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),
         "grpo_max_steps": Param(2, type="integer", minimum=1, description="GRPO steps (CPU demo budget)"),
@@ -114,12 +119,27 @@ def skillpipe():
             from pipeline.llm.server import stop_detached
             stop_detached(llm["state_dir"])
 
+    @task
+    def plan(params=None) -> list[str]:
+        """Plan the input into shards; returns their ids (what the map stages expand over)."""
+        from pipeline.core.runner import plan_task
+        a = _args(params, {"base_url": "", "model": ""})
+        return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
+
     def stage_task(name: str):
-        @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py).")
-        def _run(llm: dict, upstream: dict | None = None, params=None) -> dict:
+        @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
+        def _run(llm: dict, upstream: dict | None = None, shard: str | None = None, params=None) -> dict:
+            from pipeline.core.runner import run_task
+            return run_task(name, shard=shard, **_args(params, llm))
+        return _run
+
+    def collect_task(name: str):
+        @task(task_id=f"{name}_all", doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
+                                           + ("; the cross-shard duplicate and cap pass" if name == "parse" else ""))
+        def _collect(llm: dict, params=None) -> dict:
             from pipeline.core.runner import run_task
             return run_task(name, **_args(params, llm))
-        return _run
+        return _collect
 
     # A teardown: it runs when everything before it is done, failed or not (a failed run gets a
     # report too), and unlike an all_done leaf it never decides the DAG run's state.
@@ -136,9 +156,13 @@ def skillpipe():
         return {"uri": f"file://{r['path']}", "rows": len(r["pngs"]), "fingerprint": ""}
 
     llm = start_llm()
-    ref = None
+    shards = ref = plan()
     for name in STAGES:
-        ref = stage_task(name)(llm, ref)
+        if get_stage(name).sharded:  # a map stage: one task per shard, then its collect step
+            mapped = stage_task(name).partial(llm=llm).expand(shard=shards)
+            ref >> mapped >> (ref := collect_task(name)(llm))
+        else:
+            ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
     sft = sft_fit(ref)
     done = [eval_task("sft_fit", "eval_sft")(sft), eval_task("grpo", "eval_grpo")(grpo(sft))]

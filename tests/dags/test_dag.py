@@ -44,6 +44,44 @@ def _xcoms(db, task_ids) -> dict:
     return {t: json.loads(v) if isinstance(v, (str, bytes)) else v for t, v in rows}
 
 
+def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
+    """The DAG as the dag-processor parses it (in a subprocess with its own AIRFLOW_HOME): one
+    mapped task per map stage expanding over ``plan``, its ``<stage>_all`` collect step after it,
+    the reduces as single tasks, in pipeline order."""
+    code = ("import json; from airflow.dag_processing.dagbag import DagBag; d = DagBag(%r).dags['skillpipe']; "
+            "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids)] for t in d.tasks}))"
+            % os.path.join(ROOT, "dags"))
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tasks = json.loads(proc.stdout.strip().splitlines()[-1])
+    mapped = [t for t, (kind, _) in tasks.items() if "Mapped" in kind]
+    assert mapped == ["parse", "remove_loops", "memory", "distill", "build_pairs"]
+    for name in mapped:
+        assert "plan" in tasks[name][1] and tasks[f"{name}_all"][1] == [name, "start_llm"]
+    assert tasks["remove_loops"][1] == ["parse_all", "plan", "start_llm"]  # after the cross-shard pass
+    assert tasks["split"][1] == ["remove_loops_all", "start_llm"] and tasks["skills"][1] == ["memory_all", "start_llm"]
+    assert tasks["export"][1] == ["build_pairs_all", "start_llm"] and "Mapped" not in tasks["export"][0]
+
+
+def test_xcom_stays_small_for_1000_shards(tmp_path):
+    """The plan task's XCom (the shard ids) and the references of 1,000 mapped tasks, as JSON."""
+    from pipeline.core.runner import plan_task, run_task
+    inp = tmp_path / "in"
+    for i in range(1000):  # 1,000 folders: a plan can have up to one shard per folder
+        os.makedirs(inp / f"env{i:04d}")
+        (inp / f"env{i:04d}" / "test1.txt").write_text("x" * (1 + i % 7))
+    args = dict(root=str(tmp_path), run_id="manual__2026-12-02T04-00-00-00-00", input_path=str(inp),
+                log=lambda m: None)
+    ids = plan_task(shards=1000, **args)
+    assert len(ids) == 1000 and ids[-1] == "shard-00999"
+    ref = run_task("parse", shard=ids[-1], **args)  # a real mapped task's reference
+    assert set(ref) == {"uri", "rows", "fingerprint"}
+    plan_bytes, ref_bytes = len(json.dumps(ids)), len(json.dumps(ref))
+    print(f"XCom: plan {plan_bytes} B, one reference {ref_bytes} B, 1,000 references {1000 * ref_bytes} B")
+    assert plan_bytes < 20_000 and 1000 * ref_bytes < 300_000
+
+
 @pytest.mark.slow
 def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     input_dir, records = tiny_sample
