@@ -32,6 +32,33 @@ def _args(params: dict, llm: dict) -> dict:
                 llm_base_url=llm["base_url"], llm_model=llm["model"])
 
 
+@task
+def plan(params=None) -> list[str]:
+    """Plan the input into shards; returns their ids (what the map stages expand over)."""
+    from pipeline.core.runner import plan_task
+    a = _args(params, {"base_url": "", "model": ""})
+    return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
+
+
+def stage_task(name: str):
+    """The task running stage ``name`` (one shard of it when mapped with ``shard``)."""
+    @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
+    def _run(llm: dict, upstream: dict | None = None, shard: str | None = None, params=None) -> dict:
+        from pipeline.core.runner import run_task
+        return run_task(name, shard=shard, **_args(params, llm))
+    return _run
+
+
+def collect_task(name: str):
+    """The task collecting the shards of map stage ``name`` (``<name>_all``)."""
+    @task(task_id=f"{name}_all", doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
+                                       + ("; the cross-shard duplicate and cap pass" if name == "parse" else ""))
+    def _collect(llm: dict, params=None) -> dict:
+        from pipeline.core.runner import run_task
+        return run_task(name, **_args(params, llm))
+    return _collect
+
+
 @task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
 def sft_fit(export: dict, params=None) -> dict:
     """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``.
@@ -118,28 +145,6 @@ def skillpipe():
         if llm["state_dir"]:
             from pipeline.llm.server import stop_detached
             stop_detached(llm["state_dir"])
-
-    @task
-    def plan(params=None) -> list[str]:
-        """Plan the input into shards; returns their ids (what the map stages expand over)."""
-        from pipeline.core.runner import plan_task
-        a = _args(params, {"base_url": "", "model": ""})
-        return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
-
-    def stage_task(name: str):
-        @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
-        def _run(llm: dict, upstream: dict | None = None, shard: str | None = None, params=None) -> dict:
-            from pipeline.core.runner import run_task
-            return run_task(name, shard=shard, **_args(params, llm))
-        return _run
-
-    def collect_task(name: str):
-        @task(task_id=f"{name}_all", doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
-                                           + ("; the cross-shard duplicate and cap pass" if name == "parse" else ""))
-        def _collect(llm: dict, params=None) -> dict:
-            from pipeline.core.runner import run_task
-            return run_task(name, **_args(params, llm))
-        return _collect
 
     # A teardown: it runs when everything before it is done, failed or not (a failed run gets a
     # report too), and unlike an all_done leaf it never decides the DAG run's state.
