@@ -164,3 +164,26 @@ def test_task_locks_are_per_shard_and_exclude_a_whole_run(tmp_path):
         with pytest.raises(RunLocked, match="run r is in use by pid"):
             with task_lock(run_dir, "memory.shard-00000", "r"):
                 pass
+
+
+def test_every_stage_sharded_gives_the_export_of_one_shard(tree, tmp_path):
+    """All eight stages with the schema stub as LLM (valid answers that depend only on the
+    request): 3 shards export the same rows in the same order as 1, asking the same number of
+    LLM calls, and every sharded stage's counts reconcile in total."""
+    from bench.reliability_stub import SchemaStub
+    from pipeline.core.config import QUALITY_RULES
+    with SchemaStub() as stub:
+        cfg = PipelineConfig()
+        cfg.llm.base_url, cfg.llm.model, cfg.llm.structured_output = stub.base_url, "stub-model", "json_schema"
+        cfg.quality.off_topic_threshold, cfg.quality.flag_rules = -1, list(QUALITY_RULES)  # rules only count
+        calls = []
+        for n in (1, 3):
+            run_pipeline(str(tmp_path), f"r{n}", tree, cfg, shards=n, log=quiet)
+            calls.append(len(stub.requests) - sum(calls))
+    one, three = (ArtifactStore(str(tmp_path), f"r{n}") for n in (1, 3))
+    rows = one.require("export").read_rows()
+    assert len(rows) == 64 and three.require("export").read_rows() == rows  # measured: 64 pairs
+    assert calls[0] == calls[1] > 0
+    for stage in ("memory", "distill", "build_pairs"):
+        m = three.require(stage).manifest
+        assert len(m["shards"]) == 3 and m["counts"] == one.require(stage).manifest["counts"]
