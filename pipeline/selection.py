@@ -21,6 +21,11 @@ env, task, outcome, reward and every step's action, observation and reward; not 
 an earlier one's, e.g. the same log copied into two files or folders, is quarantined as
 ``duplicate_trajectory`` naming the kept trajectory; the first in path order is kept. The parse
 stage applies this within each folder and across folders.
+
+Sharded runs: the per-instance ranking (:func:`rank_instances`) works on one folder, so each shard
+applies it alone; duplicates across folders and :class:`GlobalCaps` count in stream order, so
+parse replays them over all shards in shard order, which is path order (``parse.CrossGroup``
+in :mod:`pipeline.stages.parse`), and the rows kept equal a one-shard run's.
 """
 from __future__ import annotations
 
