@@ -31,12 +31,16 @@ from pipeline.core.llmstage import failure_row
 from pipeline.llm import templates
 from pipeline.llm.schemas import schema_path
 from pipeline.llm.types import JSONRequest
+from pipeline.quality import echo
 
 #: The updater prompt (``pipeline/templates/skill_update.txt``).
 TEMPLATE = templates.load("skill_update", "")
 SYSTEM = TEMPLATE.sections["system"].strip()
 USER = TEMPLATE.sections["user"].strip()
 PROMPT_SHA = lineage.content_hash(SYSTEM, USER, n=64)  # = the hash of the texts when they were inline
+#: Content words of the updater prompt's fixed text (rule ``echo_prompt``).
+PROMPT_WORDS = echo.prompt_words(TEMPLATE.sections.values())
+SKILL_FIELDS = ("title", "principle", "when_to_apply")
 
 
 @dataclass
@@ -107,17 +111,21 @@ def update_request(bank: SkillBank, category: str, rate: float, threshold: float
     ``rate``/``threshold``: the category's success rate and the target (fractions);
     ``failures``: the failed episodes as text; ``max_new``: skills the answer may hold. The
     answer is checked against :func:`answer_schema` and rejected (then repaired by the client)
-    when a title repeats one of the bank or of the answer."""
+    when a title repeats one of the bank or of the answer, or a skill breaks the echo rules
+    (``echo_prompt``/``not_actionable`` of :func:`pipeline.quality.echo.echo_violations`, against
+    the updater prompt's fixed text); the failed call is then quarantined with that reason."""
     titles = sorted({(r.get("title") or r.get("description") or "").strip() for r in bank.rows} - {""})
     existing = {t.lower() for t in titles}
 
     def check(value: list[dict]) -> str | None:
         seen = set()
-        for s in value:
+        for i, s in enumerate(value):
             key = s["title"].strip().lower()
             if key in existing or key in seen:
                 return f"the title {s['title']!r} already exists: write a different skill"
             seen.add(key)
+            if bad := echo.echo_violations(f"skills[{i}]", s, SKILL_FIELDS, PROMPT_WORDS):
+                return bad[0].message()
         return None
 
     user = TEMPLATE.render("user", env=bank.env, category=category, rate=rate, threshold=threshold,

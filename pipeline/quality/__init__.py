@@ -15,6 +15,7 @@ Modules (one concept each):
   ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``unknown_source_memory``,
   ``category_mismatch``;
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
+* :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
 
 Policy: every rule quarantines unless it is listed in ``quality.flag_rules`` (config), in which
@@ -41,6 +42,11 @@ REASONS: dict[str, str] = {
     "unknown_source_memory": "a skill cites a source memory that is not in the memory artifact",
     "category_mismatch": "a task-specific skill's category differs from its source memories' category",
     "off_topic": "embedding similarity to the source is below quality.off_topic_threshold",
+    "think_is_action": "a think only restates an action string (the step's, an admissible one or one of the "
+                       "trajectory: no content word of its own, at most one missing) or is a bare "
+                       "action-shaped command",
+    "echo_prompt": "a skill or mistake field is >= 80% words of the prompt template's fixed text",
+    "not_actionable": "a skill title of one word, or a principle/how-to-avoid with < 2 content words",
 }
 
 

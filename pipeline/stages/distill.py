@@ -20,7 +20,8 @@ emitted empty thinks. Failures (the model's raw output kept) and non-successes (
 
 Content rules (``pipeline.quality``): each answer's check also rejects a think with no
 words, an n-gram loop, a think reused for two steps, a think naming an entity the agent has not
-seen yet (``future_leak``) and an off-topic think; the rule's reason is fed back in the repair
+seen yet (``future_leak``), a think that only restates an action (``think_is_action``) and an
+off-topic think; the rule's reason is fed back in the repair
 round, then quarantines the trajectory. ``distill.source_thoughts = prefer`` (default) uses a
 step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the same rules
 (:func:`recorded_thinks`) and asks the LLM only for the other steps; build_pairs flags those pairs
@@ -41,7 +42,7 @@ from pipeline.core.stage import StageContext, StageOutput, reject
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
-from pipeline.quality import grounding, text, topic
+from pipeline.quality import echo, grounding, text, topic
 
 TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
@@ -105,11 +106,16 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
-    step), then ``off_topic`` against the step (observation as shown + action) and the task."""
+    step), ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
+    action, its admissible list and every action of ``traj``), then ``off_topic`` against the step
+    (observation as shown + action) and the task."""
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks])
     out += [v for t in thinks for v in grounding.future_leak(str(t.get("think") or ""), traj, t["step_index"])]
+    out += echo.think_violations([(t["step_index"], str(t.get("think") or "")) for t in thinks],
+                                 {i: (e["action"], e["admissible"]) for i, e in entries.items()},
+                                 [s.action or "" for s in traj.steps[1:]])
     sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "
                 f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
     return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)

@@ -50,7 +50,7 @@ from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest
 from pipeline.prompts import category_label
-from pipeline.quality import grounding, text, topic
+from pipeline.quality import echo, grounding, text, topic
 
 NAME = "skills"          # stage name, and pipeline/templates/skills*.txt
 
@@ -133,11 +133,14 @@ def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str],
                      encoder: topic.Encoder | None = None) -> list[quality.Violation]:
     """Content rules of one answer's skills (or mistakes): ``no_words``/``ngram_loop`` of every
     field, ``not_a_phrase`` of a title, ``ngram_loop`` of the item's fields joined, then
-    ``off_topic`` (:func:`pipeline.quality.topic.off_domain`): each field of an item (title,
+    ``echo_prompt``/``not_actionable`` (:func:`pipeline.quality.echo.echo_violations`, against the
+    fixed text of ``pipeline/templates/skills.txt``), then ``off_topic``
+    (:func:`pipeline.quality.topic.off_domain`): each field of an item (title,
     principle, when to apply; mistakes: description, why, how) scored separately against
     ``sources``, the task and description of each memory fed to the call. No sources, or
     ``quality.off_topic_threshold <= -1``: not checked."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
+    vocab = echo.prompt_words(_templates.load(NAME, "").sections.values())
     out = []
     for i, item in enumerate(items):
         for f in fields:
@@ -149,6 +152,7 @@ def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str],
         if (loop := text.ngram_loop(whole, qcfg.loop_ngram, qcfg.loop_min_repeats)) is not None:
             out.append(quality.Violation("ngram_loop", f"{key}[{i}] repeats {loop!r} {qcfg.loop_min_repeats}+ times "
                                                        "across its fields; write it once"))
+        out += echo.echo_violations(f"{key}[{i}]", item, fields, vocab)
     if qcfg.off_topic_threshold <= -1:
         return out
     named = [[(f"{key}[{i}].{f}", str(item.get(f) or "")) for f in fields] for i, item in enumerate(items)]

@@ -187,7 +187,7 @@ def test_recorded_thoughts_are_preferred_and_flagged(eto_store):
 def test_source_thoughts_ignore_asks_the_llm(eto_store):
     store, traj = eto_store
     texts = ["I go to the toiletpaperhanger 1 to check it", "I go to toilet 1 to look for paper",
-             "I take the toiletpaper 1 from toilet 1", "I return to the toiletpaperhanger 1 with it",
+             "The toiletpaper 1 is here, so I take it", "I return to the toiletpaperhanger 1 with it",
              "I put the toiletpaper 1 on the hanger"]
     good = answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
     with ChatStub([good], default={"status": 500}) as stub:  # concurrency 1: the toiletpaper trajectory first
@@ -214,7 +214,7 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
     write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
     soup = answer({"skills": [{"title": "**1**", "principle": "2 _Apply when: 3 },_", "when_to_apply": "4"}]})
     diet = answer({"mistakes": [{"description": "A childhood diet", "why_it_happens": "Too much sugar as a child",
-                                 "how_to_avoid": "Eat vegetables"}]})
+                                 "how_to_avoid": "Eat more vegetables every day"}]})
     cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
                                "placing it.", "when_to_apply": "The goal says cool."}]})
     heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
@@ -247,8 +247,8 @@ def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
     traj.steps[3] = dataclasses.replace(traj.steps[3], thought="1.25")
     store = ArtifactStore(str(tmp_path), "r1")
     write_trajectories(store, [traj])
-    texts = ["go to cabinet 1 to find the mug", "take the mug 1 from the cabinet 1",
-             "heat the mug 1 with the microwave 1", "the mug is heated, so the task is done"]
+    texts = ["go to cabinet 1 to find the mug", "the mug is in the cabinet, so I take it",
+             "the task wants a hot mug, so I heat it in the microwave 1", "the mug is heated, so the task is done"]
     res, art, stub = run_with(distill_store(store), "distill",
                               [answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})])
     assert [t["think"] for t in art.read_rows()[0]["thinks"]] == texts

@@ -1,0 +1,182 @@
+"""Echo rules: LLM text that repeats its input instead of saying something.
+
+Seen in the export of the embedded 135M model:
+
+* thinks that are an action command and no reasoning: ``put spraybottle on toilet 2`` before
+  the action ``put spraybottle 2 in/on toilet 2``; ``go to cabinet 2`` before ``open cabinet 2``;
+* skills that repeat the words of the prompt's headings and instructions: a skill titled
+  ``Mistakes seen in failed episodes`` with the principle ``Learn from what worked and failed to
+  fail.``, a when-to-apply ``When to apply this skill.``, a skill titled ``Cool``.
+
+Rules (reasons of :data:`pipeline.quality.REASONS`):
+
+* ``think_is_action`` (:func:`think_violations`) - a think whose content words (:func:`action_words`)
+  are words of an action string, at most one of them missing (:func:`near_action`), or
+  an action-shaped command: it starts with an action verb and uses no word outside the words of
+  the actions it could name (:func:`action_shaped`).
+* ``echo_prompt`` (:func:`echo_violations`) - a skill/mistake field with at least
+  :data:`MIN_ECHO_WORDS` content words of which at least :data:`ECHO_SHARE` are words of the
+  prompt template's fixed text (:func:`echo_share`).
+* ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (or a
+  mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
+
+Words are compared after :func:`stem` (a few English suffixes cut: ``failed`` = ``fail``), so
+inflection does not hide an echo. The constants below are measured in
+``tests/pipeline/quality/test_echo.py`` (figures in each constant's comment).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from pipeline.quality import Violation
+
+_WORD = re.compile(r"[a-z]{2,}")   # runs of >= 2 ASCII letters, lower-cased text (numbers dropped)
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+
+#: Words that never decide whether a text is an echo: articles, prepositions, pronouns,
+#: auxiliaries, "and"/"or" and the filler of a bare command ("now I will ..."). Words that carry
+#: a reason stay content words ("so", "because", "if", "not", "here", "need", "should").
+STOP = frozenset("""
+a an the in on to from with at into onto of for by up out off over under about as
+i me my we us our you your it its this that these those he she they them their
+is are was were be been being am do does did have has had will would shall can may
+let lets and or then now next first finally also just
+""".split())
+
+#: ``think_is_action``: a think restates an action string when it adds no content word of its own
+#: and drops at most this many of the action's. With 1 the issue's examples fire ("put spraybottle
+#: on toilet 2" has exactly the words of "put spraybottle 2 in/on toilet 2"; "go to cabinet 2"
+#: equals the admissible and earlier action "go to cabinet 2"; "take the spraybottle" lacks only
+#: "cabinet" of "take spraybottle 2 from cabinet 2"), while any word of its own lets a think pass
+#: ("the fridge is closed" adds "closed" to "open fridge 1"; "I go to cabinet 2 to look for it"
+#: adds "look"). Measured: none of the 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct
+#: WebShop samples fires (tests/pipeline/quality/test_echo.py).
+NEAR_ACTION_SLACK = 1
+
+#: ``echo_prompt``: share of a field's content words that are prompt words. Measured on the 162
+#: skills and mistakes of the SkillRL ALFWorld, WebShop and Search banks (tests/fixtures), every
+#: field: the highest share is 0.67 against the skills prompt and against the skill-update prompt
+#: (3-word titles: "Grab When Seen", "Prevent Action Loops"); the issue's junk scores 1.0
+#: ("Mistakes seen in failed episodes", "Learn from what worked and failed to fail.", "When to
+#: apply this skill."). 0.8: a title of 4 or 5 words must be all or 4/5 echo.
+ECHO_SHARE = 0.8
+#: ``echo_prompt`` judges only fields with at least this many content words (one or two shared
+#: words say nothing: "Verify Task" shares "task" with every prompt).
+MIN_ECHO_WORDS = 2
+#: ``not_actionable``: content words a principle (a mistake's how-to-avoid) needs: at least a verb
+#: and what it acts on ("Reread the goal"). The good banks' shortest principle (or how-to-avoid)
+#: has 12; the issue's "In the morning." has 1.
+MIN_PRINCIPLE_WORDS = 2
+
+
+def stem(word: str) -> str:
+    """A crude English stem: ``-ies`` -> ``-y``; ``-ing``/``-ed``/``-es``/``-s`` cut when at least 3
+    letters remain (``failed`` -> ``fail``, ``episodes`` -> ``episode``, ``mistakes`` -> ``mistake``,
+    ``glass`` unchanged). Not a linguistic stemmer: it only has to map a prompt's word and its
+    echo to the same key."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    for suffix in ("ing", "ed", "s"):
+        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
+            return word[:-len(suffix)]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """Stemmed words of ``text`` that are not :data:`STOP` words, in order (``"Learn from what
+    worked"`` -> ``["learn", "work"]``; numbers and one-letter tokens dropped)."""
+    return [stem(w) for w in _WORD.findall((text or "").lower()) if w not in STOP]
+
+
+def action_words(text: str) -> set[str]:
+    """:func:`content_words` of an action or a think, as a set (``"put spraybottle 2 in/on toilet
+    2"`` -> ``{put, spraybottle, toilet}``; ``"click[Buy Now]"`` -> ``{click, buy}``)."""
+    return set(content_words(text))
+
+
+def near_action(think: set[str], action: set[str], slack: int = NEAR_ACTION_SLACK) -> bool:
+    """True when the think's words are the action's: a non-empty ``think`` with no word outside
+    ``action``, lacking at most ``slack`` of its words."""
+    return bool(think) and think <= action and len(action - think) <= slack
+
+
+def action_shaped(think_text: str, actions: Sequence[str]) -> bool:
+    """True when ``think_text`` reads as a bare command: its first content word is the first word
+    of one of ``actions`` (a verb of this environment: go, take, open, click, search ...) and all
+    its content words occur in ``actions`` (``"go to cabinet 2 open cabinet 2"``)."""
+    words = content_words(think_text)
+    verbs = {c[0] for c in map(content_words, actions) if c}
+    vocab = {w for a in actions for w in content_words(a)}
+    return bool(words) and words[0] in verbs and set(words) <= vocab
+
+
+def think_is_action(think_text: str, action: str, others: Iterable[str]) -> str | None:
+    """The action string that ``think_text`` merely restates, else None: ``action`` (the step's
+    own) first, then each of ``others`` (the step's admissible actions, the trajectory's actions),
+    by :func:`near_action`; then ``"an action-shaped command"`` when :func:`action_shaped` holds
+    against them all. A think without content words is left to rule ``no_words``."""
+    words = action_words(think_text)
+    if not words:
+        return None
+    candidates = [action, *others]
+    for a in candidates:
+        if a and near_action(words, action_words(a)):
+            return a
+    return "an action-shaped command" if action_shaped(think_text, [a for a in candidates if a]) else None
+
+
+def think_violations(thinks: Iterable[tuple[int, str]], steps: dict[int, tuple[str, Sequence[str]]],
+                     trajectory_actions: Sequence[str]) -> list[Violation]:
+    """``think_is_action`` for each ``(step_index, think)`` of ``thinks``; ``steps`` maps a step
+    index to ``(the action taken, the admissible actions shown)``, ``trajectory_actions`` are all
+    recorded actions of the trajectory."""
+    out = []
+    for i, think in thinks:
+        action, admissible = steps[i]
+        echo = think_is_action(think, action, [*admissible, *trajectory_actions])
+        if echo is not None:
+            out.append(Violation("think_is_action", f"the think for step {i} {think[:60]!r} only restates "
+                                                    f"{echo!r}; say why this action is taken now"))
+    return out
+
+
+def prompt_words(sections: Iterable[str]) -> frozenset[str]:
+    """The content words (:func:`content_words`) of a prompt template's fixed text: ``sections``
+    with their ``{placeholders}`` removed."""
+    return frozenset(w for s in sections for w in content_words(_PLACEHOLDER.sub(" ", s)))
+
+
+def echo_share(text: str, vocab: frozenset[str]) -> tuple[float, int]:
+    """``(share of text's content words in vocab, number of content words)``; ``(0.0, 0)`` when the
+    text has none."""
+    words = content_words(text)
+    return (sum(w in vocab for w in words) / len(words), len(words)) if words else (0.0, 0)
+
+
+#: The fields judged as a principle by ``not_actionable``, per item kind of the skills stage.
+PRINCIPLE_FIELDS = ("principle", "how_to_avoid")
+
+
+def echo_violations(name: str, item: dict[str, Any], fields: Sequence[str], vocab: frozenset[str]
+                    ) -> list[Violation]:
+    """``echo_prompt`` and ``not_actionable`` of one skill or mistake ``item`` (its ``fields``),
+    named ``name`` in messages (``"skills[0]"``); ``vocab`` is :func:`prompt_words` of the prompt
+    that asked for it. Blank fields are left to the stage's form check."""
+    out = []
+    for f in fields:
+        text = str(item.get(f) or "")
+        share, n = echo_share(text, vocab)
+        if n >= MIN_ECHO_WORDS and share >= ECHO_SHARE:
+            out.append(Violation("echo_prompt", f"{name}.{f} {text[:60]!r} repeats the prompt's own words "
+                                                f"({share:.0%} of its words); state a concrete skill"))
+    title = str(item.get("title") or "").strip()
+    if "title" in fields and title and len(_WORD.findall(title.lower())) < 2:  # "Collect-Then-Compare": 3
+        out.append(Violation("not_actionable", f"{name}.title {title[:60]!r} is one word; name the skill "
+                                               "in 3 to 5 words"))
+    for f in (f for f in PRINCIPLE_FIELDS if f in fields):
+        text = str(item.get(f) or "")
+        if text.strip() and len(content_words(text)) < MIN_PRINCIPLE_WORDS:
+            out.append(Violation("not_actionable", f"{name}.{f} {text[:60]!r} has fewer than "
+                                                   f"{MIN_PRINCIPLE_WORDS} content words; say what to do"))
+    return out

@@ -1,0 +1,243 @@
+"""Echo rules (pipeline.quality.echo): thinks that only restate an action (``think_is_action``) and
+skills that repeat the prompt's own words or say nothing (``echo_prompt``, ``not_actionable``).
+
+Bad examples are the ones seen in the export of the embedded 135M model; good ones are the real
+recorded thoughts of the ReAct/ETO samples (data/samples) and every skill and mistake of the
+SkillRL banks shipped in tests/fixtures. Stage cases run distill and skills on the scripted stub
+with a real sample trajectory ("put some spraybottle on toilet", ReAct ALFWorld)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.records import MEMORY_SCHEMA, Trajectory
+from pipeline.core.runner import run_stage
+from pipeline.llm import templates
+from pipeline.quality import echo
+from tests.helpers.llm_faults import stage_ctx, stub_llm_config
+from tests.helpers.llm_stage_data import write_trajectories, write_upstream
+from tests.helpers.llm_stub import ChatStub
+from tests.helpers.paths import FIXTURES
+from tests.pipeline.quality.test_stages import answer, distill_store, parsed_sample
+
+SPRAY = ["go to cabinet 1", "go to cabinet 2", "open cabinet 2", "take spraybottle 2 from cabinet 2",
+         "go to toilet 1", "put spraybottle 2 in/on toilet 1"]
+
+
+@pytest.mark.parametrize("think,action,others,echoed", [
+    ("put spraybottle on toilet 2", "put spraybottle 2 in/on toilet 2", [], "put spraybottle 2 in/on toilet 2"),
+    ("go to cabinet 2", "open cabinet 2", ["go to cabinet 2", "open cabinet 2"], "go to cabinet 2"),
+    ("Take the spraybottle.", "take spraybottle 2 from cabinet 2", [], "take spraybottle 2 from cabinet 2"),
+    ("Now I will take the apple.", "take apple 1 from countertop 1", [], "take apple 1 from countertop 1"),
+    ("click buy now", "click[Buy Now]", [], "click[Buy Now]"),
+    ("go to cabinet 2 then open cabinet 2 and take spraybottle 2", "take spraybottle 2 from cabinet 2",
+     ["go to cabinet 2", "open cabinet 2"], "an action-shaped command"),
+    # real reasoning that mentions the action passes
+    ("I need the spraybottle, so I go to cabinet 2 to look for it", "go to cabinet 2", ["go to cabinet 2"], None),
+    ("The cabinet 2 is closed, so I open it to look inside.", "open cabinet 2", ["go to cabinet 2"], None),
+    ("The fridge is closed.", "open fridge 1", ["go to fridge 1"], None),
+    ("The first item matches size and price, so I open it.", "click[B07XYZ1234]", [], None),
+    ("1.25", "go to desk 1", [], None),  # no words: rule no_words's case, not this one
+])
+def test_think_is_action(think, action, others, echoed):
+    assert echo.think_is_action(think, action, others) == echoed
+
+
+def test_action_words_and_stem():
+    assert echo.action_words("put spraybottle 2 in/on toilet 2") == {"put", "spraybottle", "toilet"}
+    assert [echo.stem(w) for w in ("failed", "episodes", "mistakes", "glass", "tries", "looking")] == [
+        "fail", "episode", "mistake", "glass", "try", "look"]
+
+
+def test_recorded_thoughts_of_the_samples_never_fire(tmp_path):
+    """The 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
+    its step's action, admissible list and the trajectory's actions: 0 fire."""
+    n = 0
+    for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        for t in trajs:
+            actions = [s.action or "" for s in t.steps[1:]]
+            for k in range(1, len(t.steps)):
+                if (t.steps[k].thought or "").strip():
+                    n += 1
+                    assert echo.think_is_action(t.steps[k].thought, t.steps[k].action or "",
+                                                [*t.steps[k - 1].admissible_actions, *actions]) is None
+    assert n == 30
+
+
+def bank_items() -> list[dict]:
+    """Every skill and mistake of the three SkillRL banks in tests/fixtures (162 items)."""
+    items = []
+    for path in ("skillrl-memory/alfworld/claude_style_skills.json", "skillrl-memory/webshop/claude_style_skills.json",
+                 "formats/real/claude_style_skills_search.json"):
+        with open(os.path.join(FIXTURES, path), encoding="utf-8") as f:
+            bank = json.load(f)
+        items += bank["general_skills"] + bank.get("common_mistakes", [])
+        for key in ("task_specific_skills", "query_type_skills"):
+            items += [s for group in (bank.get(key) or {}).values() for s in group]
+    return items
+
+
+FIELDS = ("title", "principle", "when_to_apply", "description", "why_it_happens", "how_to_avoid")
+SKILLS_VOCAB = echo.prompt_words(templates.load("skills", "").sections.values())
+UPDATE_VOCAB = echo.prompt_words(templates.load("skill_update", "").sections.values())
+
+
+def test_every_skill_of_the_good_banks_passes():
+    items = bank_items()
+    assert len(items) == 162
+    for vocab in (SKILLS_VOCAB, UPDATE_VOCAB):
+        for it in items:
+            assert echo.echo_violations("s", it, [f for f in FIELDS if f in it], vocab) == [], it
+        shares = [echo.echo_share(it[f], vocab) for it in items for f in FIELDS if f in it]
+        # the measured margin of the docstring: the highest share of a field of >= 2 words is 2/3
+        assert max(s for s, n in shares if n >= echo.MIN_ECHO_WORDS) == pytest.approx(2 / 3)
+
+
+JUNK = [  # the sample run's bank (embedded 135M model): (skill, reasons)
+    ({"title": "Cool", "principle": "Learn from what worked and failed to fail.", "when_to_apply": "When the fridge 1"},
+     ["echo_prompt", "not_actionable"]),
+    ({"title": "Mistakes seen in failed episodes", "principle": "Learn from what worked and failed to fail.",
+      "when_to_apply": "When go to stoveburner 1: Examine the kitchen 4"}, ["echo_prompt", "echo_prompt"]),
+    ({"title": "Troubleshooted when examine the fridge 1,", "principle": "Mistakes seen in failed episodes",
+      "when_to_apply": "When go to stoveburner 1: Examine the kitchen 4"}, ["echo_prompt"]),
+    ({"title": "Lemonade Making", "principle": "Reflect on looking at objects in light.",
+      "when_to_apply": "When to apply this skill."}, ["echo_prompt"]),
+    ({"title": "Use a lemon for your craft.", "principle": "In the morning.",
+      "when_to_apply": "In the morning, when you are ready to start your day with a lemon."}, ["not_actionable"]),
+]
+
+
+@pytest.mark.parametrize("skill,reasons", JUNK)
+def test_echo_junk_of_the_sample_bank_fires(skill, reasons):
+    got = echo.echo_violations("skills[0]", skill, ["title", "principle", "when_to_apply"], SKILLS_VOCAB)
+    assert [v.reason for v in got] == reasons
+
+
+def test_echo_message():
+    [v] = echo.echo_violations("skills[1]", {"title": "Mistakes seen in failed episodes"}, ["title"], SKILLS_VOCAB)
+    assert v.message() == ("echo_prompt: skills[1].title 'Mistakes seen in failed episodes' repeats the prompt's "
+                           "own words (100% of its words); state a concrete skill")
+
+
+# --- stages on the scripted stub ---------------------------------------------------------------
+
+GOOD_THINKS = ["A spraybottle is often kept in a cabinet, so I start with the first one.",
+               "I need the spraybottle, so I go to cabinet 2 to look for it",
+               "This cabinet is closed; I must open it to see inside.",
+               "The spraybottle is inside, so I pick it up.",
+               "I hold the spraybottle now and the task wants it on the toilet.",
+               "I am at the toilet with the spraybottle, so placing it finishes the task."]
+
+
+def spray_thinks(over=None):
+    texts = list(GOOD_THINKS)
+    for i, t in (over or {}).items():
+        texts[i] = t
+    return answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
+
+
+@pytest.fixture()
+def spray_store(tmp_path):
+    """The ReAct ALFWorld sample's "put some spraybottle on toilet" trajectory (6 actions, no
+    admissible lists) alone in a store, with empty memory and skills artifacts."""
+    _, trajs = parsed_sample(tmp_path / "parse", "react-alfworld", "react")
+    [traj] = [t for t in trajs if t.task == "put some spraybottle on toilet."]
+    assert [s.action for s in traj.steps[1:]] == SPRAY
+    store = ArtifactStore(str(tmp_path / "root"), "r1")
+    write_trajectories(store, [traj])
+    return distill_store(store), traj
+
+
+def run_distill(store, script):
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.distill.source_thoughts = "ignore"
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    return res, store.require("distill"), stub
+
+
+BAD = {"own action": {5: "put spraybottle on toilet 1"},
+       "earlier action": {2: "go to cabinet 2"},
+       "command": {4: "go to toilet 1 and put spraybottle 2 in/on toilet 1"}}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_distill_think_is_action_is_repaired(spray_store, case):
+    store, traj = spray_store
+    res, art, stub = run_distill(store, [spray_thinks(BAD[case]), spray_thinks()])
+    [row] = art.read_rows()
+    assert [t["think"] for t in row["thinks"]] == GOOD_THINKS
+    assert res.manifest["counters"]["quality"]["rejected_answers"] == {"think_is_action": 1}
+    step = next(iter(BAD[case]))
+    assert f"think_is_action: the think for step {step} " in stub.requests[1]["messages"][-1]["content"]
+    assert len(stub.requests) == 2
+
+
+def test_distill_think_is_action_unrepaired_is_quarantined(spray_store):
+    store, traj = spray_store
+    bad = spray_thinks(BAD["own action"])
+    res, art, _ = run_distill(store, [bad, bad])
+    counts = res.manifest["counts"]
+    assert (counts["in"], counts["out"], counts["quarantined"]) == (1, 0, 1)
+    assert counts["quarantine_reasons"] == {"think_is_action": 1}
+    [q] = art.read_rows(quarantine=True)
+    assert (q["item_id"], q["reason"], q["raw"]) == (traj.trajectory_id, "think_is_action", bad["content"])
+    assert q["detail"].startswith("call " + traj.trajectory_id + "#0: think_is_action: the think for step 5 "
+                                  "'put spraybottle on toilet 1' only restates 'put spraybottle 2 in/on toilet 1'")
+    quality = res.manifest["counters"]["quality"]
+    assert (quality["quarantined"], quality["rate"]) == ({"think_is_action": 1}, {"think_is_action": 1.0})
+    assert quality["rejected_answers"] == {"think_is_action": 2}
+
+
+def test_skills_echo_junk_is_repaired_or_quarantined(tmp_path):
+    """The general call answers echo junk twice (quarantined ``echo_prompt``), the cool call a
+    one-word title once (repaired); the bank keeps only real skills and counts reconcile."""
+    from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    echoed = answer({"skills": [{"title": "Mistakes seen in failed episodes",
+                                 "principle": "Learn from what worked and failed to fail.",
+                                 "when_to_apply": "Before placing a cooled object."}]})
+    one_word = answer({"skills": [{"title": "Cool", "principle": "Cool the object with the fridge before placing it.",
+                                   "when_to_apply": "The goal says cool."}]})
+    cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
+                               "placing it.", "when_to_apply": "The goal says cool."}]})
+    heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
+                               "before placing it.", "when_to_apply": "The goal says heat."}]})
+    mistake = answer({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb misread",
+                                    "how_to_avoid": "Reread the goal"}]})
+    with ChatStub([echoed, echoed, one_word, cool, heat, mistake]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    art = store.require("skills")
+    assert [r["title"] or r["description"] for r in art.read_rows()] == [
+        "Cool In Fridge", "Heat In Microwave", "Wrong appliance"]
+    assert [(q["item_id"], q["reason"]) for q in art.read_rows(quarantine=True)] == [
+        ("alfworld/general/", "echo_prompt")]
+    assert "echo_prompt: skills[0].title 'Mistakes seen in failed episodes'" in \
+        stub.requests[1]["messages"][-1]["content"]
+    quality = res.manifest["counters"]["quality"]
+    assert quality["rejected_answers"] == {"echo_prompt": 2, "not_actionable": 1}
+    assert quality["quarantined"] == {"echo_prompt": 1} and quality["rate"] == {"echo_prompt": 0.25}
+    counts = res.manifest["counts"]
+    assert counts["units_in"] == counts["units_out"] + counts["quarantined"]
+
+
+def test_skill_update_check_rejects_echo_and_one_word_titles():
+    from pipeline.bank.evolving import SkillBank, update_request
+    req = update_request(SkillBank([]), "cooking", 0.25, 0.4, "- Task: cook", 2)
+    good = {"title": "Slice Before Cooking", "principle": "Slice the ingredient with the knife before you cook it.",
+            "when_to_apply": "A recipe lists a sliced ingredient."}
+    assert req.check([good]) is None
+    assert req.check([good, dict(good, title="Cook")]) == (
+        "not_actionable: skills[1].title 'Cook' is one word; name the skill in 3 to 5 words")
+    assert req.check([dict(good, principle="Write new skills for the category.")]).startswith(
+        "echo_prompt: skills[0].principle 'Write new skills for the category.' repeats the prompt's own words")
