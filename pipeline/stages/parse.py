@@ -55,7 +55,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from pipeline.core.artifacts import EncodedPart, PartEncoder, decode_part
+from pipeline.core.artifacts import ArtifactError, EncodedPart, PartEncoder, decode_part
 from pipeline.core.config import ParseConfig
 from pipeline.formats.common import bad, rebase, trajectories_table, trajectory_row
 from pipeline.formats.discover import list_input_files, read_file
@@ -343,9 +343,15 @@ DROPS_DIR = "_selection"
 def shard_drops(stage_dir: str, shard: str) -> list[tuple[int, str, str]]:
     """``[(row position in the shard's parse artifact, reason, why)]`` the cross-shard pass
     dropped from ``shard`` (:meth:`Parse.reduce_shards`); remove_loops quarantines them.
-    Raises ``OSError``/``ValueError`` when the parse stage was not collected."""
-    with open(os.path.join(stage_dir, DROPS_DIR, f"{shard}.json"), encoding="utf-8") as f:
-        return [tuple(d) for d in json.load(f)["drops"]]
+    Raises ``ArtifactError`` when the parse shards were not collected, ``ValueError`` for an
+    unreadable file."""
+    path = os.path.join(stage_dir, DROPS_DIR, f"{shard}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [tuple(d) for d in json.load(f)["drops"]]
+    except FileNotFoundError:
+        raise ArtifactError(f"{path} is missing: the parse shards were not collected (the cross-shard pass); "
+                            "run parse again (skillpipe run --stages parse, or the DAG's parse_all task)") from None
 
 
 class Parse(Stage):

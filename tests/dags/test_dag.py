@@ -155,3 +155,41 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     assert f"first line {traj['source_line']}" in report and pair["step_id"] in report
     assert all(m in report for m in pair["memory_ids"]) and pair["memory_ids"]
     assert all(s in report for s in pair["skill_ids_used"])
+
+
+@pytest.mark.slow
+def test_dag_runs_the_map_stages_per_shard(tmp_path):
+    """`airflow dags test` with ``shards=3`` on the shipped sample (the schema stub as LLM, no
+    training): every mapped shard task succeeds, each returns a small reference to its shard
+    folder, and the export equals a one-shard CLI run's."""
+    from bench.reliability_stub import SchemaStub
+    from pipeline.core.runner import run_pipeline
+    from pipeline.core.config import load_config
+    home = tmp_path / "airflow"
+    env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=os.path.join(ROOT, "dags"),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__UNIT_TEST_MODE="False", PYTHONPATH=ROOT)
+    airflow = os.path.join(BIN, "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    samples = os.path.join(ROOT, "data", "samples")
+    with SchemaStub() as stub:
+        config = tmp_path / "stub.yaml"
+        config.write_text(yaml.safe_dump({"llm": {"base_url": stub.base_url, "model": "stub-model",
+                                                  "structured_output": "json_schema"},
+                                          "quality": {"off_topic_threshold": -1, "flag_rules": list(QUALITY_RULES)}}))
+        conf = {"input_path": samples, "root": str(tmp_path), "run_id": "sharded", "config": str(config),
+                "llm_base_url": stub.base_url, "llm_model": "stub-model", "shards": 3, "train": False}
+        proc = subprocess.run([airflow, "dags", "test", "skillpipe", "-c", json.dumps(conf)], env=env,
+                              capture_output=True, text=True, timeout=1200, cwd=ROOT)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        run_pipeline(str(tmp_path), "cli", samples, load_config(str(config)), shards=1, log=lambda m: None)
+    store = ArtifactStore(str(tmp_path), "sharded")
+    assert [s["id"] for s in store.require("memory").manifest["shards"]] == ["shard-00000", "shard-00001", "shard-00002"]
+    assert store.require("export").read_rows() == ArtifactStore(str(tmp_path), "cli").require("export").read_rows()
+    import sqlite3
+    with sqlite3.connect(str(home / "airflow.db")) as con:
+        refs = con.execute("SELECT map_index, value FROM xcom WHERE task_id = 'memory' AND key = 'return_value' "
+                           "ORDER BY map_index").fetchall()
+    assert [i for i, _ in refs] == [0, 1, 2]
+    for i, v in refs:
+        ref = json.loads(v) if isinstance(v, (str, bytes)) else v
+        assert set(ref) == {"uri", "rows", "fingerprint"} and ref["uri"].endswith(f"memory/shard-0000{i}")
