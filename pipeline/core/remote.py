@@ -41,7 +41,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from pipeline.core.fsutil import atomic_write_json, sha256_file, temp_name
+from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file, temp_name
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ LLM_PARTS_DIR = "_llm_cache"
 LOCKS_DIR = "_locks"
 ATTEMPT_KEY = "attempt"
 SHARD_PREFIX = "shard-"
+RUN_FILE_DIRS = ("_plan",)  # run-level files (the shard plan), mirrored as plain files
 
 
 class StageHooks:
@@ -157,15 +158,25 @@ def _matches(path: str, size: int, sha: str, check_sha: bool) -> bool:
     return not check_sha or sha256_file(path) == sha
 
 
-def pull_folder(fs, rpath: str, manifest: dict[str, Any] | None, local: str, data: bool = True) -> int:
+def _stored_at(info: dict[str, Any], name: str, entry: list) -> str:
+    """Where file ``name`` of a committed folder is stored, relative to the folder: the location
+    its entry records (``[bytes, sha256, where]``), else ``_attempts/<attempt id>/<name>``."""
+    return entry[2] if len(entry) > 2 else f"{ATTEMPTS_DIR}/{info.get('id')}/{name}"
+
+
+def pull_folder(fs, rpath: str, manifest: dict[str, Any] | None, local: str, data: bool = True,
+                skip: tuple[str, ...] = ()) -> int:
     """Make the local artifact folder ``local`` hold the remote one at ``rpath`` whose remote
     manifest is ``manifest`` (``None``: there is none; the local manifest is removed so the
     folder reads as incomplete). Returns the number of files downloaded.
 
-    With ``data`` the files the manifest names are fetched from its attempt prefix (a local file
-    of the right size and SHA-256 is kept; when the local manifest already equals the remote one
-    only sizes are checked) and local files it does not name are removed; without, only the
-    manifest is written, and local data files of another version are removed. The manifest is
+    With ``data`` the files the manifest names are fetched (from its attempt prefix, or from
+    the location the manifest records for a file, e.g. a shard's own attempt), except those
+    inside the subfolders named in ``skip`` (shard folders pulled on their own); a local file
+    of the right size and SHA-256 is kept (when the local manifest already equals the remote one,
+    the right size is enough) and local files it does not name are removed. Without ``data`` only
+    the manifest is written, and local data files of another version are removed. Nothing is
+    touched when the folder is already up to date; otherwise the manifest is removed first and
     written last. Raises ``OSError`` when a downloaded file does not match its recorded SHA-256."""
     if manifest is None:
         with contextlib.suppress(FileNotFoundError):
@@ -174,15 +185,17 @@ def pull_folder(fs, rpath: str, manifest: dict[str, Any] | None, local: str, dat
     same = read_local_manifest(local) == strip_attempt(manifest)
     info = manifest.get(ATTEMPT_KEY) or {}
     files: dict[str, list] = info.get("files") or {}
-    if same and not data:
+    wanted = {n: v for n, v in files.items() if n.split("/", 1)[0] not in skip} if data else {}
+    todo = [(n, v) for n, v in wanted.items() if not _matches(os.path.join(local, n), v[0], v[1], not same)]
+    kept = set(wanted) | {n for n in files if n.split("/", 1)[0] in skip}
+    strays = sorted(_local_files(local, True) - kept) if os.path.isdir(local) and (data or not same) else []
+    if same and not todo and not strays:
         return 0
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(local, MANIFEST))
-    wanted = files if data else {}
-    todo = [(n, s) for n, s in wanted.items() if not _matches(os.path.join(local, n), s[0], s[1], not same)]
-    for name in sorted(_local_files(local, True) - set(wanted)) if os.path.isdir(local) else []:
+    for name in strays:
         os.remove(os.path.join(local, name))
-    _download(fs, [(f"{rpath}/{ATTEMPTS_DIR}/{info.get('id')}/{n}", os.path.join(local, n), s) for n, s in todo])
+    _download(fs, [(f"{rpath}/{_stored_at(info, n, v)}", os.path.join(local, n), v) for n, v in todo])
     os.makedirs(local, exist_ok=True)
     atomic_write_json(os.path.join(local, MANIFEST), strip_attempt(manifest))
     return len(todo)
@@ -199,7 +212,7 @@ def _download(fs, items: list[tuple[str, str, list]]) -> None:
         tmps.append(temp_name(lpath))
     try:
         fs.get([r for r, _, _ in items], tmps)
-        for (rpath, lpath, (size, sha)), tmp in zip(items, tmps):
+        for (rpath, lpath, (size, sha, *_)), tmp in zip(items, tmps):
             if os.path.getsize(tmp) != size or sha256_file(tmp) != sha:
                 raise OSError(f"{rpath}: downloaded file does not match its manifest (size {size}, sha256 {sha[:12]})")
             os.replace(tmp, lpath)
@@ -247,15 +260,27 @@ class RemoteRun:
                 out[r] = m
         return out
 
-    def publish(self, local: str, rel: str, manifest: dict[str, Any], attempt: str) -> dict[str, Any]:
+    def publish(self, local: str, rel: str, manifest: dict[str, Any], attempt: str,
+                shard_manifests: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
         """Upload the files ``manifest`` names from the local folder ``local`` under the attempt
-        prefix, then write the remote manifest (one PUT, last); returns it. Raises ``OSError``
-        (e.g. ``FileNotFoundError`` for a listed file that is missing locally)."""
-        names = sorted(manifest.get("files", []))
-        files = {n: [os.path.getsize(os.path.join(local, n)), sha256_file(os.path.join(local, n))] for n in names}
-        if names:
-            self.fs.put([os.path.join(local, n) for n in names],
-                        [self.path(rel, ATTEMPTS_DIR, attempt, n) for n in names])
+        prefix, then write the remote manifest (one PUT, last); returns it.
+
+        A file ``shard-NNNNN/<name>`` (a sharded stage's manifest lists its shards' files) that
+        the shard's committed manifest (``shard_manifests[shard]``) holds with the same size and
+        SHA-256 is not uploaded again: its entry records where the shard stored it. Raises
+        ``OSError`` (e.g. ``FileNotFoundError`` for a listed file that is missing locally)."""
+        files: dict[str, list] = {}
+        for n in sorted(manifest.get("files", [])):
+            entry = [os.path.getsize(os.path.join(local, n)), sha256_file(os.path.join(local, n))]
+            head, _, rest = n.partition("/")
+            shard_m = (shard_manifests or {}).get(head) if rest else None
+            info = (shard_m or {}).get(ATTEMPT_KEY) or {}
+            theirs = (info.get("files") or {}).get(rest)
+            files[n] = entry + [f"{head}/{_stored_at(info, rest, theirs)}"] if theirs and theirs[:2] == entry else entry
+        uploads = [n for n, v in files.items() if len(v) == 2]
+        if uploads:
+            self.fs.put([os.path.join(local, n) for n in uploads],
+                        [self.path(rel, ATTEMPTS_DIR, attempt, n) for n in uploads])
         remote = dict(manifest, **{ATTEMPT_KEY: {"id": attempt, "files": files}})
         self.fs.pipe_file(self.path(rel, MANIFEST), json.dumps(remote, indent=2, ensure_ascii=False,
                                                                default=str).encode("utf-8"))
@@ -340,17 +365,25 @@ class CacheCheckpointer:
             self.cache.close()
 
 
-def ancestors(stage: str) -> set[str]:
-    """Every stage ``stage`` reads, directly or through its inputs (``Stage.inputs``, transitively)."""
+def needs(stage: str, shard: str | None = None) -> dict[str, set[str] | None]:
+    """What a unit of work reads: ``{stage: shard names, or None for the whole stage}`` for
+    ``stage`` itself and every stage it reads, directly or through its inputs
+    (``Stage.inputs``, transitively). A shard of a map stage reads the same shard of a sharded
+    input and the whole of a reduce, and a whole stage reads its inputs whole (as the runner's
+    freshness check walks them)."""
     from pipeline.stages import get_stage
-    seen: set[str] = set()
-    todo = list(get_stage(stage).inputs)
+    need: dict[str, set[str] | None] = {stage: None if shard is None else {shard}}
+    todo = [(stage, shard)]
     while todo:
-        s = todo.pop()
-        if s not in seen:
-            seen.add(s)
-            todo.extend(get_stage(s).inputs)
-    return seen
+        st, sh = todo.pop()
+        for up in get_stage(st).inputs:
+            sub = sh if sh is not None and getattr(get_stage(up), "sharded", False) else None
+            cur = need.get(up, set())
+            if cur is None or (sub is not None and sub in cur):
+                continue
+            need[up] = None if sub is None else cur | {sub}
+            todo.append((up, sub))
+    return need
 
 
 def _rel(stage: str, shard: str | None) -> str:
@@ -362,14 +395,18 @@ def _rel(stage: str, shard: str | None) -> str:
 class RemoteHooks(StageHooks):
     """The hooks of a run on object storage (see the module docstring); ``local_run_dir`` is the
     run's folder in the mirror. Raises :class:`~pipeline.core.lease.LeaseHeld` from ``before``
-    when another worker runs the same stage/shard."""
+    when another worker runs the same stage/shard.
+
+    Run-level files (the shard plan under ``_plan/``) are pulled when the hooks are opened and
+    pushed, when changed, at each ``before`` and at ``close``."""
 
     def __init__(self, remote: RemoteRun, local_run_dir: str):
         self.remote, self.local_run_dir = remote, local_run_dir
         self._leases: dict[str, Any] = {}
-        self._published: dict[str, dict[str, Any] | None] = {}
+        self._seen: dict[str, dict[str, Any]] = {}  # rel -> committed remote manifest, as last seen
         self._attempt: dict[str, str] = {}
         self._ckpt: dict[str, CacheCheckpointer] = {}
+        self._run_files: dict[str, bytes] = {}
         self.stats = {"downloaded": 0, "published": 0, "gc_attempts": 0, "cache_imported": 0}
 
     def uri(self, local_path: str) -> str:
@@ -377,46 +414,76 @@ class RemoteHooks(StageHooks):
         rel = os.path.relpath(local_path, self.local_run_dir).replace(os.sep, "/")
         return self.remote.uri(rel)
 
+    def pull_run_files(self) -> None:
+        """Make the mirror's run-level files (``_plan/``) those of the remote run."""
+        for d in RUN_FILE_DIRS:
+            remote = {p[len(self.remote.path()) + 1:]: p for p in self.remote.fs.find(self.remote.path(d))}
+            blobs = self.remote.fs.cat(list(remote.values())) if remote else {}
+            self._run_files.update({rel: blobs[p] for rel, p in remote.items()})
+            local = os.path.join(self.local_run_dir, d)
+            for name in _local_files(local, False) if os.path.isdir(local) else ():
+                if f"{d}/{name}" not in remote:
+                    os.remove(os.path.join(local, name))
+            for rel in remote:
+                data = self._run_files[rel]
+                os.makedirs(os.path.dirname(os.path.join(self.local_run_dir, rel)), exist_ok=True)
+                atomic_write(os.path.join(self.local_run_dir, rel), data)
+
+    def push_run_files(self) -> None:
+        """Upload the mirror's run-level files that differ from the remote ones (one PUT each)."""
+        for d in RUN_FILE_DIRS:
+            local = os.path.join(self.local_run_dir, d)
+            for name in sorted(_local_files(local, False)) if os.path.isdir(local) else ():
+                rel = f"{d}/{name}"
+                with open(os.path.join(local, name), "rb") as f:
+                    data = f.read()
+                if self._run_files.get(rel) != data:
+                    self.remote.fs.pipe_file(self.remote.path(rel), data)
+                    self._run_files[rel] = data
+
     def before(self, stage: str, shard: str | None = None) -> None:
         from pipeline.core.lease import Lease
         from pipeline.stages import get_stage
         rel = _rel(stage, shard)
+        self.push_run_files()
         lease_name = stage if shard is None else f"{stage}.{shard}"
         self._leases[rel] = Lease(self.remote.fs, self.remote.path(LOCKS_DIR, f"{lease_name}.json")).acquire()
         try:
             self.remote.fs.invalidate_cache()
-            current = self._sync(stage, shard)
-            self._published[rel] = current
+            self._sync(stage, shard)
             self._attempt[rel] = new_attempt_id()
-            keep = (current or {}).get(ATTEMPT_KEY, {}).get("id")
+            keep = (self._seen.get(rel) or {}).get(ATTEMPT_KEY, {}).get("id")
             self.stats["gc_attempts"] += len(self.remote.gc_attempts(rel, keep))
             if get_stage(stage).uses_llm:
                 self._start_cache(rel)
         except BaseException:
+            self._attempt.pop(rel, None)
             self._release(rel)
             raise
 
-    def _sync(self, stage: str, shard: str | None) -> dict[str, Any] | None:
-        """Pull the run's manifests and the data of ``stage``'s ancestors and of its own folder
-        (only ``shard`` of a sharded stage when given); returns the remote manifest of the
-        folder about to be written (``None`` when there is none)."""
+    def _sync(self, stage: str, shard: str | None) -> None:
+        """Pull every stage manifest of the run, and the data of what ``stage`` (``shard``)
+        reads (:func:`needs`) and of its own previous artifact."""
         from pipeline.stages import STAGES
-        wanted = ancestors(stage) | {stage}
-        plan: dict[str, bool] = {}  # rel -> pull data too
+        need = needs(stage, shard)
+        plan: dict[str, tuple[bool, tuple[str, ...]]] = {}  # rel -> (pull data, shard folders pulled apart)
         for st in STAGES:
-            _, shards = self.remote.listing(st)
-            data = st in wanted
-            chosen = [shard] if data and shard in shards else (shards if data else [])
-            plan[st] = data  # also without a remote manifest: a stale local one is then removed
-            for sh in chosen:
-                plan[f"{st}/{sh}"] = True
+            if st not in need:
+                plan[st] = (False, ())  # the manifest only (also removes a stale local one)
+                continue
+            shards = self.remote.listing(st)[1]
+            chosen = shards if need[st] is None else [s for s in shards if s in need[st]]
+            plan[st] = (need[st] is None or not chosen, tuple(chosen))
+            plan.update({f"{st}/{s}": (True, ()) for s in chosen})
         if shard is not None:
-            plan.setdefault(_rel(stage, shard), True)
+            plan.setdefault(_rel(stage, shard), (True, ()))
         manifests = self.remote.manifests(sorted(plan))
-        for rel, data in plan.items():
+        self._seen.update(manifests)
+        for rel, (data, skip) in plan.items():
+            if rel not in manifests:
+                self._seen.pop(rel, None)
             self.stats["downloaded"] += pull_folder(self.remote.fs, self.remote.path(rel), manifests.get(rel),
-                                                    os.path.join(self.local_run_dir, rel), data=data)
-        return manifests.get(_rel(stage, shard))
+                                                    os.path.join(self.local_run_dir, rel), data=data, skip=skip)
 
     def _start_cache(self, rel: str) -> None:
         """Import the remote LLM cache parts of ``rel`` into the local cache, then start
@@ -436,7 +503,6 @@ class RemoteHooks(StageHooks):
                                             self._attempt[rel])
 
     def after(self, stage: str, shard: str | None = None) -> None:
-        from pipeline.core.lease import LeaseHeld
         rel = _rel(stage, shard)
         if rel not in self._attempt:
             raise RuntimeError(f"after({stage!r}, {shard!r}) without before(): nothing was pulled or leased")
@@ -444,18 +510,25 @@ class RemoteHooks(StageHooks):
             ckpt = self._ckpt.pop(rel, None)
             if ckpt is not None:
                 ckpt.stop(flush=True)
-            lease = self._leases.get(rel)
-            if lease is not None and lease.lost:
-                raise LeaseHeld(f"{lease.path}: the lease was taken over while this worker ran "
-                                f"{rel}; its result is not published", {})
-            local = read_local_manifest(os.path.join(self.local_run_dir, rel))
-            if local is not None and local != strip_attempt(self._published.get(rel)):
-                self._published[rel] = self.remote.publish(os.path.join(self.local_run_dir, rel), rel, local,
-                                                           self._attempt[rel])
-                self.stats["published"] += 1
+            self._publish(rel)
         finally:
             self._attempt.pop(rel, None)
             self._release(rel)
+
+    def _publish(self, rel: str) -> None:
+        """Commit the local folder ``rel`` unless the remote already holds this manifest."""
+        from pipeline.core.lease import LeaseHeld
+        lease = self._leases.get(rel)
+        if lease is not None and lease.lost:
+            raise LeaseHeld(f"{lease.path}: the lease was taken over while this worker ran {rel}; "
+                            "its result is not published", {})
+        local = read_local_manifest(os.path.join(self.local_run_dir, rel))
+        if local is None or local == strip_attempt(self._seen.get(rel)):
+            return
+        shards = {r.split("/", 1)[1]: m for r, m in self._seen.items() if r.startswith(f"{rel}/{SHARD_PREFIX}")}
+        self._seen[rel] = self.remote.publish(os.path.join(self.local_run_dir, rel), rel, local,
+                                              self._attempt[rel], shards)
+        self.stats["published"] += 1
 
     def _release(self, rel: str) -> None:
         lease = self._leases.pop(rel, None)
@@ -463,7 +536,8 @@ class RemoteHooks(StageHooks):
             lease.release()
 
     def close(self) -> None:
-        """Flush the LLM answers of a stage that failed (they stay paid for) and release its lease."""
+        """Flush the LLM answers of a stage that failed (they stay paid for), release its lease,
+        and push changed run-level files."""
         for rel in list(self._ckpt):
             try:
                 self._ckpt.pop(rel).stop(flush=True)
@@ -471,6 +545,7 @@ class RemoteHooks(StageHooks):
                 log.warning("final LLM cache checkpoint of %s failed: %s", rel, e)
         for rel in list(self._leases):
             self._release(rel)
+        self.push_run_files()
 
 
 @contextlib.contextmanager
@@ -484,6 +559,7 @@ def open_root(root: str, run_id: str) -> Iterator[tuple[str, StageHooks]]:
     fs, base = remote_fs(root)
     local = mirror_dir(root)
     hooks = RemoteHooks(RemoteRun(fs, base, run_id), os.path.join(local, "runs", run_id))
+    hooks.pull_run_files()
     try:
         yield local, hooks
     finally:

@@ -1,0 +1,134 @@
+"""Whole runs on an object-storage root (moto's S3 server on loopback) against the stub LLM:
+the same rows and fingerprints as a local run, a fresh worker that finds every stage done, and a
+worker killed with ``kill -9`` in the middle of an LLM stage whose answers, checkpointed before
+it died, are not paid for again by the worker that retries it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.config import PipelineConfig
+from pipeline.core.lease import LeaseHeld
+from pipeline.core.remote import open_root, read_table
+from pipeline.core.runner import run_pipeline
+from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
+from tests.helpers.llm_stage_data import cool_apple, write_trajectories
+from tests.helpers.llm_stub import ChatStub
+from tests.helpers.paths import REPO
+from tests.helpers.s3_server import S3Server
+
+STAGES = ["parse", "remove_loops", "split", "memory"]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def env(s3, tmp_path, monkeypatch):
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
+    return s3
+
+
+def quiet(_msg: str) -> None:
+    pass
+
+
+@pytest.mark.parametrize("stages, shards", [
+    pytest.param(STAGES[:3], 2, id="no_llm-2_shards"),
+    pytest.param(STAGES, 1, id="memory-1_shard", marks=pytest.mark.slow),  # ~15-25 s: the memory stage's checks
+    pytest.param(STAGES, 2, id="memory-2_shards", marks=pytest.mark.slow)])
+def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, tmp_path, monkeypatch, stages, shards):
+    sample = os.path.join(REPO, "data", "samples")
+    with ChatStub([], default={"content": json.dumps(SUCCESS)}) as stub:
+        # one answer for every request: successes pass or fail the grounding check, failures the schema
+        cfg = PipelineConfig(llm=stub_llm_config(stub, concurrency=4, timeout_s=10, max_repairs=0, retry_failed=False))
+        local = run_pipeline(str(tmp_path / "local"), "r1", sample, cfg, stages=stages, log=quiet, shards=shards)
+        remote = run_pipeline(env.uri("e2e"), "r1", sample, cfg, stages=stages, log=quiet, shards=shards)
+        calls = 2 * 17 if "memory" in stages else 0  # 17 trajectories, one request each, every run
+        assert len(stub.requests) == calls
+        for a, b in zip(local, remote, strict=True):
+            assert (b.stage, b.fingerprint, b.manifest["content_sha256"], b.manifest["counts"]) == \
+                   (a.stage, a.fingerprint, a.manifest["content_sha256"], a.manifest["counts"])
+        store = ArtifactStore(str(tmp_path / "local"), "r1")
+        for stage in stages:
+            uri = env.uri(f"e2e/runs/r1/{stage}")
+            assert read_table(uri).to_pylist() == store.require(stage).read_table().to_pylist()
+            assert read_table(uri, quarantine=True).to_pylist() == store.require(stage).read_table(True).to_pylist()
+        assert read_table(env.uri("e2e/runs/r1/remove_loops")).num_rows == 17
+        monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # another machine: empty mirror
+        again = run_pipeline(env.uri("e2e"), "r1", sample, cfg, stages=stages, log=quiet)
+        assert [r.skipped for r in again] == [True] * len(stages)
+        assert [r.fingerprint for r in again] == [r.fingerprint for r in local]
+        assert len(stub.requests) == calls  # no LLM call
+
+
+WORKER = """
+import json, sys
+from pipeline.core.config import LLMConfig, PipelineConfig
+from pipeline.core.runner import run_pipeline
+root, base_url = sys.argv[1:3]
+cfg = PipelineConfig(llm=LLMConfig(**json.loads(sys.argv[3])))
+run_pipeline(root, "r1", "", cfg, env="alfworld", stages=["memory"], log=lambda m: None)
+"""
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.mark.slow  # a worker process that loads the memory stage: ~10-20 s on 2 cores
+def test_worker_killed_mid_stage_retry_elsewhere_pays_only_for_unanswered_requests(env, tmp_path, monkeypatch):
+    root = env.uri("kill")
+    with open_root(root, "r1") as (local, hooks):  # the upstream artifacts, committed
+        for stage in ("remove_loops", "split"):
+            hooks.before(stage)
+        write_trajectories(ArtifactStore(local, "r1"), [cool_apple("success", "traj-A"), cool_apple("failure", "traj-B")])
+        for stage in ("remove_loops", "split"):
+            hooks.after(stage)
+    fs = env.fs()
+    parts = f"{env.bucket}/kill/runs/r1/memory/_llm_cache"
+    # A is answered at once; B's answer never comes before the worker is killed
+    with ChatStub([{"content": json.dumps(SUCCESS)}, {"sleep": 60, **GOOD_B}]) as stub:
+        llm = dict(base_url=stub.base_url, model="stub-model", structured_output="json_object", max_retries=0,
+                   max_repairs=0, timeout_s=120, concurrency=1)
+        worker_env = {**os.environ, "SKILLPIPE_LLM_CHECKPOINT_ANSWERS": "1", "SKILLPIPE_LEASE_S": "6",
+                      "PYTHONPATH": REPO}
+        proc = subprocess.Popen([sys.executable, "-c", WORKER, root, stub.base_url, json.dumps(llm)],
+                                env=worker_env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: len(stub.requests) >= 2 and fs.ls(parts, detail=False, refresh=True)
+                     if fs.exists(parts) else False, 120, "a checkpointed answer and B's request")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    assert len(fs.ls(parts, detail=False, refresh=True)) == 1  # one part, holding A's answer
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # the retry runs elsewhere
+    cfg = PipelineConfig(llm=stub_llm_config(stub, max_retries=0, max_repairs=0, timeout_s=10))
+    with ChatStub([GOOD_B]) as stub2:  # only B's answer is left to pay for (an extra call gets a 599)
+        cfg.llm.base_url = stub2.base_url
+        with pytest.raises(LeaseHeld, match="memory.json is held by pid"):  # the dead worker's lease
+            run_pipeline(root, "r1", "", cfg, env="alfworld", stages=["memory"], log=quiet)
+        time.sleep(6.5)  # ... expires: the retry takes it over
+        (res,) = run_pipeline(root, "r1", "", cfg, env="alfworld", stages=["memory"], log=quiet)
+    assert len(stub2.requests) == 1 and "traj-B" not in json.dumps(stub.requests[0])
+    assert (res.manifest["counts"]["in"], res.manifest["counts"]["out"]) == (2, 2)
+    assert (res.manifest["llm"]["calls"], res.manifest["llm"]["cache_hits"]) == (1, 1)
+    assert [r["trajectory_id"] for r in read_table(env.uri("kill/runs/r1/memory")).to_pylist()] == ["traj-A", "traj-B"]
