@@ -16,8 +16,10 @@ for the storm.
 The storm: a fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM
 client and an upstream (default: the schema stub; ``--upstream embedded`` for the embedded SmolLM2
 server, or a URL). For each fault rate (default 30 % and 60 % of calls), a fresh run of the stages
-up to distill (through :func:`pipeline.core.runner.run_pipeline`) goes through the proxy, which
-picks a fault per call from a seeded generator:
+up to distill (through :func:`pipeline.core.runner.run_pipeline`), then skill evolution
+(:func:`bench.reliability_evolution.evolution_storm`: ``sft.rl.evolution.evolve``, as GRPO calls
+it, on the run's trajectories and bank), goes through the proxy, which picks a fault per call
+from a seeded generator:
 
 ==============  ===============================================================================
 ``http_500``    HTTP 500 with a JSON error body (retried)
@@ -33,9 +35,12 @@ picks a fault per call from a seeded generator:
 Upstream answers are memoised by request body, so a retried request costs the upstream once and
 both fault rates see the same answers. The table reports per fault rate: trajectories in, calls
 the proxy saw (and whether they equal the calls the clients counted, summed from the stage
-manifests: "reconciled"), faults injected by kind, transport retries, repair calls, quarantined
-items by reason (LLM stages), rows lost (units in minus out minus quarantined, summed over
-stages: must be 0), stage failures and wall time. Not covered: skill evolution (GRPO).
+manifests plus the evolution client's count: "reconciled"), faults injected by kind, transport
+retries and repair calls (stages and evolution), quarantined items by reason (LLM stages), skill-evolution
+requests as answered + quarantined (by reason; every quarantine row of an answer-level failure
+keeps the raw answer, else the run counts as failed), rows lost (units in minus out minus
+quarantined, summed over stages, plus evolution requests neither answered nor quarantined: must
+be 0), stage failures and wall time.
 
 Run: ``.venv/bin/python bench/reliability.py [--sections kill,corrupt,secrets,storm] [--rates 0.3,0.6]
 [--seed 0] [--trajectories 200] [--kill-seeds 2] [--save docs/reliability.md]`` (about 10-15 minutes
@@ -68,11 +73,14 @@ from pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from pipeline.stages import STAGES as PIPELINE_STAGES  # noqa: E402
 from pipeline.core.config import QualityConfig  # noqa: E402
 from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer  # noqa: E402
+from bench.reliability_evolution import evolution_storm  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("http_500", "http_429", "reset", "non_json", "slow", "garbage", "fenced", "truncated")
 STAGES = PIPELINE_STAGES[:PIPELINE_STAGES.index("distill") + 1]  # the LLM stages and what they need
 LLM_STAGES = ("memory", "skills", "distill")
+EMPTY_EVOLUTION = {"requests": 0, "answered": 0, "quarantined": {}, "raw_missing": 0, "rows_lost": 0, "calls": 0,
+                   "retries": 0, "repairs": 0}
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -179,8 +187,10 @@ class FaultProxy(ThreadingHTTPServer):
 def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, input_path: str, model: str,
           stub: bool = True) -> dict:
     """One run of STAGES (through :func:`run_pipeline`) on ``input_path`` with the LLM behind a
-    proxy at ``rate``; returns the figures of one table row. Client-side figures come from the
-    stage manifests (``llm`` counters), so the run needs no access to the client object.
+    proxy at ``rate``, then skill evolution through the same proxy
+    (:func:`bench.reliability_evolution.evolution_storm`); returns the figures of one table row.
+    Client-side figures come from the stage manifests (``llm`` counters) and the evolution
+    client's own count.
     ``stub``: the upstream is the schema stub (``json_schema`` dialect, content rules only
     counted); otherwise the embedded server (``json_object``, default content rules)."""
     from bench.reliability_common import FAKE_KEY, KEY_ENV, write_config
@@ -196,9 +206,10 @@ def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, input_pa
             "model": model, "structured_output": "json_schema" if stub else "json_object", "timeout_s": 1800.0}))
         if not stub:
             cfg.quality = QualityConfig()
-        failed = []
+        failed, evo = [], EMPTY_EVOLUTION
         try:
             run_pipeline(root, run_id, input_path, cfg, stages=STAGES, log=lambda s: None)
+            evo = evolution_storm(root, run_id, cfg.llm, proxy.base_url)
         except Exception as e:  # a failed or crashed stage is a finding to report, not the end of the benchmark
             failed.append(f"{type(e).__name__}: {e}")
         log = dict(proxy.log)
@@ -214,25 +225,33 @@ def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, input_pa
         stats.update(art.manifest.get("llm") or {})
         if name in LLM_STAGES:
             quarantined.update(c["quarantine_reasons"])
-    sent = sum(log.values())
-    return {"rate": rate, "trajectories": units, "calls_proxy": sent, "calls_client": stats["calls"],
-            "reconciled": sent == stats["calls"], "faults": {k: log.get(k, 0) for k in FAULTS},
-            "retries": stats["retries"], "repairs": stats["repairs"], "quarantined": dict(sorted(quarantined.items())),
-            "rows_lost": lost, "failed": failed, "wall_s": time.monotonic() - t0}
+    sent, client_calls = sum(log.values()), stats["calls"] + evo["calls"]
+    if evo["raw_missing"]:
+        failed.append(f"skill evolution: {evo['raw_missing']} quarantine rows without the raw answer")
+    return {"rate": rate, "trajectories": units, "calls_proxy": sent, "calls_client": client_calls,
+            "reconciled": sent == client_calls, "faults": {k: log.get(k, 0) for k in FAULTS},
+            "retries": stats["retries"] + evo["retries"], "repairs": stats["repairs"] + evo["repairs"],
+            "quarantined": dict(sorted(quarantined.items())),
+            "evolution": evo, "rows_lost": lost + evo["rows_lost"], "failed": failed, "wall_s": time.monotonic() - t0}
 
 
 def table(rows: list[dict]) -> str:
     """The storm's Markdown table, one row per fault rate."""
     out = io.StringIO()
     head = ["fault rate", "trajectories", "calls (proxy = client)", "faults injected", "retried", "repair calls",
-            "quarantined (reasons)", "rows lost", "stage failures", "wall s"]
+            "quarantined (reasons)", "skill evolution: requests = answered + quarantined (reasons)", "rows lost",
+            "stage failures", "wall s"]
     out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for r in rows:
         faults = ", ".join(f"{k}={v}" for k, v in r["faults"].items() if v)
         q = ", ".join(f"{k}={v}" for k, v in r["quarantined"].items()) or "0"
+        e = r["evolution"]
+        eq = ", ".join(f"{k}={v}" for k, v in e["quarantined"].items())
+        evolution = f"{e['requests']} = {e['answered']} + {sum(e['quarantined'].values())}" + (f" ({eq})" if eq else "")
         out.write(f"| {r['rate']:.0%} | {r['trajectories']} | {r['calls_proxy']} = {r['calls_client']} "
                   f"({'reconciled' if r['reconciled'] else 'MISMATCH'}) | {sum(r['faults'].values())}: {faults} | "
-                  f"{r['retries']} | {r['repairs']} | {sum(r['quarantined'].values())}: {q} | {r['rows_lost']} | "
+                  f"{r['retries']} | {r['repairs']} | {sum(r['quarantined'].values())}: {q} | {evolution} | "
+                  f"{r['rows_lost']} | "
                   f"{'; '.join(r['failed']) or 'none'} | {r['wall_s']:.0f} |\n")
     return out.getvalue()
 

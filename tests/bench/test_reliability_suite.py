@@ -96,3 +96,59 @@ def test_every_corrupt_kind_exits_0_reconciles_and_loses_nothing(tmp_path, name)
     [res] = reliability_corrupt.matrix(str(tmp_path), "http://127.0.0.1:9/v1", [KINDS[name]], log=lambda s: None)
     assert (res.rc, res.reconciled) == (0, True)
     assert res.outcome in ("ok", "NOTE"), res.note
+
+
+def sample_run(root: str) -> str:
+    """parse + remove_loops of data/samples into run ``r1`` under ``root``, with an empty skill bank
+    as its skills artifact (what skill evolution reads); returns the run id."""
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.records import SKILL_SCHEMA
+    from pipeline.core.runner import run_stage
+    from pipeline.core.stage import StageContext
+    from tests.helpers.llm_stage_data import write_upstream
+    from tests.helpers.paths import REPO
+    store = ArtifactStore(root, "r1")
+    ctx = StageContext(store, PipelineConfig(), input_path=os.path.join(REPO, "data", "samples"))
+    for stage in ("parse", "remove_loops"):
+        run_stage(stage, ctx, log=lambda s: None)
+    write_upstream(store, "skills", [], SKILL_SCHEMA)
+    return "r1"
+
+
+def test_skill_evolution_through_the_fault_proxy_loses_no_request(tmp_path):
+    """Skill evolution (sft.rl.evolution.evolve) on the samples' failures through the fault proxy
+    at 60 % (truncated answers, garbage, HTTP 500): every request is answered or quarantined with
+    its raw answer, and the proxy saw exactly the client's calls."""
+    from bench.reliability import FaultProxy
+    from bench.reliability_evolution import evolution_storm
+    from pipeline.core.config import LLMConfig
+    run_id = sample_run(str(tmp_path))
+    with SchemaStub() as stub, FaultProxy(stub.base_url, 0.6, 0, {}, kinds=("truncated", "garbage", "http_500")) as p:
+        cfg = LLMConfig(model="stub-model", structured_output="json_schema", max_retries=2, max_repairs=1,
+                        timeout_s=10.0)
+        evo = evolution_storm(str(tmp_path), run_id, cfg, p.base_url)
+        log = dict(p.log)
+    assert evo["requests"] >= 6 and evo["rows_lost"] == 0 and evo["raw_missing"] == 0
+    assert evo["requests"] == evo["answered"] + sum(evo["quarantined"].values())
+    assert evo["quarantined"] and set(evo["quarantined"]) <= {"length", "not_json", "http_error"}
+    assert sum(log.values()) == evo["calls"] and log.get("none", 0) < evo["calls"]
+    # a truncated answer is not retried: each one is a quarantine row (reason length, the cut text kept)
+    assert evo["quarantined"].get("length", 0) == log.get("truncated", 0) > 0
+    assert log.get("garbage", 0) > 0 and evo["repairs"] > 0
+
+
+@pytest.mark.slow
+def test_fault_storm_on_the_samples_loses_nothing_and_reconciles(tmp_path):
+    """The storm of bench/reliability.py (stages up to distill, then skill evolution) on
+    data/samples at 30 % and 60 % of calls faulted, against the schema stub."""
+    from bench import reliability
+    from tests.helpers.paths import REPO
+    with SchemaStub() as stub:
+        memo: dict = {}
+        rows = [reliability.storm(str(tmp_path), stub.base_url, rate, 0, memo, os.path.join(REPO, "data", "samples"),
+                                  "stub-model") for rate in (0.3, 0.6)]
+    for r in rows:
+        assert (r["failed"], r["rows_lost"], r["reconciled"]) == ([], 0, True), r
+        assert r["evolution"]["requests"] > 0 and r["evolution"]["raw_missing"] == 0
+        assert sum(r["faults"].values()) > 0

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.records import MEMORY_SCHEMA, Trajectory
+from pipeline.core.records import MEMORY_SCHEMA
 from pipeline.core.runner import run_stage
 from pipeline.llm import templates
 from pipeline.quality import echo
