@@ -72,8 +72,13 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
     """Schema, row count, manifest counts and the first ``rows`` rows (long text shortened).
 
     ``path`` may also be a run folder (one line per stage) or a training-step folder
-    (``sft_fit``/``grpo``: its manifest). Raises ``FileNotFoundError`` / ``ArtifactError``.
+    (``sft_fit``/``grpo``: its manifest), or the URI of an artifact folder on object storage
+    (``s3://.../runs/<id>/<stage>``: the committed artifact, pulled by
+    :func:`pipeline.core.remote.open_artifact`). Raises ``FileNotFoundError`` / ``ArtifactError``.
     """
+    from pipeline.core.remote import is_remote, open_artifact
+    if is_remote(path):
+        path = open_artifact(path)
     if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == "runs":
         return _describe_run(path)
     for name in STEP_MANIFESTS:

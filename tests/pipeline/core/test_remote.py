@@ -8,7 +8,9 @@ import os
 import time
 
 import pytest
+from typer.testing import CliRunner
 
+from pipeline.cli import app
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.lease import Lease, LeaseHeld
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
@@ -62,6 +64,10 @@ def test_commit_names_its_attempt_and_a_fresh_mirror_reads_the_same_artifact(env
     with open(os.path.join(folder, "_manifest.json"), encoding="utf-8") as f:
         assert json.load(f) == local_manifest  # fingerprint and content_sha256 as written locally
     assert [r["trajectory_id"] for r in read_table(f"{root}/runs/r1/remove_loops").to_pylist()] == ["traj-A", "traj-B"]
+    shown = CliRunner().invoke(app, ["inspect", f"{root}/runs/r1/remove_loops", "--rows", "1"])
+    assert shown.exit_code == 0 and "rows: 2" in shown.output and "traj-A" in shown.output
+    missing = CliRunner().invoke(app, ["inspect", f"{root}/runs/r1/memory"])
+    assert missing.exit_code == 1 and "no complete artifact" in missing.output
 
 
 def test_endpoint_from_the_standard_aws_variable(env, monkeypatch):
