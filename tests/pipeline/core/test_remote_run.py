@@ -132,3 +132,17 @@ def test_worker_killed_mid_stage_retry_elsewhere_pays_only_for_unanswered_reques
     assert (res.manifest["counts"]["in"], res.manifest["counts"]["out"]) == (2, 2)
     assert (res.manifest["llm"]["calls"], res.manifest["llm"]["cache_hits"]) == (1, 1)
     assert [r["trajectory_id"] for r in read_table(env.uri("kill/runs/r1/memory")).to_pylist()] == ["traj-A", "traj-B"]
+
+
+def test_cli_run_on_an_s3_root_then_again_from_a_fresh_worker(env, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+    args = ["run", "--input", os.path.join(REPO, "data", "samples"), "--root", env.uri("cli"), "--run-id", "r1",
+            "--stages", "parse,remove_loops,split"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("unchanged (fingerprint") == 3  # every stage skipped
+    assert read_table(env.uri("cli/runs/r1/split")).num_rows == 15
