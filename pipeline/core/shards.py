@@ -188,6 +188,22 @@ def _sum(values: list):
     return values[0] if len(distinct) == 1 else [json.loads(d) for d in distinct]
 
 
+def _failed_facts(ids: list[str], arts: list) -> dict:
+    """The failed LLM requests of the shards ``arts`` summed, and the shards recorded as
+    incomplete (a plain rerun retries them) with a ``fingerprint_complete``; ``{}`` when none."""
+    out: dict = {}
+    failed = [a.manifest["failed_requests"] for a in arts if (a.manifest.get("failed_requests") or {}).get("total")]
+    if failed:
+        out["failed_requests"] = {"total": sum(f["total"] for f in failed),
+                                  "by_reason": _sum([f.get("by_reason") or {} for f in failed])}
+    incomplete = [s for s, a in zip(ids, arts) if a.manifest.get("fingerprint_complete")]
+    if incomplete:
+        out["incomplete_shards"] = incomplete
+        out["fingerprint_complete"] = content_hash(
+            [a.manifest.get("fingerprint_complete") or a.fingerprint for a in arts], n=32)
+    return out
+
+
 def collect(ctx, name: str, log=print):
     """Write (or keep) the stage manifest of sharded stage ``name`` from its shards' manifests:
     ``shards`` (id, fingerprint, content_sha256, counts per shard), the counts and counters
@@ -195,7 +211,10 @@ def collect(ctx, name: str, log=print):
     shards' files as ``shard-NNNNN/<name>`` plus the stage's :meth:`Stage.reduce_shards` files)
     and a ``content_sha256`` over the shards' content hashes and those files. Idempotent: an
     existing stage manifest built from the same shards is kept. Shard folders the plan no longer
-    has are removed. Returns the stage's :class:`~pipeline.core.artifacts.StageArtifact`.
+    has are removed. Failed LLM requests of the shards are summed (``failed_requests``); shards
+    recorded as incomplete are listed (``incomplete_shards``), and then ``fingerprint_complete``
+    is set, as for an unsharded stage. Returns the stage's
+    :class:`~pipeline.core.artifacts.StageArtifact`.
 
     ``ctx``: a :class:`~pipeline.core.stage.StageContext` with ``plan`` set. Raises
     ``ArtifactError`` when a shard has no complete artifact."""
@@ -226,7 +245,6 @@ def collect(ctx, name: str, log=print):
         os.makedirs(os.path.dirname(os.path.join(folder, fname)), exist_ok=True)
         atomic_write(os.path.join(folder, fname), data)
         h.update(f"{fname}\0{hashlib.sha256(data).hexdigest()}\n".encode())
-    incomplete = [s for s, a in zip(plan.ids, arts) if a.manifest.get("fingerprint_complete")]
     manifest = {
         "stage": name, "run_id": store.run_id, "status": "complete", "shards": listing,
         "plan_fingerprint": plan.fingerprint, "collect_key": key,
@@ -240,8 +258,7 @@ def collect(ctx, name: str, log=print):
                         + list(extra)),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "content_sha256": h.hexdigest(),
     }
-    if incomplete:  # failed LLM requests in these shards: a plain rerun retries them
-        manifest["incomplete_shards"] = incomplete
+    manifest.update(_failed_facts(plan.ids, arts))
     atomic_write_json(os.path.join(folder, MANIFEST), manifest)
     c = manifest["counts"]
     log(f"[{name}] {len(arts)} shards: in={c['in']} out={c['out']} quarantined={c['quarantined']} "

@@ -187,3 +187,16 @@ def test_every_stage_sharded_gives_the_export_of_one_shard(tree, tmp_path):
     for stage in ("memory", "distill", "build_pairs"):
         m = three.require(stage).manifest
         assert len(m["shards"]) == 3 and m["counts"] == one.require(stage).manifest["counts"]
+
+
+def test_cli_shards_option_plans_and_a_later_run_keeps_the_plan(tree, tmp_path):
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+    base = ["run", "--root", str(tmp_path), "--run-id", "c", "--stages", "parse,remove_loops"]
+    res = CliRunner().invoke(app, base + ["--input", tree, "--shards", "2"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    store = ArtifactStore(str(tmp_path), "c")
+    assert [s["id"] for s in store.require("remove_loops").manifest["shards"]] == ["shard-00000", "shard-00001"]
+    res = CliRunner().invoke(app, ["run", "--root", str(tmp_path), "--run-id", "c", "--stages", "split",
+                                   "--shards", "3"], catch_exceptions=False)
+    assert res.exit_code == 1 and "planned into 2 shards" in res.output
