@@ -365,6 +365,22 @@ class CacheCheckpointer:
             self.cache.close()
 
 
+@contextlib.contextmanager
+def mirror_lock(local_run_dir: str) -> Iterator[None]:
+    """Exclusive ``flock`` on ``<local_run_dir>/.mirror.lock`` while a unit pulls into the mirror:
+    worker processes of one machine share the mirror, so the second waits and then finds the
+    folders up to date (and leaves them untouched) instead of rewriting them while the first
+    reads them."""
+    import fcntl
+    os.makedirs(local_run_dir, exist_ok=True)
+    with open(os.path.join(local_run_dir, ".mirror.lock"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def needs(stage: str, shard: str | None = None) -> dict[str, set[str] | None]:
     """What a unit of work reads: ``{stage: shard names, or None for the whole stage}`` for
     ``stage`` itself and every stage it reads, directly or through its inputs
@@ -450,7 +466,8 @@ class RemoteHooks(StageHooks):
         self._leases[rel] = Lease(self.remote.fs, self.remote.path(LOCKS_DIR, f"{lease_name}.json")).acquire()
         try:
             self.remote.fs.invalidate_cache()
-            self._sync(stage, shard)
+            with mirror_lock(self.local_run_dir):
+                self._sync(stage, shard)
             self._attempt[rel] = new_attempt_id()
             keep = (self._seen.get(rel) or {}).get(ATTEMPT_KEY, {}).get("id")
             self.stats["gc_attempts"] += len(self.remote.gc_attempts(rel, keep))

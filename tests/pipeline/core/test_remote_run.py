@@ -47,8 +47,7 @@ def quiet(_msg: str) -> None:
 
 @pytest.mark.parametrize("stages, shards", [
     pytest.param(STAGES[:3], 2, id="no_llm-2_shards"),
-    pytest.param(STAGES, 1, id="memory-1_shard", marks=pytest.mark.slow),  # ~15-25 s: the memory stage's checks
-    pytest.param(STAGES, 2, id="memory-2_shards", marks=pytest.mark.slow)])
+    pytest.param(STAGES, 2, id="memory-2_shards", marks=pytest.mark.slow)])  # 15-30 s: the memory stage's checks
 def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, tmp_path, monkeypatch, stages, shards):
     sample = os.path.join(REPO, "data", "samples")
     with ChatStub([], default={"content": json.dumps(SUCCESS)}) as stub:
