@@ -17,8 +17,8 @@ Rules (reasons of :data:`pipeline.quality.REASONS`):
 * ``echo_prompt`` (:func:`echo_violations`) - a skill/mistake field with at least
   :data:`MIN_ECHO_WORDS` content words of which at least :data:`ECHO_SHARE` are words of the
   prompt template's fixed text (:func:`echo_share`).
-* ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (or a
-  mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
+* ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (a
+  mistake's description or fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
 
 Words are compared after :func:`stem` (a few English suffixes cut: ``failed`` = ``fail``), so
 inflection does not hide an echo. The constants below are measured in
@@ -64,9 +64,10 @@ ECHO_SHARE = 0.8
 #: ``echo_prompt`` judges only fields with at least this many content words (one or two shared
 #: words say nothing: "Verify Task" shares "task" with every prompt).
 MIN_ECHO_WORDS = 2
-#: ``not_actionable``: content words a principle (a mistake's how-to-avoid) needs: at least a verb
-#: and what it acts on ("Reread the goal"). The good banks' shortest principle (or how-to-avoid)
-#: has 12; the issue's "In the morning." has 1.
+#: ``not_actionable``: content words a principle (a mistake's description or how-to-avoid) needs:
+#: at least a verb and what it acts on ("Reread the goal"). In the good banks the shortest
+#: principle or how-to-avoid has 12, the shortest description 7; the sample run's "In the
+#: morning." and the WebShop mistake described as "buy" have 1.
 MIN_PRINCIPLE_WORDS = 2
 
 
@@ -154,8 +155,8 @@ def echo_share(text: str, vocab: frozenset[str]) -> tuple[float, int]:
     return (sum(w in vocab for w in words) / len(words), len(words)) if words else (0.0, 0)
 
 
-#: The fields judged as a principle by ``not_actionable``, per item kind of the skills stage.
-PRINCIPLE_FIELDS = ("principle", "how_to_avoid")
+#: The fields that ``not_actionable`` requires :data:`MIN_PRINCIPLE_WORDS` content words of.
+PRINCIPLE_FIELDS = ("principle", "description", "how_to_avoid")
 
 
 def echo_violations(name: str, item: dict[str, Any], fields: Sequence[str], vocab: frozenset[str]

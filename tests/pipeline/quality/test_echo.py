@@ -109,12 +109,14 @@ JUNK = [  # the sample run's bank (embedded 135M model): (skill, reasons)
       "when_to_apply": "When to apply this skill."}, ["echo_prompt"]),
     ({"title": "Use a lemon for your craft.", "principle": "In the morning.",
       "when_to_apply": "In the morning, when you are ready to start your day with a lemon."}, ["not_actionable"]),
+    ({"description": "buy", "why_it_happens": "click[B07HRFJWP8] },", "how_to_avoid": "Click Natural Black #1b"},
+     ["not_actionable"]),
 ]
 
 
 @pytest.mark.parametrize("skill,reasons", JUNK)
 def test_echo_junk_of_the_sample_bank_fires(skill, reasons):
-    got = echo.echo_violations("skills[0]", skill, ["title", "principle", "when_to_apply"], SKILLS_VOCAB)
+    got = echo.echo_violations("skills[0]", skill, list(skill), SKILLS_VOCAB)
     assert [v.reason for v in got] == reasons
 
 
