@@ -384,9 +384,10 @@ FOOTER = """## How to read the tables
 - corrupt input: *rows out / good expected*: trajectories parse kept versus the valid records in
   the folder (three in `good.jsonl` plus the valid records inside the bad file). FAIL = a crash, a
   valid record not read, or a bad item without a quarantine row.
-- storm: rows lost = units in - units out - quarantined, summed over the stages. Calls reconcile
-  when the proxy's count of requests equals the sum of the clients' `calls` counters in the
-  manifests.
+- storm: rows lost = units in - units out - quarantined, summed over the stages, plus skill
+  evolution's requests neither answered nor quarantined. Calls reconcile when the proxy's count
+  of requests equals the sum of the clients' `calls` counters in the manifests plus the skill
+  evolution client's count.
 """
 
 
