@@ -119,21 +119,27 @@ def test_a_tampered_remote_file_is_refused_and_a_stale_local_file_removed(env, t
     assert not os.path.exists(os.path.join(local, "runs", "r1", "remove_loops", "_manifest.json"))
 
 
-def test_lease_conflict_expiry_takeover_and_release(env):
+def test_lease_conflict_renewal_expiry_takeover_and_release(env):
     fs = env.fs()
     path = f"{env.bucket}/lease/runs/r1/_locks/memory.shard-00001.json"
-    first = Lease(fs, path, ttl_s=1.0).acquire()
+    first = Lease(fs, path, ttl_s=2.0).acquire()
     with pytest.raises(LeaseHeld, match=f"held by pid {os.getpid()}") as e:
-        Lease(fs, path, ttl_s=1.0).acquire()
+        Lease(fs, path, ttl_s=2.0).acquire()
     assert e.value.holder["token"] == first.token
-    time.sleep(1.0)  # renewed meanwhile (every ttl/4): still held
-    with pytest.raises(LeaseHeld):
-        Lease(fs, path, ttl_s=1.0).acquire()
+    expires = json.loads(fs.cat_file(path))["expires_at"]
+    deadline = time.monotonic() + 10
+    while json.loads(fs.cat_file(path))["expires_at"] == expires and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert json.loads(fs.cat_file(path))["expires_at"] > expires  # renewed by its thread
     first._stop.set()  # the holder is killed: it stops renewing
     first._thread.join()
-    time.sleep(1.1)
-    second = Lease(fs, path, ttl_s=1.0).acquire()  # expired: taken over
-    assert json.loads(fs.cat_file(path))["token"] == second.token
+    deadline, second = time.monotonic() + 10, None
+    while second is None and time.monotonic() < deadline:
+        try:
+            second = Lease(fs, path, ttl_s=2.0).acquire()  # refused until the lease expires, then taken over
+        except LeaseHeld:
+            time.sleep(0.1)
+    assert second is not None and json.loads(fs.cat_file(path))["token"] == second.token
     first.release()  # not the holder any more: leaves the lease alone
     assert fs.exists(path)
     second.release()
@@ -174,3 +180,22 @@ def test_cache_checkpoints_every_k_answers_and_parts_import_once(tmp_path):
     assert fresh.get("k2") == {"value": {"answer": 2}, "raw": "raw2", "usage": {"prompt_tokens": 10}}
     with pytest.raises(ValueError, match="not an LLM cache part"):
         decode_part(b"PAR1 nonsense")
+
+
+def test_a_failed_llm_stage_keeps_its_answers_and_the_retry_imports_them(env, tmp_path, monkeypatch):
+    from pipeline.llm.cache import CACHE_FILE
+    root = env.uri("failed")
+    with pytest.raises(RuntimeError, match="endpoint down"):
+        with open_root(root, "r1") as (local, hooks):
+            hooks.before("memory")  # an LLM stage: its cache parts are imported, new answers checkpointed
+            cache = ResponseCache(os.path.join(local, "runs", "r1", CACHE_FILE))
+            cache.put("k-paid", "stub-model", {"ok": 1}, "raw", {"prompt_tokens": 10})
+            raise RuntimeError("endpoint down")  # StageFailed: the runner never calls after()
+    fs = env.fs()
+    assert len(fs.ls(f"{env.bucket}/failed/runs/r1/memory/_llm_cache", detail=False, refresh=True)) == 1
+    assert not fs.exists(f"{env.bucket}/failed/runs/r1/_locks/memory.json")  # released
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))
+    with open_root(root, "r1") as (local, hooks):
+        hooks.before("memory")
+        assert hooks.stats["cache_imported"] == 1
+        assert ResponseCache(os.path.join(local, "runs", "r1", CACHE_FILE)).get("k-paid")["value"] == {"ok": 1}
