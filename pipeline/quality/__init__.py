@@ -46,7 +46,7 @@ REASONS: dict[str, str] = {
                        "trajectory: no content word of its own, at most one missing) or is a bare "
                        "action-shaped command",
     "echo_prompt": "a skill or mistake field is >= 80% words of the prompt template's fixed text",
-    "not_actionable": "a skill title of one word, or a principle, mistake description or how-to-avoid with < 2 content words",
+    "not_actionable": "a skill title of one word, or a principle or how-to-avoid with < 2 content words",
 }
 
 

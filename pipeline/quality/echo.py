@@ -17,8 +17,8 @@ Rules (reasons of :data:`pipeline.quality.REASONS`):
 * ``echo_prompt`` (:func:`echo_violations`) - a skill/mistake field with at least
   :data:`MIN_ECHO_WORDS` content words of which at least :data:`ECHO_SHARE` are words of the
   prompt template's fixed text (:func:`echo_share`).
-* ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (a
-  mistake's description or fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
+* ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (or a
+  mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
 
 Words are compared after :func:`stem` (a few English suffixes cut: ``failed`` = ``fail``), so
 inflection does not hide an echo. The constants below are measured in
@@ -61,13 +61,14 @@ NEAR_ACTION_SLACK = 1
 #: ("Mistakes seen in failed episodes", "Learn from what worked and failed to fail.", "When to
 #: apply this skill."). 0.8: a title of 4 or 5 words must be all or 4/5 echo.
 ECHO_SHARE = 0.8
-#: ``echo_prompt`` judges only fields with at least this many content words (one or two shared
-#: words say nothing: "Verify Task" shares "task" with every prompt).
-MIN_ECHO_WORDS = 2
-#: ``not_actionable``: content words a principle (a mistake's description or how-to-avoid) needs:
-#: at least a verb and what it acts on ("Reread the goal"). In the good banks the shortest
-#: principle or how-to-avoid has 12, the shortest description 7; the sample run's "In the
-#: morning." and the WebShop mistake described as "buy" have 1.
+#: ``echo_prompt`` judges only fields with at least this many content words: one or two shared
+#: words say nothing ("Verify Task" shares "task" with every prompt; the reference bank's terse
+#: "No memory." shares both its words with the skills prompt). The issue's junk has 3 to 5.
+MIN_ECHO_WORDS = 3
+#: ``not_actionable``: content words a principle (a mistake's how-to-avoid) needs: at least a verb
+#: and what it acts on ("Reread the goal", "Track visits."). In the good banks the shortest
+#: principle or how-to-avoid has 12; the sample run's "In the morning." has 1. A mistake's
+#: description is not judged: the prompt tests' reference bank describes one as "Looping.".
 MIN_PRINCIPLE_WORDS = 2
 
 
@@ -156,7 +157,7 @@ def echo_share(text: str, vocab: frozenset[str]) -> tuple[float, int]:
 
 
 #: The fields that ``not_actionable`` requires :data:`MIN_PRINCIPLE_WORDS` content words of.
-PRINCIPLE_FIELDS = ("principle", "description", "how_to_avoid")
+PRINCIPLE_FIELDS = ("principle", "how_to_avoid")
 
 
 def echo_violations(name: str, item: dict[str, Any], fields: Sequence[str], vocab: frozenset[str]

@@ -98,6 +98,21 @@ def test_every_skill_of_the_good_banks_passes():
         assert max(s for s, n in shares if n >= echo.MIN_ECHO_WORDS) == pytest.approx(2 / 3)
 
 
+# the worded skills of the reference bank of the prompt tests (tests/pipeline/test_prompts.py, TV5):
+# terse, but each says something
+TV5 = [{"title": "Explore Once", "principle": "Visit each location once...", "when_to_apply": "Always."},
+       {"title": "Check Lamp", "principle": "Turn on the lamp", "when_to_apply": "Look tasks."},
+       {"title": "Lamp First", "principle": "Find the desklamp first.", "when_to_apply": "At start."},
+       {"description": "Looping.", "why_it_happens": "No memory.", "how_to_avoid": "Track visits."},
+       {"description": "Wrong object", "why_it_happens": "z"}]
+
+
+@pytest.mark.parametrize("item", TV5)
+def test_reference_bank_skills_pass(item):
+    assert echo.echo_violations("s", item, list(item), SKILLS_VOCAB) == []
+    assert echo.echo_violations("s", item, list(item), UPDATE_VOCAB) == []
+
+
 JUNK = [  # the sample run's bank (embedded 135M model): (skill, reasons)
     ({"title": "Cool", "principle": "Learn from what worked and failed to fail.", "when_to_apply": "When the fridge 1"},
      ["echo_prompt", "not_actionable"]),
@@ -109,8 +124,6 @@ JUNK = [  # the sample run's bank (embedded 135M model): (skill, reasons)
       "when_to_apply": "When to apply this skill."}, ["echo_prompt"]),
     ({"title": "Use a lemon for your craft.", "principle": "In the morning.",
       "when_to_apply": "In the morning, when you are ready to start your day with a lemon."}, ["not_actionable"]),
-    ({"description": "buy", "why_it_happens": "click[B07HRFJWP8] },", "how_to_avoid": "Click Natural Black #1b"},
-     ["not_actionable"]),
 ]
 
 
