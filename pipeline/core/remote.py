@@ -490,7 +490,7 @@ class RemoteHooks(StageHooks):
                 continue
             shards = self.remote.listing(st)[1]
             chosen = shards if need[st] is None else [s for s in shards if s in need[st]]
-            plan[st] = (need[st] is None or not chosen, tuple(chosen))
+            plan[st] = (need[st] is None or not shards, tuple(chosen))  # no shard folders: a flat artifact
             plan.update({f"{st}/{s}": (True, ()) for s in chosen})
         if shard is not None:
             plan.setdefault(_rel(stage, shard), (True, ()))

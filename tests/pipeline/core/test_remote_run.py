@@ -71,6 +71,17 @@ def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, t
         assert [r.skipped for r in again] == [True] * len(stages)
         assert [r.fingerprint for r in again] == [r.fingerprint for r in local]
         assert len(stub.requests) == calls  # no LLM call
+    if shards == 2:  # a mapped shard task pulls its own shard of each sharded input, nothing more
+        monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker3"))
+        with open_root(env.uri("e2e"), "r1") as (local, hooks):
+            hooks.before("remove_loops", "shard-00001")
+            run = os.path.join(local, "runs", "r1")
+            assert os.path.exists(os.path.join(run, "parse", "shard-00001", "part-00000.parquet"))
+            assert os.path.exists(os.path.join(run, "remove_loops", "shard-00001", "part-00000.parquet"))
+            assert not os.path.exists(os.path.join(run, "parse", "shard-00000"))
+            assert not os.path.exists(os.path.join(run, "remove_loops", "shard-00000"))
+            hooks.after("remove_loops", "shard-00001")
+            assert hooks.stats["published"] == 0
 
 
 WORKER = """
