@@ -199,3 +199,22 @@ def test_a_failed_llm_stage_keeps_its_answers_and_the_retry_imports_them(env, tm
         hooks.before("memory")
         assert hooks.stats["cache_imported"] == 1
         assert ResponseCache(os.path.join(local, "runs", "r1", CACHE_FILE)).get("k-paid")["value"] == {"ok": 1}
+
+
+def test_a_filesystem_without_conditional_writes_uses_the_read_back_lease(tmp_path, monkeypatch):
+    """fsspec's in-memory filesystem stands for gcsfs & co: same commit, leases by read-back."""
+    import fsspec
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "cache1"))
+    monkeypatch.delenv("SKILLPIPE_STORAGE_OPTIONS", raising=False)
+    root = "memory://skillpipe-test/generic"
+    publish_remove_loops(root)
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "cache2"))
+    assert read_table(f"{root}/runs/r1/remove_loops").num_rows == 2
+    fs = fsspec.filesystem("memory")
+    path = "/skillpipe-test/generic/runs/r1/_locks/split.json"
+    held = Lease(fs, path, ttl_s=60).acquire()
+    with pytest.raises(LeaseHeld):
+        Lease(fs, path, ttl_s=60).acquire()
+    held.release()
+    assert not fs.exists(path)
+    fs.rm("/skillpipe-test", recursive=True)
