@@ -22,6 +22,7 @@ its own prefix and the manifest is one PUT), only an LLM answer may be paid twic
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
@@ -29,6 +30,8 @@ import threading
 import time
 import uuid
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 120.0  # a killed holder blocks a retry for at most this long
 ENV_TTL = "SKILLPIPE_LEASE_S"
@@ -138,10 +141,14 @@ class Lease:
                 continue
 
     def release(self) -> None:
-        """Stop renewing and delete the lease object if it is still this holder's."""
+        """Stop renewing and delete the lease object if it is still this holder's (a storage
+        error is logged, not raised: the lease then expires after ``ttl_s``)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        body, _ = self._read()
-        if body is not None and body.get("token") == self.token:
-            self.fs.rm_file(self.path)
+        try:
+            body, _ = self._read()
+            if body is not None and body.get("token") == self.token:
+                self.fs.rm_file(self.path)
+        except OSError as e:  # storage unreachable: the lease simply expires after ttl_s
+            log.warning("could not release lease %s (it expires in %.0f s): %s", self.path, self.ttl_s, e)
