@@ -407,11 +407,15 @@ def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: s
         if ctx.plan is not None and st.sharded:
             result = _run_shard(st, ctx, shard, model, False, log, hooks) if shard else _collect_unit(st.name, ctx, log, hooks)
         elif st.sharded and not shard:  # one-shard run: the stage was written by its only shard task
+            hooks.before(st.name)  # on object storage: pulls it (this worker may not have run that task)
             art = ctx.store.require(st.name)
+            hooks.after(st.name)
             result = StageResult(st.name, art.path, art.manifest["counts"]["out"], art.fingerprint, True)
         else:
             result = _run_unit(st, ctx, model, False, log, hooks)
-    return result.xcom()
+        ref = result.xcom()
+        ref["uri"] = hooks.uri(ref["uri"])  # object storage: the remote URI, not this worker's mirror
+    return ref
 
 
 def plan_task(*, root: str, run_id: str, input_path: str, shards: int = 0,

@@ -17,7 +17,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.lease import LeaseHeld
 from pipeline.core.remote import open_root, read_table
-from pipeline.core.runner import run_pipeline
+from pipeline.core.runner import run_pipeline, run_task
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_stub import ChatStub
@@ -87,7 +87,7 @@ def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, t
 WORKER = """
 import json, sys
 from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.core.runner import run_pipeline
+from pipeline.core.runner import run_pipeline, run_task
 root, base_url = sys.argv[1:3]
 cfg = PipelineConfig(llm=LLMConfig(**json.loads(sys.argv[3])))
 run_pipeline(root, "r1", "", cfg, env="alfworld", stages=["memory"], log=lambda m: None)
@@ -162,3 +162,8 @@ def test_cli_run_on_an_s3_root_then_again_from_a_fresh_worker(env, tmp_path, mon
     assert again.exit_code == 0, again.output
     assert again.output.count("unchanged (fingerprint") == 3  # every stage skipped
     assert read_table(env.uri("cli/runs/r1/split")).num_rows == 15
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker3"))  # an Airflow task on a third worker
+    ref = run_task("remove_loops", root=env.uri("cli"), run_id="r1", log=quiet)
+    assert ref == {"uri": env.uri("cli/runs/r1/remove_loops"), "rows": 17,
+                   "fingerprint": json.loads(env.fs().cat_file(f"{env.bucket}/cli/runs/r1/remove_loops/_manifest.json"))
+                   ["fingerprint"]}
