@@ -27,7 +27,8 @@ Face Hub does, ``data/<split>-00000-of-00001.parquet`` (see :meth:`ArtifactStore
 
 A stage is written into a temporary sibling folder and renamed into place only when complete,
 so a crashed or retried task never leaves a half-written artifact and never appends to an old
-one. ``<root>`` is a local path (fsspec URIs are accepted where the filesystem supports rename).
+one. ``<root>`` is a local folder: an object-storage root (``s3://...``) is mirrored to one by
+:mod:`pipeline.core.remote`, which commits each artifact there without a rename (manifest last).
 """
 from __future__ import annotations
 
