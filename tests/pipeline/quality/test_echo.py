@@ -256,3 +256,14 @@ def test_skill_update_check_rejects_echo_and_one_word_titles():
         "not_actionable: skills[1].title 'Cook' is one word; name the skill in 3 to 5 words")
     assert req.check([dict(good, principle="Write new skills for the category.")]).startswith(
         "echo_prompt: skills[0].principle 'Write new skills for the category.' repeats the prompt's own words")
+
+
+def test_think_is_action_flagged_only_when_listed_in_flag_rules(spray_store):
+    store, _ = spray_store
+    with ChatStub([spray_thinks(BAD["earlier action"])]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.distill.source_thoughts = "ignore"
+        cfg.quality.flag_rules = ["think_is_action"]
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert (res.manifest["counts"]["out"], res.manifest["counts"]["quarantined"]) == (1, 0)
+    assert res.manifest["counters"]["quality"]["flagged"] == {"think_is_action": 1}
