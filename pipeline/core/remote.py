@@ -490,7 +490,9 @@ class RemoteHooks(StageHooks):
                 continue
             shards = self.remote.listing(st)[1]
             chosen = shards if need[st] is None else [s for s in shards if s in need[st]]
-            plan[st] = (need[st] is None or not shards, tuple(chosen))  # no shard folders: a flat artifact
+            # a whole stage, or a flat one; of a sharded stage read by one shard, only its stage-level
+            # files (parse's _selection/ drop lists, written by the collect step) besides that shard
+            plan[st] = (True, tuple(chosen) if need[st] is None or not shards else tuple(shards))
             plan.update({f"{st}/{s}": (True, ()) for s in chosen})
         if shard is not None:
             plan.setdefault(_rel(stage, shard), (True, ()))
