@@ -180,6 +180,12 @@ def test_every_stage_sharded_gives_the_export_of_one_shard(tree, tmp_path):
         for n in (1, 3):
             run_pipeline(str(tmp_path), f"r{n}", tree, cfg, shards=n, log=quiet)
             calls.append(len(stub.requests) - sum(calls))
+        # a lost memory shard is rebuilt alone, from the run's LLM cache: no request is sent again
+        shutil.rmtree(ArtifactStore(str(tmp_path), "r3").stage_dir("memory", "shard-00001"))
+        log: list[str] = []
+        run_pipeline(str(tmp_path), "r3", tree, cfg, log=log.append)
+        assert [m.split("]")[0] for m in log if "shard-" in m and "unchanged" not in m] == ["[memory shard-00001"]
+        assert len(stub.requests) == sum(calls)
     one, three = (ArtifactStore(str(tmp_path), f"r{n}") for n in (1, 3))
     rows = one.require("export").read_rows()
     assert len(rows) == 64 and three.require("export").read_rows() == rows  # measured: 64 pairs
