@@ -25,7 +25,7 @@ one key, ``attempt`` (``{"id", "files": {name: [bytes, sha256]}}``), which is dr
 the manifest is pulled, so fingerprints and ``content_sha256`` are those of a local run.
 
 Storage options (endpoint, credentials) come from the usual places of the filesystem's library
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` for s3fs) and from
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, the AWS shared config file for s3fs) and from
 ``$SKILLPIPE_STORAGE_OPTIONS``, a JSON object passed to ``fsspec.url_to_fs`` (e.g.
 ``{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}``).
 """
