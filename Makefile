@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test bench outcome clean
+.PHONY: install run test dist-test bench outcome clean
 
 # llama.cpp is compiled for a fixed, portable x86-64 baseline, never for the build machine:
 # llama.cpp's default (GGML_NATIVE=ON, i.e. -march=native) emits whatever the build CPU
@@ -55,6 +55,11 @@ run: install
 test: install
 	$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: setup is broken" >&2; exit 1; fi; exit $$rc
+
+# Distributed run on loopback (tests/dist, also part of `make test`): PostgreSQL, Redis, Airflow
+# api-server/scheduler/dag-processor, 2 Celery workers and a local S3 server; ~5 min on 2 cores.
+dist-test: install
+	$(BIN)/python -m pytest -q tests/dist
 
 # Outcome experiment (bench/outcome.py): gold/noisy rollouts -> data pipeline -> SFT -> held-out
 # eval of base vs SFT with 95 % intervals; <= 60 min on CPU. ARGS="--grpo" adds GRPO.

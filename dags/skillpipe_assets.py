@@ -61,7 +61,9 @@ def batch_runs(extras: list[dict]) -> list[dict]:
      catchup=False, tags=["skillpipe"], doc_md=__doc__,
      params={"batch_uri": Param(type="string", minLength=1, description="the new trace batch (file/folder URI)"),
              **{k: Param("", type="string", description=f"passed on to the skillpipe run's {k} (empty: default)")
-                for k in ("root", "config", "llm_base_url", "llm_model")}})
+                for k in ("root", "config", "llm_base_url", "llm_model")},
+             "shards": Param(0, type="integer", minimum=0, description="passed on (0: from the input size)"),
+             "train": Param(True, type="boolean", description="passed on (False: the run stops after export)")})
 def skillpipe_register_batch():
     @task(outlets=[TRACES])
     def register(params=None) -> dict:

@@ -35,6 +35,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tests.helpers.paths import REPO
 
@@ -130,11 +131,14 @@ class Proc:
 class Cluster:
     """The deployment described in the module docstring, rooted at ``workdir`` (an existing,
     empty folder; AIRFLOW_HOME and the logs go there). ``workers``: Celery workers;
-    ``concurrency``: task slots per worker; ``extra_env``: more variables for every component."""
+    ``concurrency``: task slots per worker; ``extra_env``: more variables for every component;
+    ``worker_env(i)``: more variables for worker ``i`` only (e.g. its own cache folder, as on
+    its own machine)."""
     workdir: str
     workers: int = 2
     concurrency: int = 1
     extra_env: dict = field(default_factory=dict)
+    worker_env: Callable[[int], dict] | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     procs: list = field(default_factory=list)
     sessions: set = field(default_factory=set)
@@ -284,8 +288,9 @@ class Cluster:
     def start_worker(self, i: int) -> Proc:
         """Start Celery worker number ``i`` (hostname ``worker<i>@skillpipe``, no log server: the
         task logs are on the shared disk)."""
+        env = dict(self.airflow_env(), **(self.worker_env(i) if self.worker_env else {}))
         return self._spawn(f"worker{i}", [AIRFLOW, "celery", "worker", "-H", f"worker{i}@skillpipe",
-                                          "-c", str(self.concurrency), "-s", "--without-gossip"])
+                                          "-c", str(self.concurrency), "-s", "--without-gossip"], env=env)
 
     def stop(self, grace_s: float = 30) -> list[tuple[int, str]]:
         """Stop every component (workers first, PostgreSQL last): its stop signal to the process
@@ -372,12 +377,15 @@ class Cluster:
     def diagnose(self, dag_id: str, run_id: str) -> str:
         """Task states, the tails of the failed tasks' logs and of every component's log."""
         lines = [f"  {t}[{m}] {s} (try {n})" for t, m, s, n in self.task_states(dag_id, run_id)]
-        for t, _, s, _ in self.task_states(dag_id, run_id):
-            if s in ("failed", "upstream_failed", "up_for_retry"):
-                for log in sorted(glob.glob(os.path.join(self.home, "logs", f"dag_id={dag_id}",
-                                                         f"run_id={run_id}", f"task_id={t}", "**", "*.log"),
-                                            recursive=True))[-2:]:
-                    lines.append(f"--- {log}\n{tail(log, 2500)}")
+        for t, m, s, _ in self.task_states(dag_id, run_id):
+            if s not in ("failed", "up_for_retry"):
+                continue
+            folder = os.path.join(self.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}", f"task_id={t}",
+                                  *([f"map_index={m}"] if m >= 0 else []))
+            for log in sorted(glob.glob(os.path.join(folder, "attempt=*.log")))[-1:]:
+                text = tail(log, 200_000)
+                errors = [ln[:1500] for ln in text.splitlines() if '"level":"error"' in ln or "Error" in ln]
+                lines.append(f"--- {log}: error lines\n" + "\n".join(errors[-4:]))
         for p in self.procs:
             lines.append(f"--- {p.name} ({p.log})\n{tail(p.log, 1200)}")
         return "\n".join(lines)
