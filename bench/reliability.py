@@ -283,6 +283,21 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
 SECTIONS = ("kill", "corrupt", "secrets", "storm")
 
 
+def kill_tasks_section(work: str) -> tuple[str, str, str]:
+    """Section 1b: kills of DAG task processes (:mod:`bench.reliability_taskkill`)."""
+    from bench import reliability_taskkill as tk
+    os.makedirs(os.path.join(work, "taskkill"), exist_ok=True)
+    res = tk.matrix(os.path.join(work, "taskkill"))
+    calls = [r.calls for r in res]
+    return ("1b. kill -9 matrix: DAG task processes (`run_task`, 3 shards; local root and s3 on moto)",
+            tk.table(res),
+            f"{len(res)} kills ({sum(r.root == 's3' for r in res)} on s3), "
+            f"{sum(r.hit == 'in task' for r in res)} landed inside the task, {sum(not r.ok for r in res)} failed, "
+            f"{sum(c.repeated for c in calls)} repeated calls, in flight at the kill "
+            f"{sum(c.in_flight_at_kill for c in calls)} (asked again {sum(c.in_flight for c in calls)}), "
+            f"uncheckpointed asked again {sum(c.uncheckpointed for c in calls)}")
+
+
 def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]:
     """Run the chosen sections; returns (title, table, verdict line) per section."""
     from bench import reliability_corrupt, reliability_kill, reliability_secrets
@@ -291,12 +306,12 @@ def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]
     chosen = a.sections.split(",")
     if "kill" in chosen:
         res = reliability_kill.matrix(os.path.join(work, "kill"), seeds=a.kill_seeds)
-        bad = sum(not r.ok for r in res)
-        out.append(("1. kill -9 matrix", reliability_kill.table(res),
-                    f"{len(res)} kills, {sum(r.landed for r in res)} landed in a running stage, {bad} failed, "
-                    f"extra LLM calls {sum(r.extra_calls for r in res)}, "
-                    f"answered calls asked again {sum(r.repeated for r in res)} "
-                    f"(sent >= 0.1 s before the kill: {sum(r.repeated_settled for r in res)})"))
+        out.append(("1. kill -9 matrix: `skillpipe run`", reliability_kill.table(res),
+                    f"{len(res)} kills, {sum(r.landed for r in res)} landed in a running stage, "
+                    f"{sum(not r.ok for r in res)} failed, extra LLM calls {sum(r.extra_calls for r in res)}, "
+                    f"{sum(r.calls.repeated for r in res)} repeated calls, in flight at the kill "
+                    f"{sum(r.calls.in_flight_at_kill for r in res)} (asked again {sum(r.calls.in_flight for r in res)})"))
+        out.append(kill_tasks_section(work))
     if "corrupt" in chosen:
         with SchemaStub() as stub:
             res = reliability_corrupt.matrix(os.path.join(work, "corrupt"), stub.base_url)
@@ -365,7 +380,7 @@ shared machine: wall times are indicative). The LLM of sections 1-3 is the schem
 (`bench/reliability_stub.py`; the storm's upstream: `{upstream}`): it answers each structured
 request with a valid instance of the request's schema, so every stage runs in seconds and the
 content rules are only counted (`quality.flag_rules`). What each section
-does and checks is in the docstrings of `bench/reliability_kill.py`, `bench/reliability_corrupt.py`,
+does and checks is in the docstrings of `bench/reliability_kill.py`, `bench/reliability_taskkill.py`, `bench/reliability_corrupt.py`,
 `bench/reliability_secrets.py` and `bench/reliability.py`.
 
 """
@@ -375,12 +390,21 @@ FOOTER = """## How to read the tables
 - kill -9: *stage hit* is read back from the run folder after the kill (the first stage without a
   complete artifact). *Identical to reference*: every stage's files, quarantine included, equal
   those of an uninterrupted run (the dataset card's title, which names the run id, excepted).
-  *Extra LLM calls*: calls of the killed run and its rerun together beyond the reference run's
-  (a request in flight at the kill is sent again: its answer never reached the cache).
-  *Answered calls asked again*: rerun requests whose full answer the stub had sent to the killed
-  run; the second figure counts only answers sent at least 0.1 s before the kill (must be 0: a
-  later one may have died in the client's socket buffer or checks, before its cache write).
-  *missed*: the run had finished before the kill moment (the checks still ran on the rerun).
+  *Extra LLM calls*: calls of the killed run and its rerun together beyond the reference run's.
+  The requests sent after a kill are classified from the stub's log and the LLM cache read right
+  after the kill (the run's SQLite cache; on s3 also the committed remote cache parts), by cache
+  key: *repeated*: its answer was where the rerun looks (must be 0); *in flight at kill*: sent by
+  the killed process, answer not stored (answered and lost in transit, or still being
+  generated), in brackets how many of them were asked again (unavoidable); *uncheckpointed*
+  (s3): stored in the dead worker's local cache, not yet in a remote cache part (bounded by
+  `SKILLPIPE_LLM_CHECKPOINT_ANSWERS`, 2 here); *new*: never sent before.
+  *missed*: the run (task) had finished before the kill moment (the checks still ran).
+- kill -9 of task processes: *hit*: *in task* (its task lock was taken and its artifact not
+  written), *before task* (still importing), *task done* (missed). The retry is the same
+  `run_task` call; on s3 it runs on a fresh mirror after the lease (3 s) expired. *Rows
+  identical*: rows and quarantine rows of every stage equal the unkilled local reference run's.
+  *Temp left*: temporary folders in the run folders (on s3: also attempt folders not named by a
+  committed manifest).
 - corrupt input: *rows out / good expected*: trajectories parse kept versus the valid records in
   the folder (three in `good.jsonl` plus the valid records inside the bad file). FAIL = a crash, a
   valid record not read, or a bad item without a quarantine row.

@@ -146,3 +146,72 @@ def md_table(head: list[str], body: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in body]
     return "\n".join(lines) + "\n"
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """The LLM cache key (:func:`pipeline.llm.cache.cache_key`) of a chat-completions request
+    ``body`` as the stub received it: model, messages, ``response_format.json_schema.schema`` and
+    the sampling parameters (temperature, max_tokens, seed). Only a first attempt's body maps to
+    its cache key (a repair request carries the rejected answer in its messages); the stub of
+    this suite never causes a repair."""
+    from pipeline.llm.cache import cache_key
+    schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+    params = {k: body.get(k) for k in ("temperature", "max_tokens", "seed")}
+    return cache_key(body.get("model") or "", body.get("messages") or [], schema, params)
+
+
+def cache_keys(path: str) -> set[str]:
+    """The keys held by the LLM cache (SQLite, WAL included) at ``path``; empty when the file does
+    not exist. Read right after a kill, it is what the killed client had received and stored."""
+    import sqlite3
+    if not os.path.exists(path):
+        return set()
+    db = sqlite3.connect(path, timeout=30.0)
+    try:
+        return {k for (k,) in db.execute("SELECT key FROM responses")}
+    except sqlite3.OperationalError:  # killed before the table was created
+        return set()
+    finally:
+        db.close()
+
+
+@dataclass
+class CallClasses:
+    """The LLM requests sent after a kill (the retry, then the rest of the run), one count per
+    request sent, by what the killed client held at the kill:
+
+    * ``repeated``: the answer was where the retry looks (the run's LLM cache; on object storage
+      a committed remote cache part) - paid twice for nothing, must be 0;
+    * ``uncheckpointed``: the killed worker had stored the answer in its own local cache but it was
+      not yet in a remote cache part (object storage only: lost with the worker, bounded by the
+      checkpoint interval);
+    * ``in_flight``: the killed process had sent the request but not stored its answer (answered
+      by the stub and lost in transit or in the client, or still being generated) - unavoidable;
+    * ``new``: requests the killed process never sent.
+
+    ``in_flight_at_kill``: distinct requests the killed process sent and had not stored, whether
+    or not they were asked again."""
+    repeated: int = 0
+    uncheckpointed: int = 0
+    in_flight: int = 0
+    new: int = 0
+    in_flight_at_kill: int = 0
+
+
+def classify_calls(after: list[str], killed: list[str], stored: set[str], visible: set[str]) -> CallClasses:
+    """Classify the request keys ``after`` a kill (:class:`CallClasses`). ``killed``: keys the
+    killed process sent; ``stored``: keys in the killed client's own cache at the kill;
+    ``visible``: keys a retry can read (the same as ``stored`` on a local root; the committed
+    remote cache parts on object storage)."""
+    out = CallClasses(in_flight_at_kill=len(set(killed) - stored))
+    sent = set(killed)
+    for k in after:
+        if k in visible:
+            out.repeated += 1
+        elif k in stored:
+            out.uncheckpointed += 1
+        elif k in sent:
+            out.in_flight += 1
+        else:
+            out.new += 1
+    return out

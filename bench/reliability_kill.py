@@ -14,11 +14,14 @@ The stage actually hit is read back from the run folder (the first stage without
 artifact), not assumed. Then a plain rerun of the same command, and the checks: the rerun exits
 0, every stage's content hash equals the reference, no temporary folder is left, no process of
 the killed group survives, counts reconcile (units in = out + quarantined), and the LLM calls of
-both runs together exceed the reference's by the number reported (``extra calls``: requests
-whose answer was in flight at the kill, or not yet in the cache); ``answered calls asked
-again`` counts the rerun's requests whose answer the stub had written out in full to the
-killed run: all of them, and those written at least ``GRACE_S`` before the kill (must be 0; an
-answer sent in the last milliseconds may never have reached the client's cache).
+both runs together exceed the reference's by the number reported (``extra calls``).
+
+The rerun's requests are classified (:func:`bench.reliability_common.classify_calls`) from the
+stub's log and the run's LLM cache (SQLite) read right after the kill: *repeated* (the answer
+was in the cache at the kill: must be 0), *in flight* (sent by the killed run, its answer not
+stored: unavoidable) and new. The cache key of a logged request is derived as the client derives
+it (:func:`bench.reliability_common.request_key`); the reference run checks that derivation
+(every request it sent must have its key in its cache).
 """
 from __future__ import annotations
 
@@ -29,13 +32,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from bench.reliability_common import (STAGES, cli_args, md_table, run_cli, run_env, run_state, write_config, REPO)
+from bench.reliability_common import (STAGES, CallClasses, cache_keys, classify_calls, cli_args, md_table,
+                                      request_key, run_cli, run_env, run_state, write_config, REPO)
 from bench.reliability_stub import SchemaStub
 
 POLL_S = 0.002
-# an answer written this long before the kill had time to reach the client's cache even on a
-# loaded machine; one written later may have died in the client's socket buffer or its checks
-GRACE_S = 0.1
 
 
 @dataclass
@@ -49,8 +50,7 @@ class KillResult:
     rerun_rc: int
     identical: bool
     extra_calls: int
-    repeated: int       # requests of the rerun whose answer the stub had sent in full to the killed run
-    repeated_settled: int  # those of them sent at least GRACE_S before the kill
+    calls: CallClasses  # the rerun's requests by what the killed run had stored
     temp_left: int
     procs_left: int
     reconciled: bool
@@ -64,7 +64,7 @@ class KillResult:
     def ok(self) -> bool:
         """Every check passed."""
         return (self.rerun_rc == 0 and self.identical and self.temp_left == 0 and self.procs_left == 0
-                and self.reconciled and self.repeated_settled == 0)
+                and self.reconciled and self.calls.repeated == 0)
 
 
 def complete(run_dir: str, stage: str) -> bool:
@@ -144,12 +144,24 @@ def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay
     return state.first_missing(), len(state.temp_left), procs_left, killed_at
 
 
+def check_keys(bodies: list[dict], cache_path: str) -> None:
+    """Raise ``RuntimeError`` unless every request body of an uninterrupted run maps
+    (:func:`request_key`) to a key of that run's cache at ``cache_path``: without that, the
+    repeated/in-flight split would be meaningless."""
+    keys = cache_keys(cache_path)
+    missing = sum(request_key(b) not in keys for b in bodies)
+    if missing:
+        raise RuntimeError(f"{missing} of {len(bodies)} requests of the reference run have no cache entry "
+                           "under the derived key: request_key no longer matches the client's cache_key")
+
+
 def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: tuple[str, ...] = ("time", "write"),
            latency_s: float = 0.05, log=print, points: list[tuple[str, str, int]] | None = None) -> list[KillResult]:
     """Run the matrix under ``work`` (a scratch folder); ``seeds`` random moments per stage for
     mode "time", one kill per stage for mode "write"; ``stages``: the target stages (the runs
     stop after the last of them); ``points``: explicit ``(stage, mode, seed)`` kills instead.
     Returns one :class:`KillResult` per kill."""
+    from pipeline.llm.cache import CACHE_FILE
     points = points or [(t, m, seed) for t in stages for m in modes for seed in range(seeds if m == "time" else 1)]
     upto = max((p[0] for p in points), key=STAGES.index)
     results = []
@@ -158,22 +170,23 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
         win, _ = windows(work, "reference", config, upto)
         ref = run_state(work, "reference")
         ref_calls = len(stub.requests)
+        check_keys(stub.requests, os.path.join(work, "runs", "reference", CACHE_FILE))
         for target, mode, seed in points:
             lo, hi = win[target]
             at = random.Random(f"{target}-{seed}").uniform(0.0, 0.9) * (hi - lo)
             run_id = f"kill-{target}-{mode}-{seed}"
-            before, answered_before = len(stub.requests), len(stub.answered)
-            hit, temp_at, procs, killed_at = kill_once(work, run_id, config, target, mode, at, upto)
-            answered, rerun_from = stub.answered[answered_before:], len(stub.requests)
+            before = len(stub.requests)
+            hit, temp_at, procs, _ = kill_once(work, run_id, config, target, mode, at, upto)
+            stored = cache_keys(os.path.join(work, "runs", run_id, CACHE_FILE))  # snapshot before the rerun
+            rerun_from = len(stub.requests)
             rerun = run_cli(cli_args(work, run_id, config, stages=upto_stages(upto)),
                             log_path=os.path.join(work, f"{run_id}.log"))
             state = run_state(work, run_id)
+            calls = classify_calls([request_key(b) for b in stub.requests[rerun_from:]],
+                                   [request_key(b) for b in stub.requests[before:rerun_from]], stored, stored)
             results.append(KillResult(target, mode, seed, hit, temp_at, rerun.returncode,
                                       state.hashes == ref.hashes, len(stub.requests) - before - ref_calls,
-                                      len({d for d, _ in answered} & set(stub.digests[rerun_from:])),
-                                      len({d for d, t in answered if t <= killed_at - GRACE_S}
-                                          & set(stub.digests[rerun_from:])),
-                                      len(state.temp_left), procs, state.reconciled()))
+                                      calls, len(state.temp_left), procs, state.reconciled()))
             log(f"kill {target}/{mode}/{seed}: hit={hit or 'finished'} ok={results[-1].ok}")
     return results
 
@@ -181,10 +194,10 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
 def table(results: list[KillResult]) -> str:
     """The matrix as a Markdown table, one row per kill."""
     head = ["target stage", "mode", "seed", "stage hit", "temp at kill", "rerun rc", "identical to reference",
-            "extra LLM calls", "answered calls asked again (all / sent >= 0.1 s before the kill)", "temp left",
+            "extra LLM calls", "repeated calls", "in flight at kill (asked again)", "temp left",
             "processes left", "reconciled", "outcome"]
     return md_table(head, [[r.target, r.mode, r.seed, r.hit or "(run had finished)", r.temp_at_kill, r.rerun_rc,
-                            "yes" if r.identical else "NO", r.extra_calls,
-                            f"{r.repeated} / {r.repeated_settled}", r.temp_left, r.procs_left,
+                            "yes" if r.identical else "NO", r.extra_calls, r.calls.repeated,
+                            f"{r.calls.in_flight_at_kill} ({r.calls.in_flight})", r.temp_left, r.procs_left,
                             "yes" if r.reconciled else "NO",
                             ("ok" if r.landed else "missed") if r.ok else "FAIL"] for r in results])

@@ -1,5 +1,6 @@
 """A small version of the reliability suite (bench/reliability.py sections 1-3), run through the
-``skillpipe`` CLI against the schema stub: two kill -9 points, five corrupt-input kinds, the key
+``skillpipe`` CLI against the schema stub: two kill -9 points of the CLI and one of a mapped shard task,
+the classification of the LLM calls after a kill, five corrupt-input kinds, the key
 scan and three path-escape attempts. The full suite is ``bench/reliability.py``."""
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import os
 
 import pytest
 
-from bench import reliability_corrupt, reliability_kill, reliability_secrets
-from bench.reliability_common import FAKE_KEY
+from bench import reliability_corrupt, reliability_kill, reliability_secrets, reliability_taskkill
+from bench.reliability_common import FAKE_KEY, KEY_ENV, cache_keys, classify_calls, request_key, write_config
 from bench.reliability_stub import SchemaStub, instance
 
 
@@ -34,7 +35,42 @@ def test_kill_during_parse_write_and_memory_then_rerun_is_identical(tmp_path):
     assert (res[0].hit, res[0].temp_at_kill) == ("parse", 1)  # killed inside the writer's transaction
     for r in res:
         assert (r.rerun_rc, r.identical, r.temp_left, r.procs_left, r.reconciled) == (0, True, 0, 0, True), r
-        assert r.extra_calls >= 0 and r.repeated_settled == 0
+        assert r.extra_calls >= 0 and r.calls.repeated == 0
+
+
+def test_calls_after_a_kill_are_classified_by_what_the_killed_client_held():
+    # killed process sent a, b, c; it had stored a and b; only a reached a remote cache part
+    got = classify_calls(["a", "b", "c", "c", "d"], ["a", "b", "c"], stored={"a", "b"}, visible={"a"})
+    assert (got.repeated, got.uncheckpointed, got.in_flight, got.new, got.in_flight_at_kill) == (1, 1, 2, 1, 1)
+    local = classify_calls(["c", "d"], ["a", "b", "c"], stored={"a", "b"}, visible={"a", "b"})
+    assert (local.repeated, local.uncheckpointed, local.in_flight, local.new) == (0, 0, 1, 1)
+
+
+def test_request_key_is_the_clients_cache_key(tmp_path, monkeypatch):
+    """A request the client sent to the stub maps to the key of the answer it cached."""
+    from pipeline.core.config import load_config
+    from pipeline.llm.cache import CACHE_FILE
+    from pipeline.llm.client import LLMClient
+    from pipeline.llm.types import JSONRequest
+    monkeypatch.setenv(KEY_ENV, FAKE_KEY)
+    with SchemaStub() as stub:
+        cfg = load_config(write_config(str(tmp_path / "c.yaml"), stub.base_url)).llm
+        client = LLMClient(cfg, cache_path=str(tmp_path / CACHE_FILE))
+        client.complete_json_many([JSONRequest("r1", [{"role": "user", "content": "hi"}],
+                                          {"type": "object", "properties": {"x": {"type": "string"}}})])
+        assert len(stub.requests) == 1 and cache_keys(str(tmp_path / CACHE_FILE)) == {request_key(stub.requests[0])}
+
+
+def test_kill_of_a_memory_shard_task_then_retry_is_identical(tmp_path):
+    """kill -9 of run_task("memory", shard="shard-00000") (3 shards, local root) after its first
+    LLM request, the same call again, the rest of the run up to memory: rows equal the unkilled
+    run's, no answer the killed task had stored asked again."""
+    res = reliability_taskkill.matrix(str(tmp_path), points=[("local", "memory", "shard-00000", "request", 0)],
+                                      upto="memory", latency_s=0.1, log=lambda s: None)
+    r = res[0]
+    assert (r.task, r.hit, r.retry_rc, r.finish_ok, r.identical, r.temp_left, r.procs_left) == (
+        "memory[shard-00000]", "in task", 0, True, True, 0, 0), r
+    assert r.calls.repeated == 0 and r.calls.in_flight_at_kill >= 1 and r.calls.in_flight <= r.calls.in_flight_at_kill
 
 
 KINDS = {k.name: k for k in reliability_corrupt.KINDS}
