@@ -93,9 +93,56 @@ def _parse_stages(stages: str | None) -> list[str] | None:
 
 
 def _previous_input(root: str, run_id: str) -> str:
+    """The input path run ``run_id``'s parse artifact recorded (``""``: none), read from the
+    remote run for an object-storage root (one GET), so a rerun there needs no --input either."""
+    from pipeline.core.remote import is_remote, remote_manifest
+    if is_remote(root):
+        manifest = remote_manifest(root, run_id, "parse") or {}
+        return manifest.get("input_path", "")
     from pipeline.core.artifacts import ArtifactStore
     art = ArtifactStore(root, run_id).load("parse")
     return art.manifest.get("input_path", "") if art else ""
+
+
+def _storage_errors() -> tuple[type, ...]:
+    """Exceptions of a storage backend that reach the CLI: ``OSError`` (s3fs maps S3 errors to
+    it) and botocore's own (an unreachable endpoint, missing credentials) when it is installed."""
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:  # no s3fs: only fsspec's own filesystems
+        return (OSError,)
+    return (OSError, BotoCoreError)
+
+
+def _storage_message(e: BaseException, root: str) -> str:
+    """One line for a storage error ``e`` under ``root``, saying what to check."""
+    from pipeline.core.remote import is_remote
+    what = f"{type(e).__name__}: {e}".replace("\n", " ")
+    if is_remote(root):
+        return (f"object storage {root}: {what}; check the endpoint (AWS_ENDPOINT_URL or "
+                "SKILLPIPE_STORAGE_OPTIONS), the credentials and that the bucket exists")
+    return f"{root}: {what}"
+
+
+def _user_message(msg: str, root: str) -> str:
+    """``msg`` as the user should read it: for an object-storage root the local mirror folder is
+    named by the root URI, and a suggested ``skillpipe run`` command gets the ``--root`` given."""
+    from pipeline.core.remote import is_remote, mirror_dir
+    if is_remote(root):
+        msg = msg.replace(mirror_dir(root), root.rstrip("/"))
+    if os.path.normpath(root) != ".":
+        msg = msg.replace("skillpipe run --run-id", f"skillpipe run --root {root} --run-id")
+    return msg
+
+
+def _show_uri(local_path: str, root: str) -> str:
+    """Where the user finds the artifact at ``local_path``: the remote URI for an object-storage
+    root (``local_path`` is then in its mirror), else the path itself."""
+    from pipeline.core.remote import is_remote, mirror_dir
+    if not is_remote(root):
+        return local_path
+    rel = os.path.relpath(local_path, mirror_dir(root)).replace(os.sep, "/")
+    return f"{root.rstrip('/')}/{rel}"
 
 
 @app.command()
@@ -107,7 +154,13 @@ def run(
     run_id: str = typer.Option("default", "--run-id", help="run id (letters, digits, -_. ; at most 128 bytes); outputs "
                                                         "go to ROOT/runs/RUN_ID/<stage>/. One process at a time per "
                                                         "run id: a second one exits 1 at once, naming the holder"),
-    root: str = typer.Option(".", help="folder that holds runs/"),
+    root: str = typer.Option(".", help="folder that holds runs/, or an fsspec URI (s3://bucket/prefix, gs://...) "
+                             "shared by workers: stages then work on a local mirror under $SKILLPIPE_CACHE_DIR "
+                             "(default ~/.cache/skillpipe) and commit each artifact there; endpoint and credentials "
+                             "from the AWS variables or $SKILLPIPE_STORAGE_OPTIONS (JSON for fsspec, e.g. "
+                             "{\"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:9000\"}}); a stage or shard "
+                             "is leased while it runs ($SKILLPIPE_LEASE_S seconds, default 120, renewed). "
+                             "See docs/object_storage.md"),
     stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
     config: Optional[str] = typer.Option(None, "--config", "-c", help=f"YAML config file (sections: {', '.join(section_names())}); "
                                          "every key with its default and help: skillpipe config --show"),
@@ -116,9 +169,13 @@ def run(
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
-                                         help="shards the map stages (parse, remove_loops, memory, distill, build_pairs) "
-                                              "run in, one after another; 0 = one per 256 MB of input; default: the "
-                                              "run's previous plan, else 0. Read when parse runs"),
+                                         help="split the input into N shards of whole folders, balanced by bytes; the "
+                                              "map stages (parse, remove_loops, memory, distill, build_pairs) run per "
+                                              "shard, one after another (under Airflow: in parallel), into "
+                                              "<stage>/shard-NNNNN/, and an unchanged shard is skipped; the export is "
+                                              "the same as with one shard. 0 = one shard per 256 MB of input; never "
+                                              "more shards than input folders. Default: the run's previous plan, "
+                                              "else 0. A new count is taken when parse runs (--stages parse,...)"),
 ):
     """Run the pipeline (or some stages of it) and print a summary table.
 
@@ -126,9 +183,8 @@ def run(
     llm.max_endpoint_failure_rate is written, its raw answers quarantined, shown "incomplete" and
     retried by the next plain run); 1 when a stage failed or another process holds the run; 2 for
     a usage error."""
-    from pipeline.core.artifacts import ArtifactError
-    from pipeline.core.config import OptionError, check_run_input, run_config
-    from pipeline.core.runner import CountMismatch, check_run_id, run_pipeline
+    from pipeline.core.config import OptionError, run_config
+    from pipeline.core.runner import check_run_id
 
     try:
         check_run_id(run_id)
@@ -142,26 +198,58 @@ def run(
     if input and not reads_input:
         err.print(f"note: --input is read by the parse stage only; stages {','.join(names)} read run "
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
-    input_path = input or _previous_input(root, run_id)
+    input_path = _input_path(input, root, run_id, reads_input)
+    # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
+                       dict(env=env, stages=names, force=force, shards=shards))
+
+
+def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:
+    """The input the run reads: ``given``, else the one run ``run_id`` recorded; a usage error
+    (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
+    from pipeline.core.config import OptionError, check_run_input
+    try:
+        input_path = given or _previous_input(root, run_id)
+    except (ValueError, ImportError) + _storage_errors() as e:
+        _fail(_storage_message(e, root))
     try:
         check_run_input(input_path, reads_input)
     except OptionError as e:
         raise typer.BadParameter(str(e), param_hint=e.option)
-    # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return input_path
+
+
+def _run_and_summarise(root: str, run_id: str, input_path: str, cfg, options: dict) -> None:
+    """``run_pipeline`` with ``options`` (env, stages, force, shards), then the summary; every
+    failure a user can meet is one ``error:`` line (exit 1; 130 for Ctrl-C)."""
+    from pipeline.core.artifacts import ArtifactError
+    from pipeline.core.runner import CountMismatch, run_pipeline
     t0 = time.monotonic()
     try:
-        results = run_pipeline(root, run_id, os.path.abspath(input_path) if input_path else "", cfg, env=env,
-                               stages=names, force=force, log=lambda m: err.print(m, highlight=False, markup=False),
-                               shards=shards)
+        results = run_pipeline(root, run_id, input_path, cfg, log=lambda m: err.print(m, highlight=False, markup=False),
+                               **options)
     except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
-        err.print(f"[bold red]error:[/] {escape(str(e))}")  # escape: messages start with "[stage]"
-        raise typer.Exit(1)
-    print_summary(results, time.monotonic() - t0)
+        _fail(_user_message(str(e), root))
+    except ImportError as e:  # fsspec: the package of a protocol (gcsfs, adlfs) is not installed
+        _fail(f"--root {root}: {e}")
+    except _storage_errors() as e:
+        _fail(_user_message(_storage_message(e, root), root))
+    except KeyboardInterrupt:
+        _fail("interrupted: the stages and shards written so far are kept (each is written whole or not at all); "
+              "rerun the same command to go on from there", code=130)
+    print_summary(results, time.monotonic() - t0, root)
 
 
-def print_summary(results, wall: float) -> None:
-    """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, paths."""
+def _fail(message: str, code: int = 1):
+    """Print ``error: message`` (one line, markup-escaped: messages start with "[stage]") and exit."""
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def print_summary(results, wall: float, root: str = ".") -> None:
+    """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, and where
+    each artifact is (its URI under an object-storage ``root``, with the local mirror named once)."""
     t = Table(title="skillpipe run summary", show_lines=False)
     for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens", "wall s", "status"):
         t.add_column(col)
@@ -195,18 +283,26 @@ def print_summary(results, wall: float) -> None:
                   highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
     for r in results:
-        console.print(f"  {r.stage:9s} {r.uri}")
+        console.print(f"  {r.stage:9s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
     export = next((r for r in results if r.stage == "export"), None)
     if export:
         for f in ("sft_train.jsonl", "sft_val.jsonl", "skill_bank.json", "DATASET_CARD.md"):
             p = os.path.join(export.uri, f)
-            if os.path.exists(p):
-                console.print(f"  output: {p}")
+            if os.path.exists(p):  # on object storage the committed copy sits under export/_attempts/<id>/
+                local = " (local copy of the committed export)" if _show_uri(p, root) != p else ""
+                console.print(f"  output: {p}{local}", highlight=False, soft_wrap=True)
+    if results and _show_uri(results[0].uri, root) != results[0].uri:
+        console.print(f"  local mirror: {os.path.dirname(results[0].uri.rstrip(os.sep))} "
+                      "(a working copy; read remote artifacts with skillpipe inspect URI)",
+                      highlight=False, soft_wrap=True)
 
 
 @app.command()
 def inspect(
-    path: str = typer.Argument(..., help="a stage folder (runs/<id>/<stage>), its quarantine folder, or a .parquet file"),
+    path: str = typer.Argument(..., help="a stage folder (runs/<id>/<stage>), one shard of it (<stage>/shard-NNNNN), "
+                              "a run folder (runs/<id>), its quarantine folder, or a .parquet file; on object "
+                              "storage the URI of one of these folders (s3://bucket/prefix/runs/<id>/<stage>), "
+                              "pulled into the local mirror (see skillpipe run --help, --root)"),
     rows: int = typer.Option(3, help="sample rows to show"),
     quarantine: bool = typer.Option(False, help="show the stage's quarantine artifact"),
     lineage: Optional[str] = typer.Option(None, help="PAIR_ID: walk one SFT pair back to its sources"),
@@ -228,12 +324,18 @@ def inspect(
     except (FileNotFoundError, KeyError, ValueError, ArtifactError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e).strip(chr(34) + chr(39)))}")
         raise typer.Exit(1)
+    except ImportError as e:  # fsspec: the package of the URI's protocol is not installed
+        _fail(f"{path}: {e}")
+    except _storage_errors() as e:
+        _fail(_storage_message(e, path))
 
 
 @app.command()
 def report(
     run_id: str = typer.Argument(..., help="the run to report on (ROOT/runs/RUN_ID)"),
-    root: str = typer.Option(".", help="folder that holds runs/ and banks/"),
+    root: str = typer.Option(".", help="folder that holds runs/ and banks/, or the object-storage URI the run was "
+                             "written to (s3://bucket/prefix; the run is pulled into the local mirror first, and the "
+                             "report is written there unless --out is given)"),
     out: Optional[str] = typer.Option(None, "--out", help="HTML file to write (default: ROOT/runs/RUN_ID/report.html); "
                                       "the PNGs go to <out stem>_png/"),
     price_prompt: float = typer.Option(DEFAULT_PRICE_PROMPT, min=0,
@@ -243,7 +345,15 @@ def report(
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
+    from pipeline.core.remote import is_remote, pull_run
     from pipeline.report import build_report
+    try:
+        if is_remote(root):
+            root = os.path.dirname(os.path.dirname(pull_run(root, run_id)))  # the mirror's root folder
+    except FileNotFoundError as e:
+        _fail(str(e))
+    except (ValueError, ImportError) + _storage_errors() as e:
+        _fail(_storage_message(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))

@@ -76,8 +76,13 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
     (``s3://.../runs/<id>/<stage>``: the committed artifact, pulled by
     :func:`pipeline.core.remote.open_artifact`). Raises ``FileNotFoundError`` / ``ArtifactError``.
     """
-    from pipeline.core.remote import is_remote, open_artifact
+    from pipeline.core.remote import is_remote, open_artifact, pull_run
+    shown = path.rstrip("/") if is_remote(path) else os.path.abspath(path)
     if is_remote(path):
+        root, run_id, rest = split_run_uri(path)
+        if run_id and not rest:  # a whole run: its stage manifests, pulled
+            local = pull_run(root, run_id)
+            return f"run: {shown} (local mirror {local})\n" + _describe_run(local).partition("\n")[2]
         path = open_artifact(path)
     if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == "runs":
         return _describe_run(path)
@@ -86,7 +91,7 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
             with open(os.path.join(path, name), encoding="utf-8") as f:
                 return f"{os.path.join(os.path.abspath(path), name)}:\n" + json.dumps(_short(json.load(f)), indent=2)
     table, manifest = _load(path, quarantine)
-    out = [f"artifact: {os.path.abspath(path)}{' (quarantine)' if quarantine else ''}",
+    out = [f"artifact: {shown}{' (quarantine)' if quarantine else ''}",
            f"rows: {table.num_rows}", "schema:"]
     out += [f"  {f.name}: {f.type}" for f in table.schema]
     if manifest:
@@ -101,7 +106,26 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
     return "\n".join(out)
 
 
+def split_run_uri(uri: str) -> tuple[str, str, str]:
+    """``(root, run id, rest)`` of an object-storage URI ``<root>/runs/<run id>[/<rest>]``, e.g.
+    ``s3://b/p/runs/r1/export`` -> ``("s3://b/p", "r1", "export")``; ``("", "", "")`` when the
+    URI has no ``runs/<run id>`` part."""
+    head, sep, tail = uri.rstrip("/").rpartition("/runs/")
+    if not sep or not tail:
+        return "", "", ""
+    run_id, _, rest = tail.partition("/")
+    return head, run_id, rest
+
+
 def _run_dir(path: str) -> str:
+    """The local run folder ``path`` is in; for an object-storage URI the whole run pulled into
+    the local mirror (:func:`pipeline.core.remote.pull_run`)."""
+    from pipeline.core.remote import is_remote, pull_run
+    if is_remote(path):
+        root, run_id, _ = split_run_uri(path)
+        if not run_id:
+            raise ValueError(f"{path} is not inside a runs/<run_id>/ folder")
+        return pull_run(root, run_id)
     p = os.path.abspath(path)
     while p != os.path.dirname(p):
         if os.path.basename(os.path.dirname(p)) == "runs":
@@ -120,8 +144,8 @@ def _rows(run_dir: str, stage: str, quarantine: bool = False) -> list[dict]:
 def lineage_report(path: str, pair_id: str) -> str:
     """Walk SFT pair ``pair_id`` back to its source file/line, trajectory, step, memories, skills.
 
-    ``path`` is any folder inside the run (e.g. ``runs/<id>/export``). Raises ``KeyError`` if
-    the pair is in neither the export nor the build_pairs artifact.
+    ``path`` is any folder inside the run (``runs/<id>/export``, or ``s3://.../runs/<id>/export``:
+    the run is pulled). Raises ``KeyError`` if the pair is in neither export nor build_pairs.
     """
     run_dir = _run_dir(path)
     pair = next((r for s in ("export", "build_pairs") for r in _rows(run_dir, s) if r["pair_id"] == pair_id), None)

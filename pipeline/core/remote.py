@@ -588,6 +588,37 @@ def open_root(root: str, run_id: str) -> Iterator[tuple[str, StageHooks]]:
         hooks.close()
 
 
+def pull_run(root: str, run_id: str) -> str:
+    """The local folder holding run ``run_id`` of the object-storage ``root`` with every
+    committed stage pulled (manifests and data, checked against their SHA-256s), for readers of a
+    whole run (``skillpipe report``, ``inspect --lineage``); read-only: no lease is taken and no
+    attempt removed. Returns ``<mirror>/runs/<run_id>``. Raises ``FileNotFoundError`` when the run
+    has no committed stage; a storage error (``OSError``, botocore's) when the endpoint fails."""
+    from pipeline.stages import STAGES
+    fs, base = remote_fs(root)
+    hooks = RemoteHooks(RemoteRun(fs, base, run_id), os.path.join(mirror_dir(root), "runs", run_id))
+    hooks.pull_run_files()
+    with mirror_lock(hooks.local_run_dir):
+        hooks._sync(STAGES[-1], None)  # the last stage reads every earlier one, whole
+    if not hooks._seen:
+        raise FileNotFoundError(f"no run {run_id!r} under {root} (no committed stage manifest)")
+    return hooks.local_run_dir
+
+
+def remote_manifest(root: str, run_id: str, stage: str) -> dict[str, Any] | None:
+    """The committed manifest of ``stage`` of run ``run_id`` under the object-storage ``root``
+    (without the ``attempt`` key), or ``None`` when there is none or it is not a committed
+    manifest. One GET; a storage error other than a missing object (an unreachable endpoint,
+    refused credentials) is raised, not taken for "no manifest"."""
+    fs, base = remote_fs(root)
+    try:
+        m = json.loads(fs.cat_file(RemoteRun(fs, base, run_id).path(stage, MANIFEST)))
+    except (FileNotFoundError, ValueError):
+        return None
+    ok = isinstance(m, dict) and m.get("status") == "complete" and ATTEMPT_KEY in m
+    return strip_attempt(m) if ok else None
+
+
 def open_artifact(uri: str) -> str:
     """A local folder holding the artifact folder at ``uri`` (a stage ``.../runs/<id>/<stage>``
     or one shard of it) as its manifest names it, pulled into the mirror of ``uri``; a local path

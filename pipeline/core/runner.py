@@ -70,8 +70,14 @@ def check_fresh(store: ArtifactStore, stage: str, seen: set | None = None, shard
         key = "content_sha256" if "content_sha256" in inp else "fingerprint"
         if key not in inp or up not in STAGES:
             continue
-        current = store.require(up, inp.get("shard"))
         up_label = f" {inp['shard']}" if inp.get("shard") else ""
+        up_stage = store.load(up) if inp.get("shard") else None
+        if up_stage is not None and inp["shard"] not in {s["id"] for s in up_stage.manifest.get("shards") or []}:
+            raise ArtifactError(  # the upstream was written again in another shard layout (a new plan)
+                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
+                f"from '{up}'{up_label}, which the run no longer has ('{up}' was rerun with another shard "
+                f"count); rerun from '{stage}' on (e.g. --stages {','.join(STAGES[STAGES.index(stage):])})")
+        current = store.require(up, inp.get("shard"))
         now = current.content_sha256 if key == "content_sha256" else current.fingerprint
         if now != inp[key]:
             raise ArtifactError(

@@ -288,8 +288,9 @@ def plan_run(store, input_path: str, shards: int | None, reads_input: bool, log=
         shards = len(stored.shards)
     plan = make_plan(input_path, shards)
     if save_plan(store.run_dir, plan):
+        fewer = f"; {shards} asked, but a folder is never split" if shards and len(plan.shards) < shards else ""
         log(f"[plan] {len(plan.shards)} shard(s) of {sum(s['bytes'] for s in plan.shards) / 1e6:.1f} MB "
-            f"(plan {plan.fingerprint[:12]})")
+            f"(plan {plan.fingerprint[:12]}){fewer}")
     if not plan.sharded:
         return None
     for name in STAGES:

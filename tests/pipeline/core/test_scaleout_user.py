@@ -1,0 +1,126 @@
+"""The scale-out features as a new user meets them through the CLI: ``skillpipe run --shards`` on
+a local root, ``--root s3://...`` against moto's S3 server on loopback, ``inspect`` and
+``report`` on such a run, and the one-line errors of what a user gets wrong (a shard count the
+input cannot take, a replanned run read by a later stage, an unreachable endpoint, Ctrl-C).
+No LLM stage runs here: parse, remove_loops and split only (a few seconds in all)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.inspect import split_run_uri
+from tests.helpers.paths import REPO
+from tests.helpers.s3_server import S3Server, free_port
+
+SAMPLES = os.path.join(REPO, "data", "samples")
+NO_LLM = "parse,remove_loops,split"
+
+
+def cli(*args: str):
+    """``(exit code, output with its line wrapping and help-panel borders undone)`` of ``skillpipe ARGS``."""
+    res = CliRunner().invoke(app, list(args), env={"COLUMNS": "400"})
+    return res.exit_code, " ".join(res.output.replace("│", " ").split()), res
+
+
+def test_help_says_what_the_scale_out_options_do_and_their_defaults():
+    code, run_help, _ = cli("run", "--help")
+    assert code == 0
+    for words in ("one shard per 256 MB of input", "never more shards than input folders",
+                  "<stage>/shard-NNNNN/", "Default: the run's previous plan, else 0",
+                  "s3://bucket/prefix", "$SKILLPIPE_CACHE_DIR (default ~/.cache/skillpipe)",
+                  "$SKILLPIPE_STORAGE_OPTIONS", "$SKILLPIPE_LEASE_S seconds, default 120"):
+        assert words in run_help, words
+    assert "s3://bucket/prefix/runs/<id>/<stage>" in cli("inspect", "--help")[1]
+    assert "object-storage URI the run was written to" in cli("report", "--help")[1]
+
+
+def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(tmp_path):
+    root = str(tmp_path)
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse,remove_loops",
+                       "--shards", "50")
+    assert code == 0, out
+    assert "[plan] 6 shard(s)" in out and "50 asked, but a folder is never split" in out  # 6 folders in the sample
+    assert sorted(os.listdir(tmp_path / "runs" / "r" / "parse"))[-1] == "shard-00005"
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "1")
+    assert code == 0, out  # parse is flat now, remove_loops still in 6 shards
+    code, out, res = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
+    assert code == 1 and res.exception is not None and "Traceback" not in out
+    assert ("error: stage 'remove_loops' shard-00000 of run r is stale: it was built from 'parse' shard-00000, "
+            "which the run no longer has ('parse' was rerun with another shard count); rerun from 'remove_loops' "
+            "on") in out
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,split")
+    assert code == 0 and "[remove_loops] in=17 out=17" in out
+
+
+def test_a_suggested_command_names_the_root_given(tmp_path):
+    code, out, _ = cli("run", "--root", str(tmp_path), "--run-id", "fresh", "--stages", "remove_loops")
+    assert code == 1
+    assert f"run it first (skillpipe run --root {tmp_path} --run-id fresh --stages parse)" in out
+
+
+def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("pipeline.core.runner.run_pipeline", interrupted)
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", str(tmp_path), "--stages", "parse")
+    assert code == 130
+    assert out == ("error: interrupted: the stages and shards written so far are kept (each is written whole or "
+                   "not at all); rerun the same command to go on from there")
+
+
+def test_split_run_uri():
+    assert split_run_uri("s3://b/p/runs/r1/export/") == ("s3://b/p", "r1", "export")
+    assert split_run_uri("s3://b/runs/r1") == ("s3://b", "r1", "")
+    assert split_run_uri("s3://b/p/memory") == ("", "", "")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def env(s3, tmp_path, monkeypatch):
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
+    return s3
+
+
+def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(env, tmp_path, monkeypatch):
+    root = env.uri("user")
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", NO_LLM, "--shards", "2")
+    assert code == 0, out
+    for stage in NO_LLM.split(","):
+        assert f" {stage} {root}/runs/r/{stage} " in f"{out} "
+    mirror = str(tmp_path / "worker1" / "mirror")
+    assert f"local mirror: {mirror}" in out and out.count(mirror) == 1  # named once, never as an artifact
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # another machine, no --input
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "parse")
+    assert code == 0, out
+    assert out.count("unchanged (fingerprint") == 2  # both parse shards: the recorded input, unchanged
+    code, out, _ = cli("inspect", f"{root}/runs/r", "--rows", "0")
+    assert code == 0 and out.startswith(f"run: {root}/runs/r (local mirror ")
+    assert "split in=17 out=15 quarantined=0" in out
+    code, out, _ = cli("inspect", f"{root}/runs/r/parse/shard-00001", "--rows", "0")
+    assert code == 0 and out.startswith(f"artifact: {root}/runs/r/parse/shard-00001 rows: ")
+    code, out, _ = cli("report", "nope", "--root", root)
+    assert code == 1 and out == f"error: no run 'nope' under {root} (no committed stage manifest)"
+
+
+def test_unreachable_endpoint_is_one_line_with_what_to_check(tmp_path, monkeypatch):
+    opts = ('{"client_kwargs": {"endpoint_url": "http://127.0.0.1:%d"}, "key": "k", "secret": "s", '
+            '"config_kwargs": {"retries": {"max_attempts": 1}}}' % free_port())
+    monkeypatch.setenv("SKILLPIPE_STORAGE_OPTIONS", opts)
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path))
+    for args in (["run", "--root", "s3://bucket/p", "--run-id", "r", "--stages", "parse"],  # the recorded input
+                 ["run", "--root", "s3://bucket/p", "--run-id", "r", "--stages", "split"]):  # the run itself
+        code, out, _ = cli(*args)
+        assert code == 1 and "Traceback" not in out
+        assert out.startswith("error: object storage s3://bucket/p: EndpointConnectionError: Could not connect")
+        assert out.endswith("check the endpoint (AWS_ENDPOINT_URL or SKILLPIPE_STORAGE_OPTIONS), the credentials "
+                            "and that the bucket exists")
