@@ -206,11 +206,11 @@ def _failed_facts(ids: list[str], arts: list) -> dict:
 
 def collect(ctx, name: str, log=print):
     """Write (or keep) the stage manifest of sharded stage ``name`` from its shards' manifests:
-    ``shards`` (id, fingerprint, content_sha256, counts per shard), the counts and counters
+    ``shards`` (id, fingerprint, content_sha256, counts, llm per shard), the counts and counters
     summed (in = out + quarantined holds in total since it holds per shard), ``files`` (the
     shards' files as ``shard-NNNNN/<name>`` plus the stage's :meth:`Stage.reduce_shards` files)
     and a ``content_sha256`` over the shards' content hashes and those files. Idempotent: an
-    existing stage manifest built from the same shards is kept. Shard folders the plan no longer
+    existing stage manifest built from the same shard manifests is kept. Shard folders the plan no longer
     has are removed. Failed LLM requests of the shards are summed (``failed_requests``); shards
     recorded as incomplete are listed (``incomplete_shards``), and then ``fingerprint_complete``
     is set, as for an unsharded stage. Returns the stage's
@@ -226,8 +226,8 @@ def collect(ctx, name: str, log=print):
     from pipeline.stages import get_stage
     store, plan = ctx.store, ctx.plan
     arts = [store.require(name, sid) for sid in plan.ids]
-    listing = [{"id": sid, "fingerprint": a.fingerprint, "content_sha256": a.content_sha256,
-                "counts": a.manifest["counts"]} for sid, a in zip(plan.ids, arts)]
+    listing = [{"id": sid, "fingerprint": a.fingerprint, "content_sha256": a.content_sha256,  # llm: a --force rerun
+                "counts": a.manifest["counts"], "llm": a.manifest.get("llm") or {}} for sid, a in zip(plan.ids, arts)]
     key = content_hash(listing, plan.fingerprint, n=32)
     existing = store.load(name)
     if existing is not None and existing.manifest.get("collect_key") == key:

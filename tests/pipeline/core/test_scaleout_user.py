@@ -124,3 +124,30 @@ def test_unreachable_endpoint_is_one_line_with_what_to_check(tmp_path, monkeypat
         assert out.startswith("error: object storage s3://bucket/p: EndpointConnectionError: Could not connect")
         assert out.endswith("check the endpoint (AWS_ENDPOINT_URL or SKILLPIPE_STORAGE_OPTIONS), the credentials "
                             "and that the bucket exists")
+
+
+def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
+    """``--stages memory --force`` on a 2-shard run answers every request from the run's LLM cache:
+    the summary (the stage manifest the collect step writes) must say 0 calls and the cache hits,
+    not the calls of the first run (it kept the old stage manifest: same shard outputs)."""
+    from bench.reliability_stub import SchemaStub
+    from pipeline.core.config import QUALITY_RULES, PipelineConfig
+    from pipeline.core.runner import run_pipeline
+    src = tmp_path / "in"
+    for name in ("eto-alfworld", "react-alfworld"):  # two folders: two shards, 5 trajectories
+        os.makedirs(src / name)
+        for f in os.listdir(os.path.join(SAMPLES, name)):
+            if f.endswith((".json", ".txt")) and not f.startswith(("SOURCE", "README")):
+                with open(os.path.join(SAMPLES, name, f), "rb") as a, open(src / name / f, "wb") as b:
+                    b.write(a.read())
+    with SchemaStub() as stub:
+        cfg = PipelineConfig()
+        cfg.llm.base_url, cfg.llm.model, cfg.llm.structured_output = stub.base_url, "stub-model", "json_schema"
+        cfg.quality.off_topic_threshold, cfg.quality.flag_rules = -1, list(QUALITY_RULES)
+        first = run_pipeline(str(tmp_path), "r", str(src), cfg, stages=[*NO_LLM.split(","), "memory"], shards=2,
+                             log=lambda m: None)[-1].manifest["llm"]
+        sent = len(stub.requests)
+        forced = run_pipeline(str(tmp_path), "r", "", cfg, stages=["memory"], force=True, log=lambda m: None)[0]
+    assert sent == first["calls"] == 5 and len(stub.requests) == sent  # the forced run sent nothing
+    assert (forced.skipped, forced.manifest["llm"]["calls"], forced.manifest["llm"]["cache_hits"]) == (False, 0, 5)
+    assert len(forced.manifest["shards"]) == 2
