@@ -8,8 +8,9 @@
     ``llm.concurrency = 1``: each task waits on the endpoint, so the worker slots are the
     bottleneck, not the CPU. The same DAG runs with 1 worker, then (a second worker started)
     with 2, each into its own root. LLM-stage throughput = LLM calls of the mapped ``memory`` and
-    ``distill`` tasks / the time from the first such task's start to the last one's end (task
-    instance times in the metadata DB). Printed: ``ratio_2_vs_1_workers`` (target >= 1.8).
+    ``distill`` tasks / the sum, over those two stages, of the time from the stage's first shard
+    task's start to its last one's end (task instance times in the metadata DB; the serial tasks
+    between them, collect and skills, do not count). Printed: ``ratio_2_vs_1_workers`` (target >= 1.8).
 
 (b) **Per-shard cost.** ``skillpipe run`` (one process) on the same tree with the stub at zero
     latency, stage by stage; from the stage manifests: wall time, rows in/out, bytes written and
@@ -109,14 +110,16 @@ def shard_costs(work: str, tree: str, shards: int) -> dict:
     return out
 
 
-def _span(cluster: Cluster, run_id: str) -> tuple[float, int]:
-    """Seconds from the first start to the last end of the run's mapped LLM-stage tasks, and
-    how many such task instances there were."""
-    rows = cluster.query("SELECT min(start_date), max(end_date), count(*) FROM task_instance "
-                         "WHERE dag_id = 'skillpipe' AND run_id = %s AND task_id = ANY(%s) AND map_index >= 0",
-                         (run_id, list(LLM_STAGES)))
-    start, end, n = rows[0]
-    return (end - start).total_seconds(), n
+def _spans(cluster: Cluster, run_id: str) -> dict[str, float]:
+    """Per LLM stage: seconds from the first start to the last end of its mapped shard tasks.
+    Stage by stage, so the serial tasks between them (collect, skills) do not count."""
+    out = {}
+    for stage in LLM_STAGES:
+        start, end = cluster.query("SELECT min(start_date), max(end_date) FROM task_instance WHERE dag_id = "
+                                   "'skillpipe' AND run_id = %s AND task_id = %s AND map_index >= 0",
+                                   (run_id, stage))[0]
+        out[stage] = round((end - start).total_seconds(), 1)
+    return out
 
 
 def timed_run(cluster: Cluster, work: str, tree: str, config: str, base_url: str, shards: int,
@@ -129,10 +132,10 @@ def timed_run(cluster: Cluster, work: str, tree: str, config: str, base_url: str
     t0 = time.monotonic()
     cluster.trigger("skillpipe", tag, conf)
     cluster.wait_run("skillpipe", tag, timeout_s=1800)
-    span, tasks = _span(cluster, tag)
-    calls = sum((_manifest(root, tag, s).get("llm") or {}).get("calls", 0) for s in LLM_STAGES)
-    return {"dag_run_s": round(time.monotonic() - t0, 1), "llm_stage_s": round(span, 1), "llm_tasks": tasks,
-            "llm_calls": calls, "calls_per_s": round(calls / span, 3)}
+    spans = _spans(cluster, tag)
+    calls = {s: (_manifest(root, tag, s).get("llm") or {}).get("calls", 0) for s in LLM_STAGES}
+    return {"dag_run_s": round(time.monotonic() - t0, 1), "stage_span_s": spans, "llm_calls": calls,
+            "calls_per_s": round(sum(calls.values()) / sum(spans.values()), 3)}
 
 
 def celery_ratio(work: str, tree: str, shards: int, latency: float) -> dict:
@@ -191,7 +194,7 @@ def main() -> None:
     p.add_argument("--envs", type=int, default=24, help="environment instances in the synthetic tree")
     p.add_argument("--tests", type=int, default=2, help="rollouts per environment instance")
     p.add_argument("--shards", type=int, default=6)
-    p.add_argument("--latency", type=float, default=1.0, help="seconds the stub waits before each answer")
+    p.add_argument("--latency", type=float, default=2.0, help="seconds the stub waits before each answer")
     p.add_argument("--skip-celery", action="store_true", help="only (b), the per-shard cost")
     p.add_argument("--target", type=int, default=10_000_000, help="sizing: trajectories")
     p.add_argument("--workers", type=int, default=64, help="sizing: Celery worker slots")
