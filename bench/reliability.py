@@ -43,7 +43,7 @@ quarantined, summed over stages, plus evolution requests neither answered nor qu
 be 0), stage failures and wall time.
 
 Run: ``.venv/bin/python bench/reliability.py [--sections kill,corrupt,secrets,storm] [--rates 0.3,0.6]
-[--seed 0] [--trajectories 200] [--kill-seeds 2] [--save docs/reliability.md]`` (about 10-15 minutes
+[--seed 0] [--trajectories 200] [--kill-seeds 2] [--dag-kill] [--save docs/reliability.md]`` (about 10-15 minutes
 on 2 shared cores, most of it the kill matrix). The last line is ``wall_s=<seconds>``.
 """
 from __future__ import annotations
@@ -283,11 +283,19 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
 SECTIONS = ("kill", "corrupt", "secrets", "storm")
 
 
-def kill_tasks_section(work: str) -> tuple[str, str, str]:
-    """Section 1b: kills of DAG task processes (:mod:`bench.reliability_taskkill`)."""
+def kill_tasks_section(work: str, dag_kill: bool = False) -> tuple[str, str, str]:
+    """Section 1b: kills of DAG task processes (:mod:`bench.reliability_taskkill`); with
+    ``dag_kill`` also one kill of a whole ``airflow dags test`` run (minutes more)."""
     from bench import reliability_taskkill as tk
-    os.makedirs(os.path.join(work, "taskkill"), exist_ok=True)
+    for d in ("taskkill", "dagkill"):
+        os.makedirs(os.path.join(work, d), exist_ok=True)
     res = tk.matrix(os.path.join(work, "taskkill"))
+    if dag_kill:
+        try:
+            res.append(tk.dag_kill(os.path.join(work, "dagkill")))
+        except Exception as e:  # the bench's own failure (Airflow DB, timeout): a FAIL row, not a lost table
+            res.append(tk.TaskKill("local", "airflow dags test (whole run)", "request", 0, "?", -1, False, False,
+                                   tk.CallClasses(), 0, 0, [f"{type(e).__name__}: {e}"[:200]]))
     calls = [r.calls for r in res]
     return ("1b. kill -9 matrix: DAG task processes (`run_task`, 3 shards; local root and s3 on moto)",
             tk.table(res),
@@ -311,7 +319,7 @@ def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]
                     f"{sum(not r.ok for r in res)} failed, extra LLM calls {sum(r.extra_calls for r in res)}, "
                     f"{sum(r.calls.repeated for r in res)} repeated calls, in flight at the kill "
                     f"{sum(r.calls.in_flight_at_kill for r in res)} (asked again {sum(r.calls.in_flight for r in res)})"))
-        out.append(kill_tasks_section(work))
+        out.append(kill_tasks_section(work, a.dag_kill))
     if "corrupt" in chosen:
         with SchemaStub() as stub:
             res = reliability_corrupt.matrix(os.path.join(work, "corrupt"), stub.base_url)
@@ -343,6 +351,8 @@ def main() -> None:
     ap.add_argument("--trajectories", type=int, default=200,
                     help="storm: generated SkillRL rollouts to run (0 = data/samples)")
     ap.add_argument("--kill-seeds", type=int, default=2, help="kill matrix: random kill moments per stage")
+    ap.add_argument("--dag-kill", action="store_true",
+                    help="kill matrix: also kill -9 a whole `airflow dags test` run and rerun it (minutes)")
     ap.add_argument("--save", default="", help="also write the tables to this Markdown file (docs/reliability.md)")
     a = ap.parse_args()
     t0 = time.monotonic()

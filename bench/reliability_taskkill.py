@@ -12,6 +12,8 @@ moment:
   ``1..N``, N the task's requests in the reference run), then a seeded delay below the stub's
   latency (an LLM shard task: memory, distill);
 * ``write``: the moment the shard's temporary folder ``.<stage>.shard-NNNNN.tmp-*`` appears;
+* ``lock``: a seeded 0-20 ms after the task's lock file (``.skillpipe.<unit>.lock``) appears (a
+  collect step, whose work takes milliseconds after seconds of imports);
 * ``time``: a seeded fraction (10-95 %) of the task's wall time as a process in the reference run.
 
 Then the same call again (Airflow's retry), the rest of the run, and the checks against an
@@ -50,10 +52,10 @@ TASK = "import json, sys; from pipeline.core.runner import run_task; run_task(**
 # (root kind, stage, shard or None for the collect step, mode, seed): 13 kills
 POINTS = [("local", "parse", "shard-00001", "write", 0), ("local", "remove_loops", "shard-00002", "time", 0),
           ("local", "memory", "shard-00000", "request", 0), ("local", "memory", "shard-00000", "request", 1),
-          ("local", "memory", None, "time", 0), ("local", "distill", "shard-00000", "request", 0),
-          ("local", "distill", "shard-00002", "request", 1), ("local", "distill", None, "time", 1),
+          ("local", "memory", None, "lock", 0), ("local", "distill", "shard-00000", "request", 0),
+          ("local", "distill", "shard-00002", "request", 1), ("local", "distill", None, "lock", 1),
           ("s3", "parse", "shard-00000", "write", 0), ("s3", "memory", "shard-00000", "request", 0),
-          ("s3", "memory", "shard-00000", "request", 1), ("s3", "memory", None, "time", 0),
+          ("s3", "memory", "shard-00000", "request", 1), ("s3", "memory", None, "lock", 0),
           ("s3", "distill", "shard-00000", "request", 0)]
 
 
@@ -234,8 +236,9 @@ def reference(root: Root, config: str, stub: SchemaStub, targets: set[tuple[str,
 
 
 def wait_for_moment(proc: subprocess.Popen, stub: SchemaStub, mode: str, rng: random.Random,
-                    ref: tuple[int, float], run_dir: str, prefix: str, latency_s: float) -> bool:
-    """Poll until the kill moment of ``mode`` (module docstring); False when the process ended first."""
+                    ref: tuple[int, float], run_dir: str, prefix: str, latency_s: float, lock: str = "") -> bool:
+    """Poll until the kill moment of ``mode`` (module docstring; ``prefix``: the temporary
+    folder's, ``lock``: the task lock file's name); False when the process ended first."""
     before, t0, fire_at = len(stub.requests), time.monotonic(), None
     n, delay, at = rng.randint(1, max(1, ref[0])), rng.uniform(0.0, latency_s), rng.uniform(0.1, 0.95) * ref[1]
     while proc.poll() is None:
@@ -245,6 +248,8 @@ def wait_for_moment(proc: subprocess.Popen, stub: SchemaStub, mode: str, rng: ra
                 fire_at = now + delay
             elif mode == "write" and os.path.isdir(run_dir) and any(f.startswith(prefix) for f in os.listdir(run_dir)):
                 fire_at = now
+            elif mode == "lock" and os.path.exists(os.path.join(run_dir, lock)):
+                fire_at = now + rng.uniform(0.0, 0.02)
             elif mode == "time" and now - t0 >= at:
                 fire_at = now
         if fire_at is not None and now >= fire_at:
@@ -280,7 +285,9 @@ def kill_one(root: Root, kind: str, config: str, stub: SchemaStub, point: tuple,
     killed_dir, before = root.run_dir("killed", run_id), len(stub.requests)
     proc = start_task(root, "killed", args, log_path)
     rng = random.Random(f"{kind}-{stage}-{shard}-{mode}-{seed}")
-    landed = wait_for_moment(proc, stub, mode, rng, ref[(stage, shard)], killed_dir, f".{stage}.{shard}.tmp-", latency_s)
+    lock = f".skillpipe.{stage}.{shard}.lock" if shard else f".skillpipe.{stage}.lock"
+    landed = wait_for_moment(proc, stub, mode, rng, ref[(stage, shard)], killed_dir, f".{stage}.{shard}.tmp-",
+                             latency_s, lock)
     procs = kill_group(proc) if landed else 0
     if not landed:
         proc.wait()
@@ -342,3 +349,48 @@ def table(results: list[TaskKill]) -> str:
                             f"{r.calls.in_flight_at_kill} ({r.calls.in_flight})", r.calls.uncheckpointed,
                             r.calls.new, r.temp_left, r.procs_left,
                             ("ok" if r.hit != "task done" else "missed") if r.ok else "FAIL"] for r in results])
+
+
+def airflow_env(work: str) -> dict[str, str]:
+    """The environment of an ``airflow`` command with its own home (SQLite metadata DB) under ``work``."""
+    return {**run_env(), "AIRFLOW_HOME": os.path.join(work, "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False", "PYTHONPATH": REPO}
+
+
+def dag_kill(work: str, seed: int = 0, latency_s: float = 0.3, timeout_s: float = 1200) -> TaskKill:
+    """kill -9 of a whole ``airflow dags test skillpipe`` run (3 shards, local root, the stub as
+    LLM, no training) once the stub has received a seeded n-th of the run's LLM requests, then
+    the same command again (same ``run_id`` param: complete artifacts are reused), checked like a
+    task kill against an unkilled reference run. Minutes: an Airflow DB is created first."""
+    from pipeline.llm.cache import CACHE_FILE
+    from bench.reliability_common import run_state
+    airflow, env = os.path.join(os.path.dirname(sys.executable), "airflow"), airflow_env(work)
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    quiet = {"TQDM_DISABLE": "1", **{k: v for k, v in run_env().items() if k not in os.environ}}
+    with SchemaStub(latency_s) as stub, environ(quiet):
+        config, local = write_config(os.path.join(work, "dag.yaml"), stub.base_url), Root(work)
+        ref = reference(local, config, stub, set(), STAGES[-1])
+        ref_rows = local.read("reference")
+        conf = json.dumps({"input_path": SAMPLES, "root": local.uri, "run_id": "dagkill", "config": config,
+                           "llm_base_url": stub.base_url, "llm_model": "stub-model", "shards": SHARDS, "train": False})
+        cmd, log_path = [airflow, "dags", "test", "skillpipe", "-c", conf], os.path.join(work, "dag.log")
+        before = len(stub.requests)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, env=env, cwd=REPO, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+        n_llm = sum(v[0] for v in ref.values())
+        landed = wait_for_moment(proc, stub, "request", random.Random(f"dag-{seed}"), (n_llm, 0.0), "", "", latency_s)
+        procs = kill_group(proc) if landed else 0
+        proc.wait()
+        run_dir = local.run_dir("main", "dagkill")
+        hit = run_state(local.uri, "dagkill").first_missing() or "task done"
+        stored = cache_keys(os.path.join(run_dir, CACHE_FILE))
+        killed_keys = [request_key(b) for b in stub.requests[before:]]
+        after = len(stub.requests)
+        with open(log_path, "ab") as log:
+            rc = subprocess.run(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+        got = local.read("dagkill")
+        diff = [st for st in STAGES if got.get(st) != ref_rows.get(st)]
+        calls = classify_calls([request_key(b) for b in stub.requests[after:]], killed_keys, stored, stored)
+    return TaskKill("local", "airflow dags test (whole run)", "request", seed, hit, rc, rc == 0, not diff, calls,
+                    local.temp_left("dagkill", ["main"]), procs, diff)
