@@ -237,7 +237,7 @@ def _run_and_summarise(root: str, run_id: str, input_path: str, cfg, options: di
         _fail(_user_message(_storage_message(e, root), root))
     except KeyboardInterrupt:
         _fail("interrupted: the stages and shards written so far are kept (each is written whole or not at all); "
-              "rerun the same command to go on from there", code=130)
+              "rerun to go on from there (without --force, what is done is skipped)", code=130)
     print_summary(results, time.monotonic() - t0, root)
 
 

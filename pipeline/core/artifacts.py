@@ -384,7 +384,8 @@ class ArtifactStore:
 
         Raises :class:`ArtifactError` (with the command that rebuilds it) otherwise."""
         art, why = self._load(stage, shard)
-        rerun = f"run it again (skillpipe run --run-id {self.run_id} --stages {stage} --force)"
+        rerun = (f"run it again (skillpipe run --run-id {self.run_id} --stages {stage}: what is missing or "
+                 "unreadable is rebuilt, the rest skipped)")
         if art is None:
             raise ArtifactError(f"stage '{stage}'{f' {shard}' if shard else ''} {why} in {self.run_dir}; "
                                 + (rerun if "unreadable" in why else

@@ -134,10 +134,15 @@ def _reusable(stage: Stage, ctx: StageContext, model_id: str, force: bool,
     With nothing to reuse (``force``, or no artifact yet) the fingerprint is left to after the
     run (``("", {})``): a stage that reports its input facts then reads its inputs only once."""
     existing = ctx.store.load(stage.name, ctx.shard)
+    label = f"{stage.name} {ctx.shard}" if ctx.shard else stage.name
+    lost = [f for f in existing.manifest.get("files", []) if not os.path.exists(os.path.join(existing.path, f))] \
+        if existing is not None else []
+    if lost:  # deleted parts: rebuilt by a plain rerun, not skipped (its readers would fail on it)
+        log(f"[{label}] {len(lost)} of its files are missing ({lost[0]}, ...): rebuilding it")
+        existing = None
     if force or existing is None:
         return None, "", {}
     fp, facts = fingerprint(ctx, stage.name, model_id)
-    label = f"{stage.name} {ctx.shard}" if ctx.shard else stage.name
     if existing.fingerprint == fp:
         log(f"[{label}] unchanged (fingerprint {fp[:12]}): skipped")
         return StageResult(stage.name, existing.path, existing.manifest["counts"]["out"], fp, True,

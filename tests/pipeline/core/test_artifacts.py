@@ -133,7 +133,7 @@ def test_corrupt_manifest_or_missing_part_is_a_clear_error(tmp_path):
     art = store.write("s", to_table(rows(0, 2), SCHEMA), [], {"fingerprint": "a"})
     os.remove(os.path.join(art.path, "part-00000.parquet"))
     with pytest.raises(ArtifactError, match=r"missing 1 of its files \(part-00000.parquet\); run it again "
-                                            r"\(skillpipe run --run-id r1 --stages s --force\)"):
+                                            r"\(skillpipe run --run-id r1 --stages s: what is missing or unreadable is rebuilt"):
         store.require("s")
     with open(os.path.join(art.path, artifacts.MANIFEST), "w") as f:
         f.write('{"status": "compl')

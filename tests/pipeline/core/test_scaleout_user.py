@@ -61,6 +61,23 @@ def test_a_suggested_command_names_the_root_given(tmp_path):
     assert f"run it first (skillpipe run --root {tmp_path} --run-id fresh --stages parse)" in out
 
 
+def test_a_shard_that_lost_a_file_is_rebuilt_by_the_command_the_error_suggests(tmp_path):
+    root = str(tmp_path)
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", NO_LLM, "--shards", "2")
+    assert code == 0, out
+    os.remove(tmp_path / "runs" / "r" / "remove_loops" / "shard-00001" / "part-00000.parquet")
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
+    assert code == 1
+    assert out.endswith(f"remove_loops/shard-00001 is missing 1 of its files (part-00000.parquet); run it again (skillpipe run "
+                        f"--root {root} --run-id r --stages remove_loops: what is missing or unreadable is rebuilt, "
+                        "the rest skipped)")
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops")
+    assert code == 0, out
+    assert "[remove_loops shard-00000] unchanged" in out  # the intact shard is kept
+    assert "[remove_loops shard-00001] 1 of its files are missing (part-00000.parquet, ...): rebuilding it" in out
+    assert os.path.exists(tmp_path / "runs" / "r" / "remove_loops" / "shard-00001" / "part-00000.parquet")
+
+
 def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -68,7 +85,7 @@ def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch):
     code, out, _ = cli("run", "--input", SAMPLES, "--root", str(tmp_path), "--stages", "parse")
     assert code == 130
     assert out == ("error: interrupted: the stages and shards written so far are kept (each is written whole or "
-                   "not at all); rerun the same command to go on from there")
+                   "not at all); rerun to go on from there (without --force, what is done is skipped)")
 
 
 def test_split_run_uri():
