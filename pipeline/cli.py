@@ -210,9 +210,13 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
     (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
     from pipeline.core.config import OptionError, check_run_input
     try:
-        input_path = given or _previous_input(root, run_id)
+        previous = _previous_input(root, run_id) if reads_input or not given else ""
     except (ValueError, ImportError) + _storage_errors() as e:
         _fail(_storage_message(e, root))
+    if given and previous and reads_input and os.path.abspath(given) != previous:
+        err.print(f"note: run {run_id} was built from {previous}; parse now reads {os.path.abspath(given)} and the "
+                  "later stages follow it (another --run-id keeps both runs)", highlight=False, markup=False)
+    input_path = given or previous
     try:
         check_run_input(input_path, reads_input)
     except OptionError as e:

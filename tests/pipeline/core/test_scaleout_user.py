@@ -46,6 +46,13 @@ def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(t
     assert sorted(os.listdir(tmp_path / "runs" / "r" / "parse"))[-1] == "shard-00005"
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "1")
     assert code == 0, out  # parse is flat now, remove_loops still in 6 shards
+    assert "note: run r was built from" not in out  # the recorded input, reused
+    other = os.path.join(SAMPLES, "eto-alfworld")
+    code, out, _ = cli("run", "--input", other, "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "1")
+    assert code == 0 and (f"note: run r was built from {SAMPLES}; parse now reads {other} and the later stages "
+                          "follow it (another --run-id keeps both runs)") in out
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "1")
+    assert code == 0, out
     code, out, res = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
     assert code == 1 and res.exception is not None and "Traceback" not in out
     assert ("error: stage 'remove_loops' shard-00000 of run r is stale: it was built from 'parse' shard-00000, "
