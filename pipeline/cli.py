@@ -118,6 +118,10 @@ def _storage_message(e: BaseException, root: str) -> str:
     """One line for a storage error ``e`` under ``root``, saying what to check."""
     from pipeline.core.remote import is_remote
     what = f"{type(e).__name__}: {e}".replace("\n", " ")
+    local = getattr(e, "filename", None)
+    if is_remote(root) and isinstance(local, str) and os.path.isabs(local):  # the mirror, not the store
+        return (f"local mirror of {root}: {what}; $SKILLPIPE_CACHE_DIR (default ~/.cache/skillpipe) must be a "
+                "writable folder with room for the run")
     if is_remote(root):
         return (f"object storage {root}: {what}; check the endpoint (AWS_ENDPOINT_URL or "
                 "SKILLPIPE_STORAGE_OPTIONS), the credentials and that the bucket exists")

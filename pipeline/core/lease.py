@@ -52,8 +52,17 @@ def _conditional(fs) -> bool:
 
 
 def default_ttl() -> float:
-    """Lease lifetime in seconds: ``$SKILLPIPE_LEASE_S`` or :data:`DEFAULT_TTL_S`."""
-    return float(os.environ.get(ENV_TTL) or DEFAULT_TTL_S)
+    """Lease lifetime in seconds: ``$SKILLPIPE_LEASE_S`` or :data:`DEFAULT_TTL_S`. Raises
+    ``ValueError`` when it is not a number of seconds > 0 (a lease that has always expired would
+    let two workers run the same unit)."""
+    raw = os.environ.get(ENV_TTL) or ""
+    try:
+        ttl = float(raw) if raw.strip() else DEFAULT_TTL_S
+    except ValueError:
+        ttl = -1.0
+    if not ttl > 0 or ttl == float("inf"):
+        raise ValueError(f"${ENV_TTL} must be a number of seconds > 0 (default {DEFAULT_TTL_S:g}), got {raw!r}")
+    return ttl
 
 
 class Lease:

@@ -175,3 +175,20 @@ def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
     assert sent == first["calls"] == 5 and len(stub.requests) == sent  # the forced run sent nothing
     assert (forced.skipped, forced.manifest["llm"]["calls"], forced.manifest["llm"]["cache_hits"]) == (False, 0, 5)
     assert len(forced.manifest["shards"]) == 2
+
+
+@pytest.mark.parametrize("lease_s", ["abc", "-5", "0"])
+def test_a_bad_lease_time_or_cache_dir_is_one_line_naming_the_variable(env, tmp_path, monkeypatch, lease_s):
+    monkeypatch.setenv("SKILLPIPE_LEASE_S", lease_s)
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", env.uri("lease"), "--run-id", "r", "--stages", "parse")
+    assert code == 1 and out.endswith(
+        f"error: $SKILLPIPE_LEASE_S must be a number of seconds > 0 (default 120), got '{lease_s}'")
+    if lease_s == "0":  # once is enough: a cache dir that cannot be created
+        monkeypatch.delenv("SKILLPIPE_LEASE_S")
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(blocker / "cache"))
+        code, out, _ = cli("run", "--input", SAMPLES, "--root", env.uri("lease"), "--run-id", "r", "--stages", "parse")
+        assert code == 1 and out.startswith(f"error: local mirror of {env.uri('lease')}: NotADirectoryError: ")
+        assert out.endswith("$SKILLPIPE_CACHE_DIR (default ~/.cache/skillpipe) must be a writable folder with room "
+                            "for the run")
