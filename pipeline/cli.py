@@ -104,6 +104,11 @@ def _previous_input(root: str, run_id: str) -> str:
     return art.manifest.get("input_path", "") if art else ""
 
 
+def _plain_path(path: str) -> str:
+    """``path`` without a ``file://`` scheme (a local folder given as a URI), else unchanged."""
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
 def _storage_errors() -> tuple[type, ...]:
     """Exceptions of a storage backend that reach the CLI: ``OSError`` (s3fs maps S3 errors to
     it) and botocore's own (an unreachable endpoint, missing credentials) when it is installed."""
@@ -190,6 +195,7 @@ def run(
     from pipeline.core.config import OptionError, run_config
     from pipeline.core.runner import check_run_id
 
+    root = _plain_path(root)
     try:
         check_run_id(run_id)
         cfg = run_config(config, env, format, llm_base_url, llm_model, llm_api_key_env)
@@ -320,6 +326,7 @@ def inspect(
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
     from pipeline.core.artifacts import ArtifactError
     from pipeline.inspect import describe, lineage_report
+    path = _plain_path(path)
     try:
         if html:
             from pipeline.report.artifact import write_artifact_html
@@ -355,6 +362,7 @@ def report(
     quality, training, lineage explorer) and print its path."""
     from pipeline.core.remote import is_remote, pull_run
     from pipeline.report import build_report
+    root = _plain_path(root)
     try:
         if is_remote(root):
             root = os.path.dirname(os.path.dirname(pull_run(root, run_id)))  # the mirror's root folder

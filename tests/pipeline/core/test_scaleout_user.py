@@ -60,6 +60,11 @@ def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(t
             "on") in out
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,split")
     assert code == 0 and "[remove_loops] in=17 out=17" in out
+    # the same local root written as a file:// URI: the recorded input is found, inspect reads it
+    code, out, _ = cli("run", "--root", f"file://{root}", "--run-id", "r", "--stages", "parse")
+    assert code == 0 and "[parse] unchanged" in out
+    code, out, _ = cli("inspect", f"file://{root}/runs/r/split", "--rows", "0")
+    assert code == 0 and out.startswith(f"artifact: {root}/runs/r/split rows: 15 ")
 
 
 def test_a_suggested_command_names_the_root_given(tmp_path):
