@@ -551,6 +551,11 @@ class RemoteHooks(StageHooks):
         self._seen[rel] = self.remote.publish(os.path.join(self.local_run_dir, rel), rel, local,
                                               self._attempt[rel], shards)
         self.stats["published"] += 1
+        if isinstance(local.get("shards"), list):  # as the local collect step: shards of an earlier plan go
+            keep = {s["id"] for s in local["shards"]}
+            for name in self.remote.listing(rel)[1]:
+                if name not in keep:
+                    self.remote.fs.rm(self.remote.path(rel, name), recursive=True)
 
     def _release(self, rel: str) -> None:
         lease = self._leases.pop(rel, None)

@@ -141,6 +141,22 @@ def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(en
     assert code == 1 and out == f"error: no run 'nope' under {root} (no committed stage manifest)"
 
 
+def test_fewer_shards_on_s3_remove_the_old_shard_folders(env, tmp_path, monkeypatch):
+    root = env.uri("replan")
+    for n in ("3", "2"):
+        code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse", "--shards", n)
+        assert code == 0, out
+    fs = env.fs()
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{env.bucket}/replan/runs/r/parse", detail=False, refresh=True)
+                  if "shard-" in p) == ["shard-00000", "shard-00001"]
+    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # a fresh mirror pulls no stale shard
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "parse")
+    assert code == 0 and out.count("unchanged (fingerprint") == 2
+    mirror = [d for d in os.listdir(tmp_path / "worker2" / "mirror")]
+    assert len(mirror) == 1 and not os.path.exists(tmp_path / "worker2" / "mirror" / mirror[0] / "runs" / "r" /
+                                                   "parse" / "shard-00002")
+
+
 def test_unreachable_endpoint_is_one_line_with_what_to_check(tmp_path, monkeypatch):
     opts = ('{"client_kwargs": {"endpoint_url": "http://127.0.0.1:%d"}, "key": "k", "secret": "s", '
             '"config_kwargs": {"retries": {"max_attempts": 1}}}' % free_port())
