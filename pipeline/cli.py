@@ -165,7 +165,7 @@ def run(
                                                         "run id: a second one exits 1 at once, naming the holder"),
     root: str = typer.Option(".", help="folder that holds runs/, or an fsspec URI (s3://bucket/prefix, gs://...) "
                              "shared by workers: stages then work on a local mirror under $SKILLPIPE_CACHE_DIR "
-                             "(default ~/.cache/skillpipe) and commit each artifact there; endpoint and credentials "
+                             "(default ~/.cache/skillpipe) and commit each artifact to the URI; endpoint and credentials "
                              "from the AWS variables or $SKILLPIPE_STORAGE_OPTIONS (JSON for fsspec, e.g. "
                              "{\"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:9000\"}}); a stage or shard "
                              "is leased while it runs ($SKILLPIPE_LEASE_S seconds, default 120, renewed). "
