@@ -228,7 +228,7 @@ def collect(ctx, name: str, log=print):
     arts = [store.require(name, sid) for sid in plan.ids]
     listing = [{"id": sid, "fingerprint": a.fingerprint, "content_sha256": a.content_sha256,  # llm: a --force rerun
                 "counts": a.manifest["counts"], "llm": a.manifest.get("llm") or {}} for sid, a in zip(plan.ids, arts)]
-    key = content_hash(listing, plan.fingerprint, n=32)
+    key = content_hash(listing, plan.fingerprint, [a.manifest for a in arts], n=32)  # any shard rewritten: redo
     existing = store.load(name)
     if existing is not None and existing.manifest.get("collect_key") == key:
         return existing

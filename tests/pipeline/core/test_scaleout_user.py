@@ -157,6 +157,21 @@ def test_fewer_shards_on_s3_remove_the_old_shard_folders(env, tmp_path, monkeypa
                                                    "parse" / "shard-00002")
 
 
+def test_a_stage_uri_stays_readable_after_its_shards_are_rewritten_twice(env):
+    """Each --force commits the shards anew and the next one removes the attempt before last: the
+    stage manifest must follow its shards (it kept pointing at the removed files: 'The specified
+    key does not exist' from inspect and read_table)."""
+    from pipeline.core.remote import read_table
+    root = env.uri("force")
+    args = ["run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "2"]
+    for extra in ([], ["--force"], ["--force"]):
+        code, out, _ = cli(*args, *extra)
+        assert code == 0, out
+    assert read_table(f"{root}/runs/r/parse").num_rows == 17
+    code, out, _ = cli("inspect", f"{root}/runs/r/parse", "--rows", "0", "--quarantine")
+    assert code == 0 and out.startswith(f"artifact: {root}/runs/r/parse (quarantine) rows: 0 ")
+
+
 def test_unreachable_endpoint_is_one_line_with_what_to_check(tmp_path, monkeypatch):
     opts = ('{"client_kwargs": {"endpoint_url": "http://127.0.0.1:%d"}, "key": "k", "secret": "s", '
             '"config_kwargs": {"retries": {"max_attempts": 1}}}' % free_port())
