@@ -329,8 +329,10 @@ def inspect(
     path = _plain_path(path)
     try:
         if html:
+            from pipeline.core.remote import open_artifact
             from pipeline.report.artifact import write_artifact_html
-            console.print(f"wrote {write_artifact_html(path, html, rows=rows, quarantine=quarantine)}",
+            local = open_artifact(path)  # an object-storage URI: pulled into the mirror; a path: itself
+            console.print(f"wrote {write_artifact_html(local, html, rows=rows, quarantine=quarantine)}",
                           highlight=False, markup=False)
         elif lineage:
             console.print(lineage_report(path, lineage))

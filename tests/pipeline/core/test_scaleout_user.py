@@ -137,6 +137,8 @@ def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(en
     assert "split in=17 out=15 quarantined=0" in out
     code, out, _ = cli("inspect", f"{root}/runs/r/parse/shard-00001", "--rows", "0")
     assert code == 0 and out.startswith(f"artifact: {root}/runs/r/parse/shard-00001 rows: ")
+    code, out, _ = cli("inspect", f"{root}/runs/r/split", "--html", str(tmp_path / "split.html"))
+    assert code == 0 and out == f"wrote {tmp_path / 'split.html'}" and os.path.getsize(tmp_path / "split.html") > 1000
     code, out, _ = cli("report", "nope", "--root", root)
     assert code == 1 and out == f"error: no run 'nope' under {root} (no committed stage manifest)"
 
