@@ -300,7 +300,7 @@ def kill_tasks_section(work: str, dag_kill: bool = False) -> tuple[str, str, str
     return ("1b. kill -9 matrix: DAG task processes (`run_task`, 3 shards; local root and s3 on moto)",
             tk.table(res),
             f"{len(res)} kills ({sum(r.root == 's3' for r in res)} on s3), "
-            f"{sum(r.hit == 'in task' for r in res)} landed inside the task, {sum(not r.ok for r in res)} failed, "
+            f"{sum(r.hit not in ('before task', 'task done') for r in res)} landed inside a running task, {sum(not r.ok for r in res)} failed, "
             f"{sum(c.repeated for c in calls)} repeated calls, in flight at the kill "
             f"{sum(c.in_flight_at_kill for c in calls)} (asked again {sum(c.in_flight for c in calls)}), "
             f"uncheckpointed asked again {sum(c.uncheckpointed for c in calls)}")
