@@ -410,7 +410,7 @@ FOOTER = """## How to read the tables
   `SKILLPIPE_LLM_CHECKPOINT_ANSWERS`, 2 here); *new*: never sent before.
   *missed*: the run (task) had finished before the kill moment (the checks still ran).
 - kill -9 of task processes: *hit*: *in task* (its task lock was taken and its artifact not
-  written), *before task* (still importing), *task done* (missed). The retry is the same
+  written), *before task* (still importing: outcome *early*), *task done* (outcome *missed*). The retry is the same
   `run_task` call; on s3 it runs on a fresh mirror after the lease (3 s) expired. *Rows
   identical*: rows and quarantine rows of every stage equal the unkilled local reference run's.
   *Temp left*: temporary folders in the run folders (on s3: also attempt folders not named by a

@@ -348,7 +348,8 @@ def table(results: list[TaskKill]) -> str:
                             "yes" if r.identical else "NO: " + ", ".join(r.diff), r.calls.repeated,
                             f"{r.calls.in_flight_at_kill} ({r.calls.in_flight})", r.calls.uncheckpointed,
                             r.calls.new, r.temp_left, r.procs_left,
-                            ("ok" if r.hit != "task done" else "missed") if r.ok else "FAIL"] for r in results])
+                            {"task done": "missed", "before task": "early"}.get(r.hit, "ok") if r.ok else "FAIL"]
+                           for r in results])
 
 
 def airflow_env(work: str) -> dict[str, str]:
