@@ -18,7 +18,11 @@ Rules (reasons of :data:`pipeline.quality.REASONS`):
   :data:`MIN_ECHO_WORDS` content words of which at least :data:`ECHO_SHARE` are words of the
   prompt template's fixed text (:func:`echo_share`).
 * ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (or a
-  mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words.
+  mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words; and
+  (:func:`action_field_violations`) a principle, a mistake's cause or its fix that only restates
+  an action of the memories fed to the call (the sample run's WebShop mistake: cause
+  ``click[B07HRFJWP8] },``, fix ``Click Natural Black #1b``, which is the very bad action its
+  memory recorded).
 
 Words are compared after :func:`stem` (a few English suffixes cut: ``failed`` = ``fail``), so
 inflection does not hide an echo. The constants below are measured in
@@ -182,3 +186,35 @@ def echo_violations(name: str, item: dict[str, Any], fields: Sequence[str], voca
             out.append(Violation("not_actionable", f"{name}.{f} {text[:60]!r} has fewer than "
                                                    f"{MIN_PRINCIPLE_WORDS} content words; say what to do"))
     return out
+
+
+#: The fields :func:`action_field_violations` judges: what to do and why, never a title or a
+#: trigger (a trigger may well name an action: "after click[buy now] fails").
+ACTION_FIELDS = ("principle", "why_it_happens", "how_to_avoid")
+
+
+def action_field_violations(name: str, item: dict[str, Any], actions: Sequence[str]) -> list[Violation]:
+    """``not_actionable`` for each :data:`ACTION_FIELDS` field of ``item`` that only restates one
+    of ``actions`` (:func:`think_is_action`: the same content words, at most
+    :data:`NEAR_ACTION_SLACK` missing, or a bare command in their words): a skill must say what
+    to do and why, not replay a recorded step. ``actions``: the actions of the memories fed to
+    the call (refined steps' actions, mistakes' bad actions). Measured: none of the 162 items of
+    the SkillRL fixture banks has a field in bracketed action syntax, and each of their
+    principles and fixes adds words of its own (tests/pipeline/quality/test_echo.py)."""
+    if not actions:
+        return []
+    out = []
+    for f in (f for f in ACTION_FIELDS if f in item):
+        text = str(item.get(f) or "")
+        if (same := think_is_action(text, "", actions)) is not None:
+            out.append(Violation("not_actionable", f"{name}.{f} {text[:60]!r} only restates the action "
+                                                   f"{same[:60]!r}; say what to do instead and why"))
+    return out
+
+
+def memory_actions(memories: Iterable[dict[str, Any]]) -> list[str]:
+    """The actions named by ``memories`` (memory rows): each refined step's action and each
+    mistake's bad action, distinct, first-seen order."""
+    seen = [s.get("action") or "" for m in memories for s in (m.get("refined_trajectory") or [])]
+    seen += [x.get("bad_action") or "" for m in memories for x in (m.get("mistakes_to_avoid") or [])]
+    return list(dict.fromkeys(a for a in seen if a.strip()))

@@ -111,10 +111,11 @@ def answer_schema(kind: str, n: int) -> dict[str, Any]:
 
 
 def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfig | None = None,
-                 tally: quality.Tally | None = None):
+                 tally: quality.Tally | None = None, actions: list[str] | None = None):
     """``JSONRequest.check``: every field of every item must have non-blank text; with ``qcfg``,
     then the content rules of :func:`skill_violations` against ``sources`` (:func:`memory_sources`
-    of the memories fed to the call), gated by ``tally`` (policy and counts)."""
+    of the memories fed to the call) and ``actions`` (:func:`pipeline.quality.echo.memory_actions`
+    of them), gated by ``tally`` (policy and counts)."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
 
     def check(value: dict[str, Any]) -> str | None:
@@ -125,7 +126,9 @@ def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfi
         if qcfg is None:
             return None
         gate = tally or quality.Tally(qcfg.flag_rules)
-        return gate.gate(skill_violations(kind, value.get(key) or [], sources or [], qcfg))
+        items = value.get(key) or []
+        restated = [v for i, it in enumerate(items) for v in echo.action_field_violations(f"{key}[{i}]", it, actions or [])]
+        return gate.gate(skill_violations(kind, items, sources or [], qcfg) + restated)
     return check
 
 
@@ -197,7 +200,7 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
                               messages=[{"role": "system", "content": system},
                                         {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
                               schema=answer_schema(kind, n), schema_name=f"skills_{kind}",
-                              check=check_answer(kind, memory_sources(used), qcfg, tally))
+                              check=check_answer(kind, memory_sources(used), qcfg, tally, echo.memory_actions(used)))
         calls.append(Call(env, kind, category, used, request, tpl.sha))
 
     patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)

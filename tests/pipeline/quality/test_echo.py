@@ -267,3 +267,56 @@ def test_think_is_action_flagged_only_when_listed_in_flag_rules(spray_store):
         res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     assert (res.manifest["counts"]["out"], res.manifest["counts"]["quarantined"]) == (1, 0)
     assert res.manifest["counters"]["quality"]["flagged"] == {"think_is_action": 1}
+
+
+# the sample run's WebShop mistake (embedded model) and the memory it was built from: its cause
+# and fix are the memory's recorded bad actions
+WEBSHOP_MEMORY = {"refined_trajectory": [],
+                  "mistakes_to_avoid": [{"trigger_condition": "Natural Black #1B", "bad_action": "Click Natural Black #1b"},
+                                        {"trigger_condition": "buy", "bad_action": "click[B07HRFJWP8]"}]}
+WEBSHOP_JUNK = {"description": "buy", "why_it_happens": "click[B07HRFJWP8] },", "how_to_avoid": "Click Natural Black #1b"}
+
+
+def test_memory_actions_lists_refined_and_bad_actions():
+    mem = {"refined_trajectory": [{"action": "go to cabinet 2"}, {"action": "go to cabinet 2"}],
+           "mistakes_to_avoid": [{"bad_action": "open drawer 1"}, {"bad_action": " "}]}
+    assert echo.memory_actions([mem, WEBSHOP_MEMORY]) == ["go to cabinet 2", "open drawer 1", "Click Natural Black #1b",
+                                                          "click[B07HRFJWP8]"]
+
+
+def test_a_mistake_that_restates_its_memorys_bad_actions_fires():
+    found = echo.action_field_violations("mistakes[0]", WEBSHOP_JUNK, echo.memory_actions([WEBSHOP_MEMORY]))
+    assert [(v.reason, v.detail.split(" ", 1)[0]) for v in found] == [
+        ("not_actionable", "mistakes[0].why_it_happens"), ("not_actionable", "mistakes[0].how_to_avoid")]
+
+
+def test_good_bank_fields_never_restate_the_sample_actions(tmp_path):
+    """Every principle, cause and fix of the 162 fixture items against every recorded action of
+    the ALFWorld and WebShop samples (and with no actions the rule is off)."""
+    actions = []
+    for sample in ("react-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        actions += [s.action for t in trajs for s in t.steps if s.action]
+    assert len(set(actions)) > 20
+    for it in bank_items():
+        assert echo.action_field_violations("s", it, actions) == [], it
+    assert echo.action_field_violations("m", WEBSHOP_JUNK, []) == []
+
+
+def test_skills_stage_quarantines_a_mistake_built_from_bad_actions():
+    """Through the stage's answer check (as the LLM request runs it): rejected with the reason,
+    while a worded fix of the same mistake passes."""
+    from pipeline.quality import Tally
+    from pipeline.stages.skills import check_answer
+    from pipeline.core.config import QualityConfig
+    qcfg = QualityConfig()
+    qcfg.off_topic_threshold = -1  # the action rule alone (no embedding model in this test)
+    tally = Tally(qcfg.flag_rules)
+    check = check_answer("mistake", ["i need a long clip-in hair extension"], qcfg, tally,
+                         echo.memory_actions([WEBSHOP_MEMORY]))
+    assert "only restates the action" in check({"mistakes": [WEBSHOP_JUNK]})
+    good = dict(WEBSHOP_JUNK, description="buying before the options match the task",
+                why_it_happens="the first color option looked close enough to the request",
+                how_to_avoid="compare each option with the task's words before clicking buy now")
+    assert check({"mistakes": [good]}) is None
+    assert tally.rejected["not_actionable"] == 1
