@@ -19,7 +19,7 @@
     ``CHARS_PER_TOKEN`` characters per token; completion tokens are bounded by each request's
     ``max_tokens``). docs/scaling.md turns these into the sizing table.
 
-Run: ``.venv/bin/python bench/scale.py`` (about 10 min on 2 cores; ``--skip-celery`` for (b) only).
+Run: ``.venv/bin/python bench/scale.py`` (about 19 min on 2 cores, 13 with ``--latency 2``; ``--skip-celery`` for (b) only).
 The last line is ``ratio_2_vs_1_workers=<x>``.
 """
 from __future__ import annotations
@@ -194,7 +194,7 @@ def main() -> None:
     p.add_argument("--envs", type=int, default=24, help="environment instances in the synthetic tree")
     p.add_argument("--tests", type=int, default=2, help="rollouts per environment instance")
     p.add_argument("--shards", type=int, default=6)
-    p.add_argument("--latency", type=float, default=2.0, help="seconds the stub waits before each answer")
+    p.add_argument("--latency", type=float, default=4.0, help="seconds the stub waits before each answer")
     p.add_argument("--skip-celery", action="store_true", help="only (b), the per-shard cost")
     p.add_argument("--target", type=int, default=10_000_000, help="sizing: trajectories")
     p.add_argument("--workers", type=int, default=64, help="sizing: Celery worker slots")
