@@ -19,7 +19,8 @@
     ``CHARS_PER_TOKEN`` characters per token; completion tokens are bounded by each request's
     ``max_tokens``). docs/scaling.md turns these into the sizing table.
 
-Run: ``.venv/bin/python bench/scale.py`` (about 19 min on 2 cores, 13 with ``--latency 2``; ``--skip-celery`` for (b) only).
+Run: ``.venv/bin/python bench/scale.py`` (about 19 min on 2 cores, 13 with ``--latency 2``;
+``--skip-celery`` for (b) only).
 The last line is ``ratio_2_vs_1_workers=<x>``.
 """
 from __future__ import annotations
@@ -167,7 +168,8 @@ def sizing(costs: dict, a: argparse.Namespace) -> list[str]:
     endpoint's ``a.rpm`` requests per minute; prices in USD per 1M tokens."""
     n_in = costs["parse"]["rows_in"]
     scale = a.target / n_in
-    rows = ["| stage | CPU s (1 worker) | wall on workers | storage | LLM calls | prompt tok | completion tok | cost USD |",
+    rows = ["| stage | CPU s (1 worker) | wall on workers | storage | LLM calls | prompt tok | completion tok "
+            "| cost USD |",
             "|---|---|---|---|---|---|---|---|"]
     total = {"cpu": 0.0, "wall": 0.0, "bytes": 0.0, "calls": 0.0, "pt": 0.0, "ct": 0.0, "usd": 0.0}
     rate = min(a.workers * a.task_concurrency / a.endpoint_latency, a.rpm / 60.0)  # calls per second
@@ -184,7 +186,8 @@ def sizing(costs: dict, a: argparse.Namespace) -> list[str]:
         rows.append(f"| {stage} | {cpu:,.0f} | {wall / 3600:,.2f} h | {c['bytes'] * scale / 1e9:,.1f} GB | "
                     f"{calls:,.0f} | {pt / 1e6:,.0f} M | {ct / 1e6:,.0f} M | {usd:,.0f} |")
     rows.append(f"| **total** | {total['cpu']:,.0f} | {total['wall'] / 3600:,.2f} h | {total['bytes'] / 1e9:,.1f} GB | "
-                f"{total['calls']:,.0f} | {total['pt'] / 1e6:,.0f} M | {total['ct'] / 1e6:,.0f} M | {total['usd']:,.0f} |")
+                f"{total['calls']:,.0f} | {total['pt'] / 1e6:,.0f} M | {total['ct'] / 1e6:,.0f} M | "
+                f"{total['usd']:,.0f} |")
     return rows
 
 

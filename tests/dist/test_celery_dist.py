@@ -100,7 +100,8 @@ def test_two_celery_workers_on_s3_export_equals_cli_run(tmp_path, monkeypatch):
             served = _workers_that_ran_tasks(cluster)
         finally:
             stray = cluster.stop()
-        print(f"report task: {[st for t, _, st, _ in states if t == 'report']}; cluster start {started:.0f} s, first run done at {ran:.0f} s, start+runs+stop "
+        report = [st for t, _, st, _ in states if t == "report"]
+        print(f"report task: {report}; cluster start {started:.0f} s, first run done at {ran:.0f} s, start+runs+stop "
               f"{time.monotonic() - t0:.0f} s; task instances {len(states)}; workers that ran tasks: {served}; "
               f"stray at stop: {stray}")
         assert cluster.remaining() == [], "processes outlived the cluster"
