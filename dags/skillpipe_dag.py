@@ -154,9 +154,13 @@ def skillpipe():
                  "`<root>/runs/<run_id>/report.html`. Its `file://` URI is this task's XCom `uri` (XCom tab) "
                  "and the last line of its log. Runs after the last step whether it failed or not.")
     def report(params=None) -> dict:
+        from pipeline.core.remote import is_remote, pull_run
         from pipeline.report import build_report
         a = _args(params, {"base_url": "", "model": ""})
-        r = build_report(a["root"], a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True))
+        root = a["root"]
+        if is_remote(root):  # the report reads a local folder: this worker's mirror of the run
+            root = os.path.dirname(os.path.dirname(pull_run(root, a["run_id"])))
+        r = build_report(root, a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True))
         print(f"[report] {r['bytes'] / 1e6:.2f} MB: file://{r['path']}", flush=True)
         return {"uri": f"file://{r['path']}", "rows": len(r["pngs"]), "fingerprint": ""}
 
