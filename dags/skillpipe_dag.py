@@ -15,6 +15,7 @@ held-out TextWorld Express games (test fold) and return its success rate with a 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Param, dag, setup, task, teardown
@@ -40,9 +41,15 @@ def plan(params=None) -> list[str]:
     return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
 
 
+#: Stage and collect tasks are retried (a killed or lost worker, an endpoint outage): a retry
+#: reuses every committed shard and every cached or checkpointed LLM answer. The delay outlasts
+#: the object-storage lease a killed worker leaves behind (SKILLPIPE_LEASE_S, default 120 s).
+STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=150))
+
+
 def stage_task(name: str):
     """The task running stage ``name`` (one shard of it when mapped with ``shard``)."""
-    @task(task_id=name, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
+    @task(task_id=name, **STAGE_RETRIES, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
     def _run(llm: dict, upstream: dict | None = None, shard: str | None = None, params=None) -> dict:
         from pipeline.core.runner import run_task
         return run_task(name, shard=shard, **_args(params, llm))
@@ -51,7 +58,7 @@ def stage_task(name: str):
 
 def collect_task(name: str):
     """The task collecting the shards of map stage ``name`` (``<name>_all``)."""
-    @task(task_id=f"{name}_all", doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
+    @task(task_id=f"{name}_all", **STAGE_RETRIES, doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
                                        + ("; the cross-shard duplicate and cap pass" if name == "parse" else ""))
     def _collect(llm: dict, params=None) -> dict:
         from pipeline.core.runner import run_task

@@ -49,19 +49,23 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     mapped task per map stage expanding over ``plan``, its ``<stage>_all`` collect step after it,
     the reduces as single tasks, in pipeline order."""
     code = ("import json; from airflow.dag_processing.dagbag import DagBag; d = DagBag(%r).dags['skillpipe']; "
-            "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids)] for t in d.tasks}))"
+            "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids), t.retries,"
+            " t.retry_delay.total_seconds()] for t in d.tasks}))"
             % os.path.join(ROOT, "dags"))
     env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     tasks = json.loads(proc.stdout.strip().splitlines()[-1])
-    mapped = [t for t, (kind, _) in tasks.items() if "Mapped" in kind]
+    mapped = [t for t, (kind, *_) in tasks.items() if "Mapped" in kind]
     assert mapped == ["parse", "remove_loops", "memory", "distill", "build_pairs"]
     for name in mapped:
         assert "plan" in tasks[name][1] and tasks[f"{name}_all"][1] == [name, "start_llm"]
     assert tasks["remove_loops"][1] == ["parse_all", "plan", "start_llm"]  # after the cross-shard pass
     assert tasks["split"][1] == ["remove_loops_all", "start_llm"] and tasks["skills"][1] == ["memory_all", "start_llm"]
     assert tasks["export"][1] == ["build_pairs_all", "start_llm"] and "Mapped" not in tasks["export"][0]
+    # stage and collect tasks retry after the object-storage lease of a killed worker has expired (120 s)
+    for name in [*mapped, *(f"{m}_all" for m in mapped), "split", "skills", "export"]:
+        assert tasks[name][2:] == [2, 150.0], name
 
 
 def test_xcom_stays_small_for_1000_shards(tmp_path):
