@@ -17,24 +17,11 @@ from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
 from pipeline.core.remote import ATTEMPT_KEY, CacheCheckpointer, open_artifact, open_root, read_table
 from pipeline.llm.cache import ResponseCache, decode_part
 from tests.helpers.llm_stage_data import cool_apple, heat_mug
-from tests.helpers.s3_server import S3Server
 
 ROWS = [cool_apple("success", "traj-A").to_row(), heat_mug("traj-B").to_row()]
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def env(s3, tmp_path, monkeypatch):
-    """Point skillpipe at the server; the mirror cache under tmp_path/cache1."""
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "cache1"))
-    return s3
+# fixtures s3 and env: tests/pipeline/core/conftest.py
 
 
 def publish_remove_loops(root: str, rows=ROWS) -> dict:

@@ -22,23 +22,11 @@ from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_stub import ChatStub
 from tests.helpers.paths import REPO
-from tests.helpers.s3_server import S3Server
 
 STAGES = ["parse", "remove_loops", "split", "memory"]
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def env(s3, tmp_path, monkeypatch):
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
-    return s3
+# fixtures s3 and env: tests/pipeline/core/conftest.py
 
 
 def quiet(_msg: str) -> None:

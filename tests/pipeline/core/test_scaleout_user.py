@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.inspect import split_run_uri
 from tests.helpers.paths import REPO
-from tests.helpers.s3_server import S3Server, free_port
+from tests.helpers.s3_server import free_port
 
 SAMPLES = os.path.join(REPO, "data", "samples")
 NO_LLM = "parse,remove_loops,split"
@@ -106,18 +106,7 @@ def test_split_run_uri():
     assert split_run_uri("s3://b/p/memory") == ("", "", "")
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def env(s3, tmp_path, monkeypatch):
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
-    return s3
+# fixtures s3 and env: tests/pipeline/core/conftest.py
 
 
 def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(env, tmp_path, monkeypatch):
