@@ -65,6 +65,29 @@ def default_ttl() -> float:
     return ttl
 
 
+def _full_uri(fs, path: str) -> str:
+    """``path`` with its filesystem's scheme (``s3://bucket/...``), as the user wrote the root;
+    the bare path when the filesystem cannot say."""
+    try:
+        return fs.unstrip_protocol(path)
+    except Exception:  # a filesystem without protocol metadata: the path is all we know
+        return path
+
+
+def held_message(uri: str, holder: dict[str, Any], now: float | None = None) -> str:
+    """What a worker refused by a live lease is told: the lease object's full ``uri``, who holds
+    it (pid, host, command from the ``holder`` JSON body), until when (UTC) and what to do."""
+    now = time.time() if now is None else now
+    expires = float(holder.get("expires_at") or now)
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
+    ttl = expires - float(holder.get("acquired_at") or expires)
+    argv = " ".join(holder.get("argv") or []) or "unknown command"
+    return (f"lease {uri} is held by pid {holder.get('pid')} on {holder.get('host')} ({argv}) until {until} "
+            f"(in {max(expires - now, 0):.0f} s) unless renewed. Another worker is running this stage/shard: "
+            f"wait for it to finish. If it was killed, its lease expires by then (lifetime {ttl:.0f} s, set by "
+            f"${ENV_TTL} on the holder; default {DEFAULT_TTL_S:g}) and a retry or rerun after that takes over")
+
+
 class Lease:
     """One lease object at ``path`` on the fsspec filesystem ``fs``.
 
@@ -73,6 +96,7 @@ class Lease:
 
     def __init__(self, fs, path: str, ttl_s: float | None = None):
         self.fs, self.path = fs, path
+        self.uri = _full_uri(fs, path)
         self.ttl_s = ttl_s or default_ttl()
         self.token = uuid.uuid4().hex
         self.etag: str | None = None
@@ -125,14 +149,11 @@ class Lease:
         if body is None:
             body, etag = self._read()
         if body is not None and body.get("expires_at", 0) > time.time():
-            left = body["expires_at"] - time.time()
-            raise LeaseHeld(f"{self.path} is held by pid {body.get('pid')} on {body.get('host')} "
-                            f"({' '.join(body.get('argv') or [])}); it expires in {left:.0f} s unless renewed. "
-                            "Another worker is running this stage/shard: wait for it, or retry after the expiry "
-                            "if it was killed", body or {})
+            raise LeaseHeld(held_message(self.uri, body), body)
         if not self._put(if_match=etag):  # expired: take it over, unless another taker was first
             body, _ = self._read()
-            raise LeaseHeld(f"{self.path}: another worker took over the expired lease first", body or {})
+            raise LeaseHeld(f"lease {self.uri}: another worker took over the expired lease first "
+                            "and is running this stage/shard now; wait for it to finish", body or {})
         return self._start()
 
     def _start(self) -> "Lease":
@@ -160,4 +181,4 @@ class Lease:
             if body is not None and body.get("token") == self.token:
                 self.fs.rm_file(self.path)
         except OSError as e:  # storage unreachable: the lease simply expires after ttl_s
-            log.warning("could not release lease %s (it expires in %.0f s): %s", self.path, self.ttl_s, e)
+            log.warning("could not release lease %s (it expires in %.0f s): %s", self.uri, self.ttl_s, e)

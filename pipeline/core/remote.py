@@ -542,7 +542,7 @@ class RemoteHooks(StageHooks):
         from pipeline.core.lease import LeaseHeld
         lease = self._leases.get(rel)
         if lease is not None and lease.lost:
-            raise LeaseHeld(f"{lease.path}: the lease was taken over while this worker ran {rel}; "
+            raise LeaseHeld(f"lease {lease.uri}: the lease was taken over while this worker ran {rel}; "
                             "its result is not published", {})
         local = read_local_manifest(os.path.join(self.local_run_dir, rel))
         if local is None or local == strip_attempt(self._seen.get(rel)):
