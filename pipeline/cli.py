@@ -219,8 +219,13 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
     """The input the run reads: ``given``, else the one run ``run_id`` recorded; a usage error
     (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
     from pipeline.core.config import OptionError, check_run_input
+    from pipeline.core.remote import RootMissing, check_bucket, is_remote
     try:
+        if is_remote(root):
+            check_bucket(root)
         previous = _previous_input(root, run_id) if reads_input or not given else ""
+    except RootMissing as e:
+        _fail(str(e))
     except (ValueError, ImportError) + _storage_errors() as e:
         _fail(_storage_message(e, root))
     if given and previous and reads_input and os.path.abspath(given) != previous:
@@ -230,7 +235,11 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
     try:
         check_run_input(input_path, reads_input)
     except OptionError as e:
-        raise typer.BadParameter(str(e), param_hint=e.option)
+        msg = str(e)
+        if not input_path:  # no input given nor recorded: name where the previous run was looked for
+            msg = (f"required for a new run ({root.rstrip('/')}/runs/{run_id} has no parse artifact to take the "
+                   "previous input from)")
+        raise typer.BadParameter(msg, param_hint=e.option)
     return input_path
 
 

@@ -110,6 +110,32 @@ def remote_fs(uri: str):
     return fs, path.rstrip("/")
 
 
+class RootMissing(FileNotFoundError):
+    """The bucket (container) of an object-storage root does not exist; the message names it."""
+
+
+def check_bucket(root: str) -> None:
+    """Raise :class:`RootMissing`, naming the bucket and the endpoint, when the store answers that
+    the bucket of the object-storage ``root`` does not exist (one HEAD request). Nothing is raised
+    when it exists, when the credentials may not look at the bucket itself (a policy scoped to a
+    prefix: ``PermissionError``), or for a filesystem without buckets (``memory://``). Other
+    storage errors (an unreachable endpoint, botocore's) are raised as they come."""
+    fs, base = remote_fs(root)
+    if not hasattr(fs, "split_path"):  # s3fs, gcsfs, adlfs have buckets/containers; memory:// has none
+        return
+    bucket = fs.split_path(base)[0]
+    try:
+        fs.info(bucket)
+    except PermissionError:
+        return
+    except FileNotFoundError:
+        endpoint = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
+        where = f" at {endpoint}" if endpoint else ""
+        how = f" (`aws s3 mb s3://{bucket}`)" if root.startswith(("s3://", "s3a://")) else ""
+        raise RootMissing(f"--root {root}: bucket {bucket!r} does not exist{where}; create it{how}, "
+                          "or fix --root or the endpoint") from None
+
+
 def mirror_dir(uri: str) -> str:
     """The local working mirror of ``uri``: ``$SKILLPIPE_CACHE_DIR/mirror/<16 hex of sha256(uri)>``
     (default cache dir ``~/.cache/skillpipe``)."""

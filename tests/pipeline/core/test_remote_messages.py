@@ -1,5 +1,6 @@
 """What a user is told on an object-storage root (moto's S3 server on loopback): a held lease
-names its full ``s3://`` URI, its holder and until when."""
+names its full ``s3://`` URI, its holder and until when; a missing bucket is named, with or
+without ``--input``, in one ``error:`` line and exit code 1."""
 from __future__ import annotations
 
 import json
@@ -52,3 +53,19 @@ def test_a_held_lease_is_reported_with_its_s3_uri(env):
         assert f"error: lease s3://{path} is held by pid {os.getpid()}" in flat(res.output)
     finally:
         held.release()
+
+
+@pytest.mark.parametrize("extra", [[], ["--input", SAMPLE]], ids=["no_input", "with_input"])
+def test_a_missing_bucket_is_named_in_one_error_line(env, extra):
+    res = CliRunner().invoke(app, ["run", "--root", "s3://nosuch-bucket/prefix", "--run-id", "x", *extra])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit)  # a clean exit, no traceback
+    assert flat(res.output) == (f"error: --root s3://nosuch-bucket/prefix: bucket 'nosuch-bucket' does not exist at "
+                                f"{env.endpoint_url}; create it (`aws s3 mb s3://nosuch-bucket`), or fix --root "
+                                "or the endpoint")
+
+
+def test_an_existing_bucket_without_the_run_asks_for_input_naming_where_it_looked(env):
+    res = CliRunner().invoke(app, ["run", "--root", env.uri("empty"), "--run-id", "x"])
+    assert res.exit_code == 2
+    assert (f"Invalid value for --input: required for a new run ({env.uri('empty')}/runs/x has no parse artifact "
+            "to take the previous input from)") in flat(res.output)
