@@ -324,17 +324,56 @@ class RemoteRun:
             self.fs.rm(self.path(rel, ATTEMPTS_DIR, i), recursive=True)
         return old
 
-    def cache_parts(self, rel: str) -> list[bytes]:
-        """The bytes of every LLM cache part of ``rel``, in name order."""
+    def _part_paths(self, rel: str) -> list[str]:
+        """Paths of the ``.parquet`` files in ``rel``'s cache part folder, in name order (fresh listing)."""
+        folder = self.path(rel, LLM_PARTS_DIR)
+        self.fs.invalidate_cache(folder)
         try:
-            paths = sorted(p for p in self.fs.ls(self.path(rel, LLM_PARTS_DIR), detail=False) if p.endswith(".parquet"))
+            return sorted(p for p in self.fs.ls(folder, detail=False) if p.endswith(".parquet"))
         except FileNotFoundError:
             return []
-        blobs = self.fs.cat(paths) if paths else {}
-        return [blobs[p] for p in paths]
+
+    def cache_parts(self, rel: str, rounds: int = 3) -> list[bytes]:
+        """The bytes of every LLM cache part of ``rel``, in name order.
+
+        A part may vanish between the listing and the read: :meth:`compact_cache` on another
+        worker wrote its entries to a new part first, then deleted it. The folder is then listed
+        again and the parts not read yet are fetched, up to ``rounds`` listings in all."""
+        got: dict[str, bytes] = {}
+        for _ in range(rounds):
+            todo = [p for p in self._part_paths(rel) if p not in got]
+            blobs = self.fs.cat(todo, on_error="omit") if todo else {}
+            got.update({p: b for p, b in blobs.items() if isinstance(b, bytes)})
+            if all(p in got for p in todo):
+                break
+        return [got[p] for p in sorted(got)]
 
     def put_cache_part(self, rel: str, name: str, data: bytes) -> None:
         self.fs.pipe_file(self.path(rel, LLM_PARTS_DIR, name), data)
+
+    def compact_cache(self, rel: str, name: str) -> int:
+        """Merge the LLM cache parts of ``rel`` into the one part ``name``, one entry per key
+        (:func:`pipeline.llm.cache.compact_entries`), and delete the merged parts; returns how
+        many were deleted (0 with fewer than two readable parts). The merged part is written
+        before anything is deleted, so a reader listing the folder meanwhile still finds every
+        entry (:meth:`cache_parts`); a file that is not a cache part is left alone, and a part
+        written after the listing is kept. Call it while holding the folder's lease."""
+        from pipeline.llm.cache import compact_entries, decode_part, encode_part
+        paths = self._part_paths(rel)
+        blobs = self.fs.cat(paths, on_error="omit") if len(paths) > 1 else {}
+        used, parts = [], []
+        for p in paths:
+            try:
+                parts.append(decode_part(blobs[p]))
+            except (KeyError, TypeError, ValueError):  # vanished, or not a cache part: not merged, not deleted
+                continue
+            used.append(p)
+        if len(used) < 2:
+            return 0
+        self.put_cache_part(rel, name, encode_part(compact_entries(parts)))
+        old = [p for p in used if p != self.path(rel, LLM_PARTS_DIR, name)]
+        self.fs.rm(old)
+        return len(old)
 
 
 class CacheCheckpointer:
@@ -449,7 +488,7 @@ class RemoteHooks(StageHooks):
         self._attempt: dict[str, str] = {}
         self._ckpt: dict[str, CacheCheckpointer] = {}
         self._run_files: dict[str, bytes] = {}
-        self.stats = {"downloaded": 0, "published": 0, "gc_attempts": 0, "cache_imported": 0}
+        self.stats = {"downloaded": 0, "published": 0, "gc_attempts": 0, "cache_imported": 0, "cache_compacted": 0}
 
     def uri(self, local_path: str) -> str:
         """The remote URI of the artifact folder ``local_path`` of this run's mirror."""
@@ -559,6 +598,8 @@ class RemoteHooks(StageHooks):
                 except Exception as e:  # the answers are in the artifact; only a --force rerun would miss them
                     log.warning("final LLM cache checkpoint of %s failed: %s", rel, e)
             self._publish(rel)
+            if ckpt is not None:
+                self._compact_cache(rel)
         finally:
             self._attempt.pop(rel, None)
             self._release(rel)
@@ -582,6 +623,14 @@ class RemoteHooks(StageHooks):
             for name in self.remote.listing(rel)[1]:
                 if name not in keep:
                     self.remote.fs.rm(self.remote.path(rel, name), recursive=True)
+
+    def _compact_cache(self, rel: str) -> None:
+        """Merge the committed unit's LLM cache parts into one (a failure is logged: the parts
+        stay as they are, still complete)."""
+        try:
+            self.stats["cache_compacted"] += self.remote.compact_cache(rel, f"{self._attempt[rel]}-compact.parquet")
+        except Exception as e:
+            log.warning("could not compact the LLM cache parts of %s (they are kept as they are): %s", rel, e)
 
     def _release(self, rel: str) -> None:
         lease = self._leases.pop(rel, None)

@@ -9,7 +9,8 @@ object storage, entries travel between workers as immutable **cache parts**: Par
 :data:`PART_SCHEMA` written by :func:`encode_part` from :meth:`ResponseCache.entries_after` and
 loaded by :func:`decode_part` + :meth:`ResponseCache.import_entries`
 (:mod:`pipeline.core.remote` checkpoints and restores them); no SQLite file is ever shared over
-network storage.
+network storage. Once a unit is committed its parts are merged into one
+(:func:`compact_entries`), so a long shard does not leave hundreds of small files.
 """
 from __future__ import annotations
 
@@ -131,6 +132,18 @@ def encode_part(entries: list[dict[str, Any]]) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(entries, schema=PART_SCHEMA), sink, compression="zstd")
     return sink.getvalue().to_pybytes()
+
+
+def compact_entries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The entries of several cache parts (each a :func:`decode_part` list, oldest part first)
+    with one entry per ``key``: the last one put, at the place of the key's first entry. A key is
+    put again only after its earlier answer was deleted for failing its check
+    (:meth:`ResponseCache.delete`), so the later answer is the one to keep."""
+    merged: dict[str, dict[str, Any]] = {}
+    for entries in parts:
+        for e in entries:
+            merged[e["key"]] = e
+    return list(merged.values())
 
 
 def decode_part(data: bytes) -> list[dict[str, Any]]:
