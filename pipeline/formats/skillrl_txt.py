@@ -95,6 +95,34 @@ def _admissible_cached(body: str, env: str) -> tuple[str, ...]:
     return tuple(parse_admissible(body, env))
 
 
+def admissible_span(text: str, lead: int) -> tuple[int, int, int] | None:
+    """``(block start, list body start, list body end)`` of the first admissible block of
+    ``text`` at or after ``lead`` (an index of the block's lead phrase, or -1), or ``None``.
+
+    The same span as ``_ADMISSIBLE.search(text, lead)`` (its start, and the start and end of its
+    group), found with ``str.find`` instead of a lazy regex, which tried every character of
+    each list (the largest single cost of reading the benchmark tree): the lead phrase,
+    whitespace, ``[``, then the first ``].`` followed by spaces or tabs up to a newline or the
+    end of the text; when no ``].`` qualifies, the next occurrence of the lead phrase.
+    """
+    n = len(text)
+    while lead >= 0:
+        i = lead + len(_ADM_LEAD)
+        while i < n and text[i].isspace():  # the regex's \s* (str.isspace is the same class)
+            i += 1
+        if i < n and text[i] == "[":
+            k = text.find("].", i + 1)
+            while k >= 0:
+                e = k + 2
+                while e < n and text[e] in " \t":
+                    e += 1
+                if e == n or text[e] == "\n":
+                    return lead, i + 1, k
+                k = text.find("].", k + 1)
+        lead = text.find(_ADM_LEAD, lead + 1)
+    return None
+
+
 def _after_obs_prefix(text: str) -> str:
     """Text after the first "...your current observation is:" (case-insensitive), else ``text``.
 
@@ -119,11 +147,10 @@ def clean_observation(payload: str, env: str) -> tuple[str, list[str]]:
     if text.startswith("Obs:"):
         text = text[4:].strip()
     admissible: list[str] = []
-    lead = text.find(_ADM_LEAD)
-    m = _ADMISSIBLE.search(text, lead) if lead >= 0 else None
-    if m:
-        admissible = list(_admissible_cached(m.group(1), env))
-        text = text[:m.start()]
+    span = admissible_span(text, text.find(_ADM_LEAD))
+    if span:
+        admissible = list(_admissible_cached(text[span[1]:span[2]], env))
+        text = text[:span[0]]
     if text.isascii():  # the usual case: one lower-cased copy serves every phrase test
         return _clean_ascii(text), admissible
     text = _after_obs_prefix(text)
