@@ -16,6 +16,12 @@ quarantine ``reason`` (or the flag, when ``config.BuildPairsConfig`` sets the ru
                           letters, e.g. ``1.5-2.3`` or ``,.15,`` from a small distill model: numbers
                           and punctuation are not reasoning (ours; policy default "quarantine":
                           such thinks would otherwise become targets)  [policy: short_think]
+* ``think_is_action``     the think only restates an action (the pair's, an admissible one or one
+                          of the trajectory) or is a bare command: distill's content rule
+                          (:func:`pipeline.quality.echo.think_is_action`) checked again, since a
+                          think taken from the source's recorded thoughts or from a distill
+                          artifact written before the rule existed never went through it
+                          [policy: quarantine, or flag when ``quality.flag_rules`` names it]
 * ``bad_action_format``   WebShop action not ``search[...]``/``click[...]``; Search action not one
                           ``<search>..</search>`` or ``<answer>..</answer>``; empty action
 * ``not_admissible``      action not in the shown admissible list, even after whitespace/case
@@ -53,6 +59,7 @@ from typing import Any
 from pipeline import rules
 
 from pipeline.core import lineage
+from pipeline.quality import echo
 from pipeline.prompts import (needs_synthetic_done, prompt_template_files, render_skills_block,
                        render_step_messages, render_target, select_skills, synthetic_done_admissible,
                        visible_admissible)
@@ -215,7 +222,7 @@ class BuildPairs(Stage):
     name = NAME
     inputs = ("remove_loops", "skills", "distill")
     schema = SFT_PAIR_SCHEMA
-    config_sections = ("build_pairs", "prompt", "distill")
+    config_sections = ("build_pairs", "prompt", "distill", "quality")
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
@@ -288,7 +295,7 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
         pid = lineage.pair_id(traj.trajectory_id, cand.k, _instruction(full), target)
         return reject(NAME, reason, detail, pid, target, traj.source_uri, line)
 
-    for bad, reason, detail, policy in _early_rules(cand, think, action, vcfg):
+    for bad, reason, detail, policy in _early_rules(cand, think, action, vcfg, ctx.config.quality.flag_rules):
         if bad and (q := fail(reason, detail, policy)):
             return None, q
 
@@ -326,11 +333,13 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
     }, None
 
 
-def _early_rules(cand: Candidate, think: str, action: str, vcfg) -> list[tuple[bool, str, str, str]]:
+def _early_rules(cand: Candidate, think: str, action: str, vcfg, flag_rules=()) -> list[tuple[bool, str, str, str]]:
     """The rules checked before the admissible list, in order: ``(broken, reason, detail, policy)``;
-    ``think``/``action`` stripped, ``vcfg`` the ``build_pairs`` config."""
+    ``think``/``action`` stripped, ``vcfg`` the ``build_pairs`` config, ``flag_rules`` the content
+    rules ``quality.flag_rules`` only counts."""
     env = cand.traj.env
     invalid = {} if cand.synthetic else invalid_source_actions(cand.traj)
+    echoed = _think_echo(cand, think)
     return [
         (cand.k in invalid, "invalid_action_in_source",
          f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
@@ -341,9 +350,21 @@ def _early_rules(cand: Candidate, think: str, action: str, vcfg) -> list[tuple[b
         (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
          f"reasoning has {think_words(think)} words of letters (< build_pairs.min_think_words="
          f"{vcfg.min_think_words}): {think[:40]!r}", vcfg.short_think),
+        (echoed is not None, "think_is_action", echoed or "",
+         "flag" if "think_is_action" in flag_rules else "quarantine"),
         (not action_format_ok(action, env), "bad_action_format", f"action {action!r} has no valid {env} form",
          "quarantine"),
     ]
+
+
+def _think_echo(cand: Candidate, think: str) -> str | None:
+    """Rule ``think_is_action`` for one candidate, as distill checks it (the step's action, then its
+    admissible list and every recorded action of the trajectory): the violation's detail, or None."""
+    if not think:
+        return None
+    traj_actions = [s.action or "" for s in cand.traj.steps[1:]]
+    found = echo.think_violations([(cand.k - 1, think)], {cand.k - 1: (cand.action, cand.admissible)}, traj_actions)
+    return found[0].detail if found else None
 
 
 def _admissible(action: str, env: str, shown: list[str], flags: list[str], fail, policy: str

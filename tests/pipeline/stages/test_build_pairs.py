@@ -27,13 +27,15 @@ def distilled(traj, thinks, synthetic=False, skills=()):
             "model": "stub-model", "prompt_sha": "sha-1"}
 
 
-def run_validate(tmp_path, trajs, drows, **validate_cfg):
-    """Write remove_loops/skills/distill artifacts, run build_pairs, return (rows, quarantine, manifest)."""
+def run_validate(tmp_path, trajs, drows, flag_rules=(), **validate_cfg):
+    """Write remove_loops/skills/distill artifacts, run build_pairs with ``validate_cfg`` as its
+    config (and ``flag_rules`` as ``quality.flag_rules``), return (rows, quarantine, manifest)."""
     store = ArtifactStore(str(tmp_path), "r1")
     for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
                                 ("skills", [SKILL], SKILL_SCHEMA), ("distill", drows, DISTILLED_SCHEMA)):
         store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
     cfg = PipelineConfig()
+    cfg.quality.flag_rules = list(flag_rules)
     # fixtures use placeholder thinks ("T1", "go"): rule short_think is off unless a test turns it on
     validate_cfg.setdefault("min_think_words", 0)
     cfg.build_pairs = dataclasses.replace(cfg.build_pairs, **validate_cfg)
@@ -109,19 +111,19 @@ def test_missing_trajectory_and_missing_skills(tmp_path):
 
 def test_normalised_action_fixed_from_real_list(tmp_path):
     traj = one_step(action="Go to  Countertop 1")
-    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
+    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})])
     assert rows[0]["action"] == "go to countertop 1" and rows[0]["flags"] == ["action_normalised"]
 
 
 def test_no_admissible_list_is_flagged(tmp_path):
     traj = one_step(adm=())
-    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
+    rows, _, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})])
     assert rows[0]["flags"] == ["no_admissible_list"] and "admissible actions of" not in rows[0]["instruction"]
 
 
 def test_bad_format_when_action_carries_tags(tmp_path):
     traj = one_step(action="go <action>x", adm=())
-    _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
+    _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})])
     assert reasons(q) == ["bad_format"]
 
 
@@ -164,13 +166,13 @@ def test_length_truncates_history_then_quarantines(tmp_path):
 def test_unknown_policy_is_rejected(tmp_path):
     traj = one_step()
     with pytest.raises(ValueError, match="build_pairs.leakage: must be one of quarantine, flag"):
-        run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], leakage="fix")
+        run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})], leakage="fix")
 
 
 def test_invalid_action_in_source_is_never_a_target(tmp_path):
     traj = one_step()
     traj.metadata = json.dumps({"invalid_actions": [{"index": 1, "line": 7, "reason": "no <action> tag"}]})
-    _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})])
+    _, q, _ = run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})])
     assert reasons(q) == ["invalid_action_in_source"] and "no <action> tag" in q[0]["detail"] and q[0]["line"] == 7
 
 
@@ -189,7 +191,7 @@ def test_think_words_counts_runs_of_letters(think, words):
     assert think_words(think) == words
 
 
-@pytest.mark.parametrize("think,flags", [("1.5-2.3", ["short_think"]), ("go to", ["short_think"]),
+@pytest.mark.parametrize("think,flags", [("1.5-2.3", ["short_think"]), ("so far", ["short_think"]),
                                          ("go to the desk first", [])])
 def test_short_think_flag_policy(tmp_path, think, flags):
     traj = one_step()
@@ -225,4 +227,36 @@ def test_short_think_flag_is_counted_in_the_dataset_card(tmp_path):
 def test_unknown_short_think_policy_is_rejected(tmp_path):
     traj = one_step()
     with pytest.raises(ValueError, match="build_pairs.short_think: must be one of quarantine, flag"):
-        run_validate(tmp_path, [traj], [distilled(traj, {0: "go"})], short_think="fix")
+        run_validate(tmp_path, [traj], [distilled(traj, {0: "T1"})], short_think="fix")
+
+
+def cabinet_run():
+    """An ALFWorld trajectory whose second step recorded the thought ``go to cabinet 2``: the
+    source's own echo of its first action (what ``distill.source_thoughts = prefer`` passes on)."""
+    adm = ["go to cabinet 2", "open cabinet 2", "look"]
+    steps = [Step(0, None, "You see a cabinet 2.", adm, line=3),
+             Step(1, "go to cabinet 2", "The cabinet 2 is closed.", adm, line=5),
+             Step(2, "open cabinet 2", "You open the cabinet 2.", [], 1.0, True, thought="go to cabinet 2", line=7)]
+    return Trajectory("traj-cab", "alfworld", "inst-9", "find a spraybottle.", "other", "success", 1.0, steps,
+                      "src.txt", "fmt", 0, 1)
+
+
+def test_a_think_that_restates_an_action_is_quarantined_as_in_distill(tmp_path):
+    traj = cabinet_run()
+    thinks = {0: "I need to find the spraybottle and it may be in cabinet 2", 1: "go to cabinet 2"}
+    rows, q, manifest = run_validate(tmp_path, [traj], [distilled(traj, thinks)])
+    assert [r["step_index"] for r in rows] == [1]
+    assert reasons(q) == ["think_is_action"] and q[0]["line"] == 7
+    assert q[0]["detail"] == ("the think for step 1 'go to cabinet 2' only restates 'go to cabinet 2'; "
+                              "say why this action is taken now")
+    assert q[0]["raw"] == "<think>go to cabinet 2</think>\n<action>open cabinet 2</action>"
+    assert manifest["counts"]["quarantine_reasons"] == {"think_is_action": 1}
+    assert manifest["counts"]["units_in"] == 2 and manifest["counts"]["quarantined"] == 1
+
+
+def test_think_is_action_only_counts_when_quality_flags_it(tmp_path):
+    traj = cabinet_run()
+    thinks = {0: "I need to find the spraybottle and it may be in cabinet 2", 1: "go to cabinet 2"}
+    rows, q, manifest = run_validate(tmp_path, [traj], [distilled(traj, thinks)], flag_rules=["think_is_action"])
+    assert q == [] and [r["flags"] for r in rows] == [[], ["think_is_action", "recorded_thought"]]
+    assert manifest["counters"]["flags"] == {"recorded_thought": 1, "think_is_action": 1}
