@@ -6,12 +6,7 @@ from pipeline.prompts import (needs_synthetic_done, render_admissible, render_sk
                               render_step_messages, render_target, select_skills,
                               synthetic_done_admissible)
 from pipeline.core.records import Step, Trajectory
-
-ALF_TURN = ("Now it's your turn to take an action.\nYou should first reason step-by-step about the "
-            "current situation. This reasoning process MUST be enclosed within <think> </think> tags. \n"
-            "Once you've finished your reasoning, you should choose an admissible action for current "
-            "step and present it within <action> </action> tags.")
-ALF_HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
+from tests.helpers.prompt_data import ALF_HEADER, ALF_TURN, tv6
 
 
 def skill(sid, kind, title="", principle="", when="", category="", desc="", why="", how=""):
@@ -62,22 +57,6 @@ def test_selection_caps_and_category_rules():
     # An official bank has no pick_two bucket: its pick_and_place skills are used instead.
     bank = [skill("pic_001", "task_specific", "Grab", "Hold it.", category="pick_and_place")]
     assert [s["skill_id"] for s in select_skills(bank, "alfworld", "pick_two_obj_and_place", cfg)] == ["pic_001"]
-
-
-def tv6(tid="traj-tv6"):
-    """TV6's four steps, a success with reward 10 on the last step."""
-    steps = [
-        Step(0, None, "You are in the middle of a room. You see a countertop 1.",
-             ["go to countertop 1", "inventory", "look"], line=2),
-        Step(1, "go to countertop 1", "You arrive at countertop 1. You see a plate 1.",
-             ["take plate 1 from countertop 1", "look"], line=5),
-        Step(2, "take plate 1 from countertop 1", "You pick up the plate 1 from the countertop 1.",
-             ["go to box 1", "look", "done"], line=8),
-        Step(3, "move plate 1 to box 1", "You move the plate 1 to the box 1.",
-             ["examine box 1", "go to countertop 1", "inventory", "look"], 10.0, True, line=11),
-    ]
-    return Trajectory(tid, "alfworld", "env000", "put a plate in box 1.", "pick_and_place", "success", 10.0,
-                      steps, "rollouts/env000/test0.txt", "skillrl_txt", 0, 1)
 
 
 def test_tv6_pair1_exact():

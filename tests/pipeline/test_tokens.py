@@ -15,8 +15,8 @@ from sft.config import SFTFitConfig
 from sft.demo import demo_rows, write_demo_export
 from sft.train import drop_too_long, fit
 from tests.helpers.paths import REPO
-from tests.pipeline.test_prompts import tv6
-from tests.pipeline.stages.test_build_pairs import distilled, run_validate
+from tests.helpers.build_pairs_data import distilled, run_validate
+from tests.helpers.prompt_data import tv6
 
 
 @pytest.fixture(scope="module")

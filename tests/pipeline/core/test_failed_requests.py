@@ -17,7 +17,7 @@ from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
 from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import heat_mug, write_trajectories, write_upstream
 from tests.helpers.llm_stub import ChatStub
-from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
+from tests.helpers.skills_data import MEMORIES, write_dedupe
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
 SKILL = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}

@@ -22,7 +22,7 @@ from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 from tests.helpers.llm_stage_data import write_trajectories, write_upstream
 from tests.helpers.llm_stub import ChatStub
 from tests.helpers.paths import FIXTURES
-from tests.pipeline.quality.test_stages import answer, distill_store, parsed_sample
+from tests.helpers.quality_data import answer, distill_store, parsed_sample
 
 SPRAY = ["go to cabinet 1", "go to cabinet 2", "open cabinet 2", "take spraybottle 2 from cabinet 2",
          "go to toilet 1", "put spraybottle 2 in/on toilet 1"]
@@ -212,7 +212,7 @@ def test_distill_think_is_action_unrepaired_is_quarantined(spray_store):
 def test_skills_echo_junk_is_repaired_or_quarantined(tmp_path):
     """The general call answers echo junk twice (quarantined ``echo_prompt``), the cool call a
     one-word title once (repaired); the bank keeps only real skills and counts reconcile."""
-    from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
+    from tests.helpers.skills_data import MEMORIES, write_dedupe
 
     store = ArtifactStore(str(tmp_path), "r1")
     write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})

@@ -108,8 +108,7 @@ def test_export_writes_the_metrics_to_the_manifest_and_the_card(tmp_path):
     from pipeline.core.runner import run_stage
     from pipeline.core.stage import StageContext
     from tests.helpers.llm_stage_data import write_trajectories
-    from tests.pipeline.stages.test_export import pair as export_pair
-    from tests.pipeline.stages.test_build_pairs import SKILL
+    from tests.helpers.build_pairs_data import SKILL, pair as export_pair
 
     store = ArtifactStore(str(tmp_path), "r1")
     write_trajectories(store, [COOL])

@@ -6,33 +6,20 @@ the manifest's quality record; counts reconcile (runner's invariant)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA, Trajectory
+from pipeline.core.records import MEMORY_SCHEMA
 from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
 from tests.helpers.llm_stub import ChatStub
-from tests.helpers.paths import REPO
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
+from tests.helpers.quality_data import answer, distill_store, parsed_sample
 
 COOL_CUP, VASE = "cool some cup and put it in diningtable.", "cool some vase and put it in fridge."
-
-def parsed_sample(tmp_path, sample: str, dest: str) -> tuple[ArtifactStore, list[Trajectory]]:
-    """parse + remove_loops of ``data/samples/<sample>`` (copied to ``<tmp_path>/in/<dest>``: trajectory
-    ids hash the path) into a store under ``tmp_path``; returns the store and the trajectories."""
-    inp = tmp_path / "in"
-    shutil.copytree(os.path.join(REPO, "data", "samples", sample), inp / dest)
-    store = ArtifactStore(str(tmp_path / "root"), "r1")
-    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
-    for stage in ("parse", "remove_loops"):
-        run_stage(stage, ctx, log=lambda s: None)
-    return store, [Trajectory.from_row(r) for r in store.require("remove_loops").read_rows()]
 
 
 @pytest.fixture()
@@ -64,10 +51,6 @@ GOOD_FAILURE = {"contextual_description": "Cooling a vase failed: the agent neve
                                        "bad_action": "examined the desk instead of cooling the vase in the fridge"}]}
 DIET = dict(GOOD_FAILURE, mistakes_to_avoid=[{"trigger_condition": "eating as a child",
                                               "bad_action": "a childhood diet with too much sugar"}])
-
-
-def answer(value):
-    return {"content": json.dumps(value)}
 
 
 def test_memory_ungrounded_step_is_repaired_and_an_off_topic_mistake_quarantined(sample_store):
@@ -122,12 +105,6 @@ def thinks(over=None):
     for i, t in (over or {}).items():
         texts[i] = t
     return answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
-
-
-def distill_store(store):
-    write_upstream(store, "memory", [], MEMORY_SCHEMA)
-    write_upstream(store, "skills", [], SKILL_SCHEMA)
-    return store
 
 
 def test_distill_future_leak_repaired(sample_store):
@@ -207,7 +184,7 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
     childhood diet: both calls are repaired once, then quarantined; the bank keeps only worded,
     on-topic skills from the category calls."""
     from pipeline.bank.merge import skill_text
-    from tests.pipeline.stages.test_skills import MEMORIES, write_dedupe
+    from tests.helpers.skills_data import MEMORIES, write_dedupe
 
     store = ArtifactStore(str(tmp_path), "r1")
     write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})

@@ -1,56 +1,19 @@
 """Stage validate through runner.run_stage: TV6 ("ours") and one case per rule, exact reasons."""
-import dataclasses
 import json
 
 import pytest
 
-from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.config import PipelineConfig, BuildPairsConfig
-from pipeline.core.records import (DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, Step, Trajectory,
-                              to_table)
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.core.config import BuildPairsConfig
+from pipeline.core.records import Step, Trajectory
 from pipeline.stages.export import dataset_card
 from pipeline.stages.build_pairs import think_words
-from tests.pipeline.test_prompts import ALF_HEADER, ALF_TURN, tv6
-
-SKILL = {"skill_id": "gen-1", "env": "", "kind": "general", "category": "", "title": "Check Twice",
-         "principle": "Verify before answering; the answer is March 16, 2018.", "when_to_apply": "",
-         "description": "", "why_it_happens": "", "how_to_avoid": "", "source_memory_ids": ["mem-1"],
-         "source_trajectory_ids": ["traj-x"], "bank_version": "bank-1", "model": "m", "prompt_sha": "p"}
-
-
-def distilled(traj, thinks, synthetic=False, skills=()):
-    return {"trajectory_id": traj.trajectory_id, "env": traj.env, "category": traj.category,
-            "thinks": [{"step_index": i, "think": t} for i, t in thinks.items()], "synthetic_done": synthetic,
-            "skill_ids_used": list(skills), "memory_ids": ["mem-1"], "bank_version": "bank-1",
-            "model": "stub-model", "prompt_sha": "sha-1"}
-
-
-def run_validate(tmp_path, trajs, drows, flag_rules=(), **validate_cfg):
-    """Write remove_loops/skills/distill artifacts, run build_pairs with ``validate_cfg`` as its
-    config (and ``flag_rules`` as ``quality.flag_rules``), return (rows, quarantine, manifest)."""
-    store = ArtifactStore(str(tmp_path), "r1")
-    for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
-                                ("skills", [SKILL], SKILL_SCHEMA), ("distill", drows, DISTILLED_SCHEMA)):
-        store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
-    cfg = PipelineConfig()
-    cfg.quality.flag_rules = list(flag_rules)
-    # fixtures use placeholder thinks ("T1", "go"): rule short_think is off unless a test turns it on
-    validate_cfg.setdefault("min_think_words", 0)
-    cfg.build_pairs = dataclasses.replace(cfg.build_pairs, **validate_cfg)
-    res = run_stage("build_pairs", StageContext(store, cfg), log=lambda s: None)
-    art = store.require("build_pairs")
-    return art.read_rows(), art.read_rows(quarantine=True), res.manifest
+from tests.helpers.build_pairs_data import SKILL, distilled, reasons, run_validate
+from tests.helpers.prompt_data import ALF_HEADER, ALF_TURN, tv6
 
 
 def one_step(env="alfworld", action="go to countertop 1", adm=("go to countertop 1", "look"), obs="You see a room."):
     steps = [Step(0, None, obs, list(adm), line=3), Step(1, action, "ok", [], 1.0, True, line=7)]
     return Trajectory(f"traj-{env}", env, "inst-1", "find x.", "other", "success", 1.0, steps, "src.txt", "fmt", 0, 1)
-
-
-def reasons(q):
-    return [r["reason"] for r in q]
 
 
 def test_tv6_ours(tmp_path):

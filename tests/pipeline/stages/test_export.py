@@ -11,18 +11,7 @@ from pipeline.core.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, SPLIT_SCHEMA, t
 from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
 from pipeline.core.split import split_instances, split_rows
-from tests.pipeline.stages.test_build_pairs import SKILL
-
-
-def pair(i, instance, env="alfworld", category="clean"):
-    msgs = [{"role": "system", "content": f"S{i}"}, {"role": "user", "content": f"U{i}"},
-            {"role": "assistant", "content": f"<think>t</think>\n<action>a{i}</action>"}]
-    return {"pair_id": f"pair-{i}", "trajectory_id": f"traj-{instance}", "step_id": f"traj-{instance}/s1",
-            "step_index": 1, "env": env, "env_instance": instance, "category": category, "messages": msgs,
-            "instruction": f"S{i}\n\nU{i}", "output": msgs[2]["content"], "action": f"a{i}", "think": "t",
-            "synthetic": False, "memory_ids": ["mem-1"], "skill_ids_used": ["gen-1"], "bank_version": "bank-1",
-            "source_uri": "rollouts/test0.txt", "source_line": 4, "model": "stub-model", "prompt_sha": "sha-1",
-            "flags": [], "split": ""}
+from tests.helpers.build_pairs_data import SKILL, pair
 
 
 def write_split(store, instances, val_fraction=0.25):
@@ -76,7 +65,7 @@ def test_export_files(tmp_path):
 def test_val_is_exactly_the_instances_skills_held_out(tmp_path):
     """Leak guard, end to end: export's val split is the set of instances whose memories skills
     kept out of the bank (both read the split artifact), not a fresh draw over the pairs' instances."""
-    from tests.pipeline.stages.test_skills import aggregate_with_val_instance
+    from tests.helpers.skills_data import aggregate_with_val_instance
     store, agg, _ = aggregate_with_val_instance(tmp_path)
     held = [q["item_id"] for q in store.require("skills").read_rows(quarantine=True) if q["reason"] == "held_out_val"]
     assert held == ["mem-2"]  # mem-2 is of kitchen-4

@@ -3,7 +3,6 @@ embedding merge (real sentence-transformers), runs on empty input and on the rea
 train-only bank (memories of val instances held out, pipeline.core.split)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
@@ -20,31 +19,8 @@ from pipeline.core.stage import StageContext
 from pipeline.bank import merge as _skillmerge
 from pipeline.llm import templates as _templates
 from pipeline.stages import skills
-from tests.helpers.llm_stage_data import cool_apple, embedded_llm, write_trajectories, write_upstream
-
-COOL = "Search [Location] for [Object] -> Take [Object] -> Cool [Object] with fridge -> Place [Object] at [Target]"
-HEAT = "Search [Location] for [Object] -> Take [Object] -> Heat [Object] with microwave -> Place [Object] at [Target]"
-
-
-def mem(mid: str, category: str, outcome: str, pattern: str = "", mistakes=()) -> dict:
-    return {"memory_id": mid, "trajectory_id": "traj-" + mid[4:], "env": "alfworld", "category": category,
-            "outcome": outcome, "task": f"{category} some object", "contextual_description": "d",
-            "refined_trajectory": [], "planning_pattern": pattern,
-            "mistakes_to_avoid": [{"trigger_condition": t, "bad_action": b} for t, b in mistakes],
-            "model": "m", "prompt_sha": "p"}
-
-
-MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success", HEAT),
-            mem("mem-3", "cool", "success", "  search [location] for [object] -> take [object] -> cool [object] "
-                                            "with fridge -> place [object] at [target]"),
-            mem("mem-4", "cool", "failure", mistakes=[("holding an object to cool", "went to the microwave")])]
-
-
-def write_dedupe(store: ArtifactStore, instances: dict[str, str], val_fraction: float = 0.0) -> None:
-    """The remove_loops artifact skills reads env_instance from: one trajectory per id, placed in
-    the given instance (the steps do not matter to skills), and its split artifact."""
-    write_trajectories(store, [dataclasses.replace(cool_apple(tid=tid), env_instance=inst)
-                               for tid, inst in instances.items()], val_fraction)
+from tests.helpers.llm_stage_data import embedded_llm, write_upstream
+from tests.helpers.skills_data import COOL, HEAT, MEMORIES, aggregate_with_val_instance, write_dedupe
 
 
 def test_dedupe_items_counts_and_cap():
@@ -230,30 +206,6 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     banks = BankStore(str(tmp_path))
     assert banks.head() == counters["bank_version"] == bank["metadata"]["bank_version"]
     assert (banks.get("HEAD").record["run_id"], counters["bank_parent"]) == ("r1", None)
-
-
-def aggregate_with_val_instance(tmp_path):
-    """Run aggregate (stub LLM, val_fraction 0.3) on MEMORIES placed so that mem-2 is in a val
-    instance; returns ``(store, StageResult, stub)``. Shared with test_export."""
-    from tests.helpers.llm_stub import ChatStub
-    from tests.helpers.llm_faults import stage_ctx, stub_llm_config
-
-    store = ArtifactStore(str(tmp_path), "r1")
-    # hash scores at seed 0: kitchen-1 .562, -2 .960, -3 .339, -4 .265 -> only kitchen-4 < 0.3.
-    # traj-5 yielded no memory: its instance is still in the recorded assignment (export needs it).
-    write_dedupe(store, {"traj-1": "kitchen-1", "traj-2": "kitchen-4", "traj-3": "kitchen-1",
-                         "traj-4": "kitchen-2", "traj-5": "kitchen-3"}, val_fraction=0.3)
-    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
-    skill = {"title": "Search Then Act", "principle": "Find the object first.", "when_to_apply": "Object unseen."}
-    script = [{"content": json.dumps({"skills": [skill]})},                                # general
-              {"content": json.dumps({"skills": [dict(skill, title="Cool In Fridge")]})},  # task_specific cool
-              {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb "
-                                                    "misread", "how_to_avoid": "Reread the goal"}]})}]
-    with ChatStub(script) as stub:
-        cfg = PipelineConfig(llm=stub_llm_config(stub))
-        cfg.export.val_fraction = 0.3
-        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
-    return store, res, stub
 
 
 def test_val_instance_memories_are_held_out_of_the_bank(tmp_path):

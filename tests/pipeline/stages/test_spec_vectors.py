@@ -13,7 +13,7 @@ from pipeline.prompts import render_step_messages
 from pipeline.core.records import Step, Trajectory
 from pipeline.selection import select
 from pipeline.stages.build_pairs import action_format_ok, match_admissible
-from tests.pipeline.stages.test_build_pairs import distilled, reasons, run_validate
+from tests.helpers.build_pairs_data import distilled, reasons, run_validate
 
 
 # ---------------------------------------------------------------------------------- TV2
