@@ -167,6 +167,16 @@ class SchemaStub:
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
+    def latency_s(self) -> float:
+        """Seconds each chat-completions request waits before its answer; may be changed while
+        the stub serves (a test slows one stage down, then speeds the rest up)."""
+        return self._server.latency_s
+
+    @latency_s.setter
+    def latency_s(self, value: float) -> None:
+        self._server.latency_s = value
+
+    @property
     def requests(self) -> list[dict[str, Any]]:
         """The request bodies received, in arrival order."""
         return self._server.requests

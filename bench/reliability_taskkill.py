@@ -141,10 +141,8 @@ class Root:
         """Keys of the committed remote LLM cache parts of the unit (``None`` on a local root)."""
         if self.s3 is None:
             return None
-        from pipeline.llm.cache import decode_part
-        fs = self.s3.fs()
         rel = f"{self.s3.bucket}/kill/runs/{run_id}/{stage}" + (f"/{shard}" if shard else "")
-        return {e["key"] for p in fs.glob(f"{rel}/_llm_cache/*.parquet") for e in decode_part(fs.cat_file(p))}
+        return remote_cache_keys(self.s3.fs(), rel)
 
     def read(self, run_id: str) -> dict[str, Any]:
         """Every stage's rows and quarantine rows of run ``run_id`` (``None`` for a missing stage)."""
@@ -174,6 +172,15 @@ class Root:
                 ids = []
             n += sum(i != keep for i in ids)
         return n
+
+
+def remote_cache_keys(fs, folder: str, pattern: str = "_llm_cache/*.parquet") -> set[str]:
+    """Keys of the LLM cache parts (:func:`pipeline.llm.cache.decode_part`) matching ``pattern``
+    under ``folder`` on the fsspec filesystem ``fs`` (a path without protocol, e.g.
+    ``bucket/prefix/runs/<id>/memory/shard-00000``; ``pattern`` ``*/_llm_cache/*.parquet`` takes
+    every shard of a stage): what a retry on another worker can import. Empty when there is none."""
+    from pipeline.llm.cache import decode_part
+    return {e["key"] for p in fs.glob(f"{folder}/{pattern}") for e in decode_part(fs.cat_file(p))}
 
 
 def _read_stage(uri: str, run_id: str, stage: str) -> tuple[list, list] | None:

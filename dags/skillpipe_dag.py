@@ -41,10 +41,31 @@ def plan(params=None) -> list[str]:
     return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
 
 
+ENV_RETRY_DELAY = "SKILLPIPE_RETRY_DELAY_S"
+DEFAULT_RETRY_DELAY_S = 150.0
+
+
+def retry_delay_s() -> float:
+    """Seconds between tries of a stage or collect task: ``$SKILLPIPE_RETRY_DELAY_S`` when set
+    (read when the DAG file is parsed, i.e. in the dag-processor's environment), else
+    :data:`DEFAULT_RETRY_DELAY_S`. The default outlasts the object-storage lease a killed worker
+    leaves behind (``SKILLPIPE_LEASE_S``, default 120 s); a shorter delay only makes sense with a
+    shorter lease. Raises ``ValueError`` (a DAG import error) when the value is not a finite
+    number of seconds >= 0."""
+    raw = (os.environ.get(ENV_RETRY_DELAY) or "").strip()
+    try:
+        delay = float(raw) if raw else DEFAULT_RETRY_DELAY_S
+    except ValueError:
+        delay = -1.0
+    if not 0 <= delay < float("inf"):
+        raise ValueError(f"${ENV_RETRY_DELAY} must be a number of seconds >= 0 "
+                         f"(default {DEFAULT_RETRY_DELAY_S:g}), got {raw!r}")
+    return delay
+
+
 #: Stage and collect tasks are retried (a killed or lost worker, an endpoint outage): a retry
-#: reuses every committed shard and every cached or checkpointed LLM answer. The delay outlasts
-#: the object-storage lease a killed worker leaves behind (SKILLPIPE_LEASE_S, default 120 s).
-STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=150))
+#: reuses every committed shard and every cached or checkpointed LLM answer.
+STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=retry_delay_s()))
 
 
 def stage_task(name: str):

@@ -48,14 +48,20 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     """The DAG as the dag-processor parses it (in a subprocess with its own AIRFLOW_HOME): one
     mapped task per map stage expanding over ``plan``, its ``<stage>_all`` collect step after it,
     the reduces as single tasks, in pipeline order."""
-    code = ("import json; from airflow.dag_processing.dagbag import DagBag; d = DagBag(%r).dags['skillpipe']; "
+    # parsed three times in one process: the default, then $SKILLPIPE_RETRY_DELAY_S=7 and =-1
+    code = ("import json, os; from airflow.dag_processing.dagbag import DagBag; d = DagBag(%r).dags['skillpipe']; "
+            "os.environ['SKILLPIPE_RETRY_DELAY_S'] = '7'; d7 = DagBag(%r).dags['skillpipe']; "
+            "os.environ['SKILLPIPE_RETRY_DELAY_S'] = '-1'; bad = DagBag(%r).import_errors; "
+            "print(json.dumps({'delay7': {t.task_id: t.retry_delay.total_seconds() for t in d7.tasks},"
+            " 'bad': list(bad.values())}))\n"
             "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids), t.retries,"
             " t.retry_delay.total_seconds()] for t in d.tasks}))"
-            % os.path.join(ROOT, "dags"))
-    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT)
+            % ((os.path.join(ROOT, "dags"),) * 3))
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT,
+               SKILLPIPE_RETRY_DELAY_S="")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    tasks = json.loads(proc.stdout.strip().splitlines()[-1])
+    overridden, tasks = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     mapped = [t for t, (kind, *_) in tasks.items() if "Mapped" in kind]
     assert mapped == ["parse", "remove_loops", "memory", "distill", "build_pairs"]
     for name in mapped:
@@ -66,6 +72,10 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     # stage and collect tasks retry after the object-storage lease of a killed worker has expired (120 s)
     for name in [*mapped, *(f"{m}_all" for m in mapped), "split", "skills", "export"]:
         assert tasks[name][2:] == [2, 150.0], name
+        assert overridden["delay7"][name] == 7.0, name  # the test-sized delay of the distributed kill test
+    assert overridden["delay7"]["sft_fit"] == tasks["sft_fit"][3]  # tasks without retries keep Airflow's default
+    assert len(overridden["bad"]) == 1 and "SKILLPIPE_RETRY_DELAY_S must be a number of seconds >= 0" \
+        in overridden["bad"][0] and "'-1'" in overridden["bad"][0]
 
 
 def test_xcom_stays_small_for_1000_shards(tmp_path):

@@ -118,6 +118,37 @@ def leftovers(token: str, sessions: set | frozenset = frozenset()) -> list[tuple
     return found
 
 
+def process_tree(root_pid: int) -> set[int]:
+    """Pids of the live, non-zombie processes that are ``root_pid``, in its session (``root_pid``
+    leads it) or descended from it by parent pid (read from procfs): what a machine loss takes
+    with a worker. The task process an Airflow 3 worker forks leads its own process group but
+    stays in the worker's session."""
+    parents, tree = {}, set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                fields = f.read().rsplit(b") ", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z":
+            continue
+        pid, ppid, sid = int(d), int(fields[1]), int(fields[3])
+        parents[pid] = ppid
+        if pid == root_pid or sid == root_pid:
+            tree.add(pid)
+    for pid in parents:  # descendants that left the session
+        p, seen = pid, set()
+        while p in parents and p not in seen and p > 1:
+            if p in tree:
+                tree.add(pid)
+                break
+            seen.add(p)
+            p = parents[p]
+    return tree
+
+
 @dataclass
 class Proc:
     """One started component: its name, process (leader of its own process group) and log file."""
@@ -291,6 +322,40 @@ class Cluster:
         env = dict(self.airflow_env(), **(self.worker_env(i) if self.worker_env else {}))
         return self._spawn(f"worker{i}", [AIRFLOW, "celery", "worker", "-H", f"worker{i}@skillpipe",
                                           "-c", str(self.concurrency), "-s", "--without-gossip"], env=env)
+
+    def kill_worker(self, i: int) -> set[int]:
+        """SIGKILL Celery worker ``i`` as a machine loss would: its main process, the pool
+        processes and the task processes they run (:func:`process_tree`), all in one sweep with
+        no chance to ack, flush or release anything; repeated until nothing of it is left (at most
+        10 s). The worker is dropped from :attr:`procs` (so :meth:`wait_run` does not report it as
+        a crashed component); its session stays in :attr:`sessions`, so :meth:`remaining` would
+        still see a survivor. Returns the pids killed. Raises ``StopIteration`` when no worker
+        ``i`` runs."""
+        proc = next(p for p in self.procs if p.name == f"worker{i}")
+        killed: set[int] = set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            tree = process_tree(proc.popen.pid) - {os.getpid()}
+            if not tree:
+                break
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed |= tree
+            proc.popen.poll()  # reap the main process: a zombie is not in the tree
+            time.sleep(0.2)
+        proc.popen.wait(timeout=30)
+        self.procs.remove(proc)
+        return killed
+
+    def worker_of(self, pid: int) -> int | None:
+        """Number of the running Celery worker whose process tree holds ``pid``, else ``None``."""
+        for p in self.procs:
+            if p.name.startswith("worker") and pid in process_tree(p.popen.pid):
+                return int(p.name[len("worker"):])
+        return None
 
     def stop(self, grace_s: float = 30) -> list[tuple[int, str]]:
         """Stop every component (workers first, PostgreSQL last): its stop signal to the process
