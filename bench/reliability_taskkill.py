@@ -178,9 +178,23 @@ def remote_cache_keys(fs, folder: str, pattern: str = "_llm_cache/*.parquet") ->
     """Keys of the LLM cache parts (:func:`pipeline.llm.cache.decode_part`) matching ``pattern``
     under ``folder`` on the fsspec filesystem ``fs`` (a path without protocol, e.g.
     ``bucket/prefix/runs/<id>/memory/shard-00000``; ``pattern`` ``*/_llm_cache/*.parquet`` takes
-    every shard of a stage): what a retry on another worker can import. Empty when there is none."""
+    every shard of a stage): what a retry on another worker can import. Empty when there is none.
+    A unit that commits merges its parts into a new one and then deletes them, so a part gone
+    between the glob and the read is looked for again in a fresh glob (at most 3)."""
     from pipeline.llm.cache import decode_part
-    return {e["key"] for p in fs.glob(f"{folder}/{pattern}") for e in decode_part(fs.cat_file(p))}
+    keys: set[str] = set()
+    done: set[str] = set()
+    for _ in range(3):
+        gone = False
+        for p in [p for p in fs.glob(f"{folder}/{pattern}") if p not in done]:
+            try:
+                keys |= {e["key"] for e in decode_part(fs.cat_file(p))}
+            except FileNotFoundError:
+                gone = True
+            done.add(p)
+        if not gone:
+            break
+    return keys
 
 
 def _read_stage(uri: str, run_id: str, stage: str) -> tuple[list, list] | None:
