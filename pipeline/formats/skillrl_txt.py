@@ -143,16 +143,24 @@ def clean_observation(payload: str, env: str) -> tuple[str, list[str]]:
     instruction; remove the TextWorld welcome banner and ``Your task is to:`` lines; trim.
     Admissible lists are memoised per process (``_admissible_cached``); each call gets its own list.
     """
+    obs, admissible, _ = _clean_payload(payload, env)
+    return obs, admissible
+
+
+def _clean_payload(payload: str, env: str) -> tuple[str, list[str], bool]:
+    """:func:`clean_observation`, plus whether ``payload`` holds the admissible list's lead
+    phrase (``_ADM_LEAD in payload``: stripping and ``Obs:`` cannot cut into it)."""
     text = payload.strip()
     if text.startswith("Obs:"):
         text = text[4:].strip()
     admissible: list[str] = []
-    span = admissible_span(text, text.find(_ADM_LEAD))
+    lead = text.find(_ADM_LEAD)
+    span = admissible_span(text, lead)
     if span:
         admissible = list(_admissible_cached(text[span[1]:span[2]], env))
         text = text[:span[0]]
     if text.isascii():  # the usual case: one lower-cased copy serves every phrase test
-        return _clean_ascii(text), admissible
+        return _clean_ascii(text), admissible, lead >= 0
     text = _after_obs_prefix(text)
     if not text.isascii() or _TURN_PHRASE in text.lower():
         text = _TURN.sub("", text)
@@ -160,7 +168,7 @@ def clean_observation(payload: str, env: str) -> tuple[str, list[str]]:
         text = _WELCOME.sub("", text)
     if not text.isascii() or "your task is to:" in text.lower():
         text = _TASK_LINE.sub("", text)
-    return text.strip(), admissible
+    return text.strip(), admissible, lead >= 0
 
 
 def _clean_ascii(text: str) -> str:
@@ -297,20 +305,23 @@ def _steps(blocks: list[tuple[re.Match, int, str]], env: str, path: str
     last block was cut short (see :func:`read`)."""
     steps, invalid = [], []
     with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
+    last = len(blocks) - 1
     for k, (m, line, body) in enumerate(blocks):
-        payload, keys = split_block(body)
-        obs, adm = clean_observation(payload, env)
-        has_list = _ADM_LEAD in payload
-        if k == len(blocks) - 1 and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
+        # the usual block is "Obs: ..." with no key lines (split_block's own fast path, without the call)
+        payload, keys = (body, {}) if body.startswith("Obs:") else split_block(body)
+        obs, adm, has_list = _clean_payload(payload, env)
+        if k == last and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
             return bad("truncated_file", "the last step's Obs payload ends before its admissible-action list is "
                        "complete, while every earlier step has one: the file was cut short (a cut episode would "
                        "otherwise read as a failure)", path, line, body[-RAW_TAIL:])
         with_list += has_list
-        action = None if m[1] == "-1" else m[2].strip()  # D-P4
-        think = _THINK.search(keys["Raw Model Output"]) if "Raw Model Output" in keys else None
-        steps.append(Step(index=len(steps), action=action, observation=obs, admissible_actions=adm,
-                          reward=float(m[3]), done=m[4] == "True", line=line,
-                          thought=think[1].strip() or None if think else None))
+        step_id, action, reward, done = m.groups()
+        action = None if step_id == "-1" else action.strip()  # D-P4
+        think = _THINK.search(keys["Raw Model Output"]) if keys and "Raw Model Output" in keys else None
+        steps.append(Step(len(steps), action, obs, adm, float(reward), done == "True",
+                          think[1].strip() or None if think else None, line))
+        if not keys:
+            continue
         valid = keys.get("Valid Action", "").lower()
         if action is not None and (valid == "false" or (valid != "true" and keys.get("Invalid Reason"))):
             invalid.append({"index": len(steps) - 1, "line": line, "reason": keys.get("Invalid Reason", ""),
