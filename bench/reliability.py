@@ -56,6 +56,7 @@ import io
 import json
 import os
 import random
+import re
 import socket
 import struct
 import subprocess
@@ -376,11 +377,36 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
                             text=True).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    body = "".join(f"## {title}\n\n{text}\n**{verdict}**\n\n" for title, text, verdict in sections)
+    kept = kept_blocks(path)
+    made = {title: f"{text}\n**{verdict}**\n\n{kept.pop(title, '')}" for title, text, verdict in sections}
+    made.update(kept)  # a hand-written section the suite does not produce (1c: the Celery worker kill)
+    body = "".join(f"## {title}\n\n{made[title]}" for title in sorted(made))
     with open(path, "w", encoding="utf-8") as f:
         f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]),
                               upstream=a.upstream)
                 + body + FOOTER)
+
+
+#: Text between these markers in the saved file is hand-written (measurements made outside this
+#: script, notes on a run): :func:`save` keeps it under its section's title.
+KEEP_OPEN, KEEP_CLOSE = "<!-- keep -->", "<!-- /keep -->"
+
+
+def kept_blocks(path: str) -> dict[str, str]:
+    """``{section title: its kept blocks, markers included}`` of the Markdown file at ``path``
+    ({} when it does not exist). A section is the text under a ``## `` heading."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for part in text.split("\n## ")[1:]:
+        title, _, body = part.partition("\n")
+        blocks = re.findall(re.escape(KEEP_OPEN) + r".*?" + re.escape(KEEP_CLOSE), body, flags=re.S)
+        if blocks:
+            out[title.strip()] = "\n\n".join(blocks) + "\n\n"
+    return out
 
 
 HEADER = """# Reliability suite

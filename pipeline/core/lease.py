@@ -11,7 +11,7 @@ object-storage root first takes a **lease**: a small JSON object
   (``If-Match: <ETag>``), so a lease taken over by someone else is noticed (:attr:`Lease.lost`).
 * A holder killed with ``kill -9`` stops renewing; after ``ttl_s`` its lease is expired and the next
   worker takes it over (again a conditional overwrite of the ETag it read, so two takers cannot
-  both win). Airflow's default ``retry_delay`` (300 s) is longer than the default ``ttl_s``.
+  both win). The DAG's ``retry_delay`` (150 s, ``SKILLPIPE_RETRY_DELAY_S``) is longer than the default ``ttl_s``.
 
 On a filesystem without conditional writes (local, ``gs://`` through gcsfs, ...) the lease is
 written and read back, and the write wins only when the read-back names this holder: two workers

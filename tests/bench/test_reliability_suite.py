@@ -188,3 +188,22 @@ def test_fault_storm_on_the_samples_loses_nothing_and_reconciles(tmp_path):
         assert (r["failed"], r["rows_lost"], r["reconciled"]) == ([], 0, True), r
         assert r["evolution"]["requests"] > 0 and r["evolution"]["raw_missing"] == 0
         assert sum(r["faults"].values()) > 0
+
+
+def test_save_keeps_hand_written_blocks_under_their_section(tmp_path):
+    """``--save`` regenerates the tables but keeps text between the keep markers: a note under a
+    generated section stays under it, and a section the suite does not produce (1c) stays whole."""
+    import argparse
+
+    from bench import reliability
+    doc = tmp_path / "reliability.md"
+    doc.write_text("# old\n\n## 1. kill\n\nold table\n\n<!-- keep -->\nnote on 1\n<!-- /keep -->\n\n"
+                   "## 1c. worker kill\n\n<!-- keep -->\nmeasured by the dist test\n<!-- /keep -->\n\n"
+                   "## 2. corrupt\n\nold table 2, not kept\n", encoding="utf-8")
+    reliability.save(str(doc), [("1. kill", "new table\n", "ok 1"), ("2. corrupt", "new table 2\n", "ok 2")],
+                     argparse.Namespace(upstream="stub"), 1.0)
+    text = doc.read_text(encoding="utf-8")
+    body = text[text.index("## 1. kill"):text.index("## How to read")]
+    assert body == ("## 1. kill\n\nnew table\n\n**ok 1**\n\n<!-- keep -->\nnote on 1\n<!-- /keep -->\n\n"
+                    "## 1c. worker kill\n\n<!-- keep -->\nmeasured by the dist test\n<!-- /keep -->\n\n"
+                    "## 2. corrupt\n\nnew table 2\n\n**ok 2**\n\n")
