@@ -11,7 +11,11 @@ Steps (all real components, nothing stubbed):
 2. the data pipeline on that tree with the embedded LLM (SmolLM2-135M-Instruct via llama.cpp):
    parse -> dedupe -> memory -> aggregate -> distill -> validate -> export;
 3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on the exported pairs;
-4. ``skillpipe eval`` of the base model and of the SFT checkpoint (and of GRPO with ``--grpo``)
+2b. the action-only control (``--no-baseline`` skips it): the same trajectories, memories and
+   skill bank, distill with ``distill.reasoning=none`` (every think empty, no LLM call), then
+   build_pairs/export and SFT as in steps 2-3 under run id ``<run-id>-actions``. It separates
+   what SFT on the expert actions gives from what the distilled reasoning adds;
+4. ``skillpipe eval`` of the base model and of the SFT checkpoints (and of GRPO with ``--grpo``)
    on ``--eval-episodes`` seeds of the *dev* fold starting at ``--eval-seed0`` (no training data
    came from there: training used the train fold, and GRPO validates on dev seeds below 100),
    greedy decoding, the same prompts as SFT (``pipeline.prompts``).
@@ -76,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
+    p.add_argument("--no-baseline", dest="baseline", action="store_false",
+                   help="skip the action-only control (SFT on the same pairs with empty thinks)")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
     a = p.parse_args(argv)
     if a.quick:
@@ -137,23 +143,46 @@ def pipeline(a: argparse.Namespace) -> list:
                         log=lambda m: print(m, flush=True))
 
 
-def sft(a: argparse.Namespace) -> dict:
-    """Step 3: LoRA SFT of the base model on the export."""
+#: Artifacts the action-only control shares with the main run (copied, so its fingerprints match).
+SHARED_STAGES = ("_plan", "parse", "remove_loops", "split", "memory", "skills")
+
+
+def actions_baseline(a: argparse.Namespace) -> list:
+    """Step 2b: the action-only control under run id ``<run-id>-actions``: the main run's
+    artifacts up to the skill bank, then distill with empty thinks (``distill.reasoning=none``),
+    build_pairs (``empty_think=flag``) and export. No LLM call."""
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.runner import run_pipeline
+    src, dst = (os.path.join(a.root, "runs", r) for r in (a.run_id, f"{a.run_id}-actions"))
+    for stage in SHARED_STAGES:
+        shutil.rmtree(os.path.join(dst, stage), ignore_errors=True)
+        if os.path.exists(os.path.join(src, stage)):
+            shutil.copytree(os.path.join(src, stage), os.path.join(dst, stage))
+    cfg = PipelineConfig()
+    cfg.distill.reasoning, cfg.build_pairs.empty_think = "none", "flag"
+    return run_pipeline(a.root, f"{a.run_id}-actions", os.path.join(a.root, "traces", a.run_id), cfg,
+                        env="textworld", stages=("distill", "build_pairs", "export"),
+                        log=lambda m: print(m, flush=True))
+
+
+def sft(a: argparse.Namespace, run_id: str = "") -> dict:
+    """Step 3: LoRA SFT of the base model on the export of ``run_id`` (default the main run)."""
     from sft.config import SFTFitConfig
     from sft.run_step import fit_for_run
     cfg = SFTFitConfig(max_steps=a.sft_steps, per_device_train_batch_size=a.sft_batch, learning_rate=a.sft_lr,
                        lora_r=a.lora_r, lora_alpha=2 * a.lora_r, lr_scheduler_type="cosine",
                        warmup_steps=min(10, a.sft_steps // 10), base_model=a.base_model)
-    return fit_for_run(a.root, a.run_id, cfg)
+    return fit_for_run(a.root, run_id or a.run_id, cfg)
 
 
-def evaluate(a: argparse.Namespace, which: str) -> dict:
-    """Step 4: held-out dev-fold games, greedy."""
+def evaluate(a: argparse.Namespace, which: str, run_id: str = "") -> dict:
+    """Step 4: held-out dev-fold games, greedy, of checkpoint ``which`` of ``run_id`` (default the
+    main run)."""
     from sft.eval import eval_config, eval_for_run
     cfg = eval_config(games=a.game, game_params=a.game_params, fold="dev", seed0=a.eval_seed0,
                       episodes=a.eval_episodes, max_steps=a.eval_max_steps, max_new_tokens=a.max_new_tokens,
                       torch_threads=a.threads, batch_size=a.eval_batch)
-    return eval_for_run(a.root, a.run_id, which, cfg, base_model=a.base_model)
+    return eval_for_run(a.root, run_id or a.run_id, which, cfg, base_model=a.base_model)
 
 
 def grpo(a: argparse.Namespace) -> dict:
@@ -189,8 +218,10 @@ def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:
     return out
 
 
-def report(a: argparse.Namespace, results: dict[str, dict], counts: dict, q: dict, timer: Timer) -> str:
-    """Print the tables; returns the verdict line."""
+def report(a: argparse.Namespace, results: dict[str, dict], counts: dict, q: dict, timer: Timer,
+           trained: tuple[str, ...] = ("sft",)) -> str:
+    """Print the tables; returns the verdict line of each ``trained`` policy against the base
+    (a policy missing from ``results`` had no data to train on)."""
     print("\n== data ==")
     for k, v in counts.items():
         print(f"  {k:28s} {v}")
@@ -201,22 +232,44 @@ def report(a: argparse.Namespace, results: dict[str, dict], counts: dict, q: dic
         print(f"  {k:40s} {round(v, 4) if isinstance(v, float) else v}")
     print(f"\n== held-out evaluation: {a.game} ({a.game_params}), dev fold seeds {a.eval_seed0}.."
           f"{a.eval_seed0 + a.eval_episodes - 1}, greedy, <= {a.eval_max_steps} actions ==")
-    print(f"  {'policy':8s} {'success':>12s} {'95% Wilson CI':>16s} {'reward':>7s} {'score':>6s} {'valid':>6s} "
+    print(f"  {'policy':11s} {'success':>12s} {'95% Wilson CI':>16s} {'reward':>7s} {'score':>6s} {'valid':>6s} "
           f"{'fmt err':>7s} {'steps':>6s}")
     for name, s in results.items():
         lo, hi = s["success_ci95"]
-        print(f"  {name:8s} {s['wins']:>4d}/{s['episodes']:<3d}={s['success_rate']:.3f} {lo:>7.3f}-{hi:<7.3f} "
+        print(f"  {name:11s} {s['wins']:>4d}/{s['episodes']:<3d}={s['success_rate']:.3f} {lo:>7.3f}-{hi:<7.3f} "
               f"{s['mean_reward']:>7.2f} {s['mean_score']:>6.3f} {s['valid_action_rate']:>6.3f} "
               f"{s['format_error_rate']:>7.3f} {s['mean_steps']:>6.2f}")
     print("\n== wall time ==")
     for name, sec in timer.phases:
         print(f"  {name:28s} {sec:7.0f} s")
     print(f"  {'total':28s} {sum(s for _, s in timer.phases):7.0f} s")
-    b, s = results["base"], results["sft"]
+    return "; ".join(verdict(a.game, results["base"], name, results.get(name)) for name in trained)
+
+
+def verdict(game: str, b: dict, name: str, s: dict | None) -> str:
+    """One policy against the base: ``outcome: <game> base ... vs <name> ...: difference ...; 95%
+    intervals DISJOINT|overlap``; ``s`` None means the run had no SFT pair to train on."""
+    if s is None:
+        return f"outcome: {game} {name}: no SFT pair survived the quality rules, nothing to train (target not reached)"
     disjoint = s["success_ci95"][0] > b["success_ci95"][1]
-    return (f"outcome: {a.game} base {b['success_rate']:.3f} {b['success_ci95']} vs SFT {s['success_rate']:.3f} "
+    label = "SFT" if name == "sft" else name
+    return (f"outcome: {game} base {b['success_rate']:.3f} {b['success_ci95']} vs {label} {s['success_rate']:.3f} "
             f"{s['success_ci95']}: difference {s['success_rate'] - b['success_rate']:+.3f}; 95% intervals "
-            + ("DISJOINT (SFT better)" if disjoint else "overlap (target not reached)"))
+            + (f"DISJOINT ({label} better)" if disjoint else "overlap (target not reached)"))
+
+
+def exported_pairs(results: list) -> int:
+    """SFT pairs the export of ``results`` (run_pipeline's) wrote; 0 when it has none."""
+    return int(next((r.manifest.get("counts", {}).get("out") or 0 for r in results if r.stage == "export"), 0))
+
+
+def train_and_eval(a: argparse.Namespace, timer: Timer, results: list, name: str, run_id: str) -> tuple[dict, dict]:
+    """SFT and eval of one run's export; ``({}, None)`` when it has no pair."""
+    if not exported_pairs(results):
+        print(f"--- {name}: the export has no SFT pair; no SFT, no eval", flush=True)
+        return {}, None
+    fit = timer.run(f"3 SFT ({name})", sft, a, run_id)
+    return fit, timer.run(f"4 eval {name}", evaluate, a, "sft_fit", run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,21 +283,29 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer()
     roll = timer.run("1 gold/noisy rollouts", rollouts, a)
     results = timer.run("2 data pipeline (embedded LLM)", pipeline, a)
-    fit = timer.run("3 SFT", sft, a)
-    evals = {"base": timer.run("4a eval base", evaluate, a, "base"),
-             "sft": timer.run("4b eval SFT", evaluate, a, "sft_fit")}
-    if a.grpo:
+    control = timer.run("2b action-only control data", actions_baseline, a) if a.baseline else []
+    evals = {"base": timer.run("4 eval base", evaluate, a, "base")}
+    fit, evals["sft"] = train_and_eval(a, timer, results, "sft", a.run_id)
+    if a.baseline:
+        _, evals["sft-actions"] = train_and_eval(a, timer, control, "sft-actions", f"{a.run_id}-actions")
+    if a.grpo and evals["sft"] is not None:
         timer.run("5 GRPO", grpo, a)
         evals["sft+grpo"] = timer.run("5b eval SFT+GRPO", evaluate, a, "grpo")
     stage = {r.stage: r.manifest.get("counts", {}) for r in results}
     counts = {"rollout episodes (wins)": f"{roll['episodes']} ({roll['wins']})",
               "parsed trajectories": stage.get("parse", {}).get("out"),
-              "exported pairs": stage.get("export", {}).get("out"),
-              "quarantined by validate": f"{stage.get('build_pairs', {}).get('quarantined')} "
-                                         f"{stage.get('build_pairs', {}).get('quarantine_reasons')}",
-              "SFT steps / final loss": f"{fit.get('global_step')} / {fit.get('final_loss')}"}
-    verdict = report(a, evals, counts, quality(a), timer)
-    print(verdict, flush=True)
+              "quarantined by memory": f"{stage.get('memory', {}).get('quarantined')} "
+                                       f"{stage.get('memory', {}).get('quarantine_reasons')}",
+              "quarantined by distill": f"{stage.get('distill', {}).get('quarantined')} "
+                                        f"{stage.get('distill', {}).get('quarantine_reasons')}",
+              "quarantined by build_pairs": f"{stage.get('build_pairs', {}).get('quarantined')} "
+                                            f"{stage.get('build_pairs', {}).get('quarantine_reasons')}",
+              "exported pairs": exported_pairs(results),
+              "action-only control pairs": exported_pairs(control) if a.baseline else "skipped",
+              "SFT steps / final loss": f"{fit.get('global_step')} / {fit.get('final_loss')}" if fit else "no SFT"}
+    evals = {k: v for k, v in evals.items() if v is not None}
+    line = report(a, evals, counts, quality(a), timer, trained=("sft", "sft-actions") if a.baseline else ("sft",))
+    print(line, flush=True)
     return 0
 
 

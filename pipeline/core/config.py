@@ -222,6 +222,11 @@ class DistillConfig:
                                         "still shown as a hint). Default prefer: a real agent's reasoning at the "
                                         "time beats a paraphrase by the distill model",
                               choices=("prefer", "ignore"))
+    reasoning: str = _f("llm", "llm = the LLM writes the think of each step (SkillRL's distillation); none = no "
+                               "LLM call, every step gets an empty think: action-only SFT pairs, the "
+                               "behaviour-cloning baseline to compare distilled data with (export them with "
+                               "build_pairs.empty_think=flag; rows record model 'none')",
+                        choices=("llm", "none"))
 
 
 @dataclass

@@ -35,7 +35,8 @@ REASONS: dict[str, str] = {
     "not_a_phrase": "a skill title is not a short phrase (starts with a letter, <= quality.max_title_words "
                     "words, no brackets)",
     "ngram_loop": "a field repeats one word n-gram (quality.loop_ngram) at least quality.loop_min_repeats times",
-    "reused_think": "the same think is given for two different steps of one trajectory",
+    "reused_think": "two different steps of one trajectory get the same think, or thinks sharing a run of >= 6 "
+                    "tokens that covers >= 60% of the later one (boilerplate with a number or tail changed)",
     "ungrounded_step": "a refined step cites a step index without that recorded action",
     "ungrounded_observation": "a critical observation is not a (near-)span of that step's observation",
     "future_leak": "a think names an entity that first appears in an observation after its step",
@@ -45,7 +46,7 @@ REASONS: dict[str, str] = {
     "think_is_action": "a think only restates an action string (the step's, an admissible one or one of the "
                        "trajectory: no content word of its own, at most one missing) or is a bare "
                        "action-shaped command",
-    "echo_prompt": "a skill or mistake field is >= 80% words of the prompt template's fixed text",
+    "echo_prompt": "a skill or mistake field, or a think, is >= 80% words of the prompt template's fixed text",
     "not_actionable": "a skill title of one word, or a principle or how-to-avoid with < 2 content words",
 }
 

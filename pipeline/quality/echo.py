@@ -14,9 +14,11 @@ Rules (reasons of :data:`pipeline.quality.REASONS`):
   are words of an action string, at most one of them missing (:func:`near_action`), or
   an action-shaped command: it starts with an action verb and uses no word outside the words of
   the actions it could name (:func:`action_shaped`).
-* ``echo_prompt`` (:func:`echo_violations`) - a skill/mistake field with at least
-  :data:`MIN_ECHO_WORDS` content words of which at least :data:`ECHO_SHARE` are words of the
-  prompt template's fixed text (:func:`echo_share`).
+* ``echo_prompt`` (:func:`echo_violations`, :func:`think_echo_violations`) - a skill/mistake
+  field or a think with at least :data:`MIN_ECHO_WORDS` content words of which at least
+  :data:`ECHO_SHARE` are words of the prompt template's fixed text (:func:`echo_share`): the
+  outcome run's think ``The environment is TextWorld Express, a text game where the agent
+  explores rooms ...`` (1.0), which is the distill prompt's environment line.
 * ``not_actionable`` (:func:`echo_violations`) - a skill title of one word, or a principle (or a
   mistake's fix) with fewer than :data:`MIN_PRINCIPLE_WORDS` content words; and
   (:func:`action_field_violations`) a principle, a mistake's cause or its fix that only restates
@@ -63,7 +65,8 @@ NEAR_ACTION_SLACK = 1
 #: field: the highest share is 0.67 against the skills prompt and against the skill-update prompt
 #: (3-word titles: "Grab When Seen", "Prevent Action Loops"); the issue's junk scores 1.0
 #: ("Mistakes seen in failed episodes", "Learn from what worked and failed to fail.", "When to
-#: apply this skill."). 0.8: a title of 4 or 5 words must be all or 4/5 echo.
+#: apply this skill."). 0.8: a title of 4 or 5 words must be all or 4/5 echo. Thinks: the 30
+#: recorded thoughts of the ReAct/ETO samples reach at most 0.3 against their distill prompt.
 ECHO_SHARE = 0.8
 #: ``echo_prompt`` judges only fields with at least this many content words: one or two shared
 #: words say nothing ("Verify Task" shares "task" with every prompt; the reference bank's terse
@@ -158,6 +161,19 @@ def echo_share(text: str, vocab: frozenset[str]) -> tuple[float, int]:
     text has none."""
     words = content_words(text)
     return (sum(w in vocab for w in words) / len(words), len(words)) if words else (0.0, 0)
+
+
+def think_echo_violations(thinks: Iterable[tuple[int, str]], vocab: frozenset[str]) -> list[Violation]:
+    """``echo_prompt`` for each ``(step_index, think)`` with >= :data:`MIN_ECHO_WORDS` content words,
+    >= :data:`ECHO_SHARE` of them in ``vocab`` (:func:`prompt_words` of the distill template and its
+    environment lines)."""
+    out = []
+    for i, think in thinks:
+        share, n = echo_share(think, vocab)
+        if n >= MIN_ECHO_WORDS and share >= ECHO_SHARE:
+            out.append(Violation("echo_prompt", f"the think for step {i} {think[:60]!r} repeats the prompt's own "
+                                                f"words ({share:.0%} of its words); reason about this step"))
+    return out
 
 
 #: The fields that ``not_actionable`` requires :data:`MIN_PRINCIPLE_WORDS` content words of.

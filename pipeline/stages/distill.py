@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 from pipeline import prompts, quality, rules
@@ -107,18 +108,28 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
     step), ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
-    action, its admissible list and every action of ``traj``), then ``off_topic`` against the step
+    action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
+    :func:`prompt_vocab`), then ``off_topic`` against the step
     (observation as shown + action) and the task."""
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks])
     out += [v for t in thinks for v in grounding.future_leak(str(t.get("think") or ""), traj, t["step_index"])]
-    out += echo.think_violations([(t["step_index"], str(t.get("think") or "")) for t in thinks],
-                                 {i: (e["action"], e["admissible"]) for i, e in entries.items()},
+    pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
+    out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
+    out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
     sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "
                 f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
     return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)
+
+
+@lru_cache(maxsize=16)
+def prompt_vocab(env: str) -> frozenset[str]:
+    """Content words of the distill template's fixed text and ``env``'s environment lines (rule
+    ``echo_prompt`` of thinks)."""
+    tpl = _templates.load(TEMPLATE, env)
+    return echo.prompt_words([*tpl.sections.values(), tpl.env_rules])
 
 
 def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally):
@@ -225,12 +236,23 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
     synthetic = prompts.needs_synthetic_done(t, cfg)
     skills = prompts.select_skills(bank, t.env, t.category, run.ctx.config.prompt)
     entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
-    recorded = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
+    if cfg.reasoning == "none":  # action-only baseline: an empty think per step, no call
+        recorded = {e["step_index"]: "" for e in entries}
+    else:
+        recorded = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
     ask = [e for e in entries if e["step_index"] not in recorded]
     reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
                           cfg.max_think_chars, qcfg, run.tally) if ask else []
     return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, recorded), t.trajectory_id, reqs,
                t.source_uri, t.source_line)
+
+
+def row_model(run: LLMRun, asked: bool) -> str:
+    """The ``model`` of a distilled row: the LLM's id when it wrote a think; else ``"none"`` under
+    ``distill.reasoning = none`` (empty thinks) or ``"source"`` (every think is a recorded thought)."""
+    if asked:
+        return run.model
+    return "none" if run.ctx.config.distill.reasoning == "none" else "source"
 
 
 class DistillStage(LLMStage):
@@ -274,8 +296,7 @@ class DistillStage(LLMStage):
                  "thinks": thinks, "synthetic_done": item.synthetic, "skill_ids_used": item.skill_ids,
                  "memory_ids": run.notes["memory_ids"].get(t.trajectory_id, []),
                  "bank_version": run.notes["bank_version"],
-                 # "source" when every think is the source's recorded thought
-                 "model": run.model if values else "source", "prompt_sha": _templates.load(TEMPLATE, t.env).sha}]
+                 "model": row_model(run, bool(values)), "prompt_sha": _templates.load(TEMPLATE, t.env).sha}]
 
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
         """Calls, chunked trajectories, synthetic turns, thinks, recorded thoughts used, then

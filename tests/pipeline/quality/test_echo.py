@@ -320,3 +320,22 @@ def test_skills_stage_quarantines_a_mistake_built_from_bad_actions():
                 how_to_avoid="compare each option with the task's words before clicking buy now")
     assert check({"mistakes": [good]}) is None
     assert tally.rejected["not_actionable"] == 1
+
+
+def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
+    """The outcome run's think is the distill prompt's TextWorld line (share 1.0); a think that
+    reasons about the coin is not (1 of 8 words); the 30 recorded thoughts of the samples reach at
+    most 0.3 against their own distill prompt."""
+    from pipeline.stages.distill import prompt_vocab
+    env_line = "The environment is TextWorld Express, a text game where the agent explores rooms and uses objects."
+    got = echo.think_echo_violations([(1, env_line), (2, "The coin is not here, so I move west to the pantry to "
+                                                        "find it.")], prompt_vocab("textworld"))
+    assert [v.message() for v in got] == [
+        "echo_prompt: the think for step 1 'The environment is TextWorld Express, a text game where the ' "
+        "repeats the prompt's own words (100% of its words); reason about this step"]
+    shares = []
+    for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        shares += [echo.echo_share(s.thought, prompt_vocab(t.env))[0] for t in trajs for s in t.steps
+                   if (s.thought or "").strip()]
+    assert len(shares) == 30 and max(shares) == pytest.approx(0.3)

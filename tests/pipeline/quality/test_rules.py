@@ -11,6 +11,7 @@ from pipeline import quality
 from pipeline.core.config import QUALITY_RULES, ConfigError, QualityConfig, from_dict
 from pipeline.quality import Tally, Violation, grounding, text, topic
 from tests.helpers.llm_stage_data import cool_apple
+from tests.helpers.quality_data import parsed_sample
 
 Q = QualityConfig()
 
@@ -62,6 +63,45 @@ def test_reused_think_ignores_case_and_punctuation():
     assert [v.message() for v in got] == [
         "reused_think: the think for step 2 repeats the think for step 0; explain each step on its own",
         "reused_think: the think for step 3 repeats the think for step 1; explain each step on its own"]
+
+
+def test_reused_think_catches_numbered_and_tailed_boilerplate():
+    """The outcome run's 135M thinks: one sentence numbered per step, or with a different tail."""
+    env = "The environment is TextWorld Express, a text game where the agent explores rooms and uses objects"
+    got = text.reused([(1, f"1. {env}."), (2, f"2. {env}"), (3, f"{env}. The actions taken are: (6) take coin"),
+                       (4, "The coin is in the pantry, so I move west to reach it.")])
+    assert [v.message() for v in got] == [
+        "reused_think: the think for step 2 repeats the think for step 1; explain each step on its own",
+        "reused_think: the think for step 3 repeats the think for step 1; explain each step on its own"]
+    assert text.shared_run(text._tokens(f"(3) {env}"), text._tokens(f"3: {env}")) == 16
+
+
+def test_reused_think_keeps_thinks_that_differ_in_numbers_or_quote_a_phrase():
+    """ReAct-style thoughts that differ only in an object number, and a later, longer think that
+    quotes 6 tokens of an earlier one, are not reuse (6 of its 23 tokens < REUSE_SHARE); the same
+    quote as most of a later short think is."""
+    assert text.reused([(1, "Nothing in cabinet 1. Next, I need to go to cabinet 2."),
+                        (2, "Nothing in cabinet 2. Next, I need to go to cabinet 3.")]) == []
+    quote = "the mug is on the desk"
+    long = f"Now {quote}, but I still have to find a lamp, then turn it on and look at the mug under it."
+    assert text.reused([(1, f"I see that {quote}."), (2, long)]) == []
+    assert [v.reason for v in text.reused([(1, long), (2, f"I see that {quote}.")])] == ["reused_think"]
+    assert text.REUSE_MIN_RUN == 6 and text.REUSE_SHARE == 0.6
+
+
+def test_recorded_thoughts_of_the_samples_are_never_reused(tmp_path):
+    """The 30 recorded thoughts of the ReAct/ETO samples: no trajectory reuses one, and the longest
+    run two thoughts of one trajectory share is 9 tokens (a WebShop product phrase)."""
+    longest, n = 0, 0
+    for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        for t in trajs:
+            th = [(k, s.thought) for k, s in enumerate(t.steps) if (s.thought or "").strip()]
+            n += len(th)
+            assert text.reused(th) == []
+            toks = [text._tokens(x) for _, x in th]
+            longest = max([longest] + [text.shared_run(a, b) for i, a in enumerate(toks) for b in toks[i + 1:]])
+    assert (n, longest) == (30, 9)
 
 
 @pytest.mark.parametrize("claimed,recorded,ok", [

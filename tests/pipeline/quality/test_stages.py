@@ -101,7 +101,7 @@ ACTIONS = ["go to desk 4", "go to sidetable 4", "go to countertop 2", "take cup 
 
 
 def thinks(over=None):
-    texts = [f"The cup must be cooled and placed, so I {a} next." for a in ACTIONS]
+    texts = [f"To progress, I {a} now." for a in ACTIONS]  # distinct: no shared run of 6 tokens
     for i, t in (over or {}).items():
         texts[i] = t
     return answer({"thinks": [{"step_index": i, "think": t} for i, t in enumerate(texts)]})
@@ -113,14 +113,14 @@ def test_distill_future_leak_repaired(sample_store):
     leak = thinks({0: "Go to desk 4 to pick up cup 3."})
     res, art, stub = run_with(distill_store(store), "distill", [leak, thinks()])
     assert res.manifest["counts"]["quarantine_reasons"] == {"not_success": 1}
-    assert [t["think"] for t in art.read_rows()[0]["thinks"]][0] == "The cup must be cooled and placed, so I go to desk 4 next."
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]][0] == "To progress, I go to desk 4 now."
     assert "future_leak: the think for step 0 names cup 3, which the agent has not seen yet" in \
         stub.requests[1]["messages"][-1]["content"]
     assert res.manifest["counters"]["quality"]["rejected_answers"] == {"future_leak": 1}
 
 
-@pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"), ({3: "The cup must be cooled and placed, so I go "
-                                                                          "to desk 4 next."}, "reused_think"),
+@pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"),
+                                         ({3: "To progress, I go to desk 4 now."}, "reused_think"),
                                          ({4: "take take take take take take"}, "ngram_loop"),
                                          ({5: "The weather is nice today and I like football."}, "off_topic")])
 def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over, reason):
