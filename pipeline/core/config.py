@@ -367,7 +367,8 @@ def check_per_env(per_env: Any) -> dict[str, dict[str, int]]:
 
 
 def check_config(cfg: PipelineConfig) -> PipelineConfig:
-    """Range/choice checks of every section (field metadata) and of ``parse.per_env``; returns
+    """Range/choice checks of every section (field metadata), of ``parse.per_env`` and of
+    ``distill.reasoning: none`` (needs ``build_pairs.empty_think: flag``); returns
     ``cfg`` (with ``per_env`` normalised) or raises :class:`ConfigError` ``section.key: message``.
     (A module function: ``build_pairs`` is a section name of :class:`PipelineConfig`.)"""
     for f in dataclasses.fields(cfg):
@@ -376,6 +377,10 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
     if unknown:
         raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
+    if cfg.distill.reasoning == "none" and cfg.build_pairs.empty_think != "flag":
+        # every think is empty: the quarantine policy would export no pair at all, with exit 0
+        raise ConfigError("build_pairs.empty_think: must be flag with distill.reasoning: none (every think is "
+                          "empty; quarantine drops every pair and the export has none)")
     return cfg
 
 
