@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, from_dict
+from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
+from pipeline.core.runner import run_stage
+from pipeline.core.stage import StageContext
+from tests.helpers.llm_stage_data import cool_apple, write_trajectories, write_upstream
 
 
 def test_reasoning_none_needs_empty_think_flag():
@@ -16,3 +21,36 @@ def test_reasoning_none_needs_empty_think_flag():
                             "empty; quarantine drops every pair and the export has none)")
     cfg = from_dict({"distill": {"reasoning": "none"}, "build_pairs": {"empty_think": "flag"}})
     assert (cfg.distill.reasoning, cfg.build_pairs.empty_think) == ("none", "flag")
+
+
+def test_reasoning_none_counts_no_recorded_thought(tmp_path):
+    """The empty thinks of reasoning none were counted as recorded thoughts used (70 of the 70
+    thinks of data/samples); the source's real thoughts are not used either."""
+    store = ArtifactStore(str(tmp_path), "r")
+    traj = cool_apple("success", "traj-A")
+    thoughts = ["The apple is probably on the countertop, so I check there first.",
+                "I found the apple 1 here and need to carry it to the fridge.",
+                "To cool the apple I should go where the fridge is.",
+                "Now I can chill the apple using the fridge.",
+                "The cold apple belongs on the countertop, so I head back.",
+                "Placing the apple down finishes the task."]
+    for s, thought in zip(traj.steps[1:], thoughts):
+        s.thought = thought
+    write_trajectories(store, [traj])
+    write_upstream(store, "memory", [], MEMORY_SCHEMA)
+    write_upstream(store, "skills", [], SKILL_SCHEMA)
+    # no synthetic done turn: the default run below then needs no LLM either
+    cfg = from_dict({"distill": {"reasoning": "none", "synthetic_done": False}, "build_pairs": {"empty_think": "flag"}})
+
+    def no_llm():
+        raise AssertionError("reasoning none must not start the LLM")
+    res = run_stage("distill", StageContext(store, cfg, llm_factory=no_llm), log=lambda s: None)
+    [row] = store.require("distill").read_rows()
+    n = len(traj.steps) - 1
+    assert [t["think"] for t in row["thinks"]] == [""] * n and row["model"] == "none"
+    c = res.manifest["counters"]
+    assert (c["calls"], c["thinks"], c["recorded_thoughts"]) == (0, n, 0)
+    # the same trajectory under the default (prefer recorded thoughts, no LLM needed): all recorded
+    res = run_stage("distill", StageContext(store, from_dict({"distill": {"synthetic_done": False}}),
+                                            llm_factory=no_llm), log=lambda s: None, force=True)
+    assert res.manifest["counters"]["recorded_thoughts"] == n

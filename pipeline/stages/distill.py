@@ -306,7 +306,9 @@ class DistillStage(LLMStage):
         return {"calls": sum(len(j.requests) for j in asked), "chunked": sum(len(j.requests) > 1 for j in asked),
                 "synthetic_done": sum(r["synthetic_done"] for r in out.rows),
                 "thinks": sum(len(r["thinks"]) for r in out.rows),
-                "recorded_thoughts": sum(len(j.item.recorded) for j in asked if j.item_id in kept),
+                # reasoning none: the empty thinks stand in item.recorded but are no source thought
+                "recorded_thoughts": sum(len(j.item.recorded) for j in asked if j.item_id in kept)
+                if run.ctx.config.distill.reasoning != "none" else 0,
                 **super().counters(run, out)}
 
 
