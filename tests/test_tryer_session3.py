@@ -2,6 +2,8 @@
 content rules, object storage, benchmarks)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipeline.core.artifacts import ArtifactStore
@@ -54,3 +56,21 @@ def test_reasoning_none_counts_no_recorded_thought(tmp_path):
     res = run_stage("distill", StageContext(store, from_dict({"distill": {"synthetic_done": False}}),
                                             llm_factory=no_llm), log=lambda s: None, force=True)
     assert res.manifest["counters"]["recorded_thoughts"] == n
+
+
+def test_react_thoughts_quoting_the_task_are_not_reused():
+    """FireAct HotpotQA thoughts name the question's entities twice ("... where Malcolm Smith was
+    named Most Valuable Player." then "Malcolm Smith was named Most Valuable Player in Super Bowl
+    XLVIII."): 3 of the 4 successes were quarantined whole as reused_think. A run made only of
+    the task's words and stop words is no reuse; boilerplate outside the task still is."""
+    from pipeline.formats.discover import read_file
+    from pipeline.quality import text
+    from tests.helpers.paths import FIXTURES
+    trajs = list(read_file(os.path.join(FIXTURES, "formats", "real", "fireact_hotpotqa_head.jsonl")))
+    thoughts = [(t, [(k, s.thought) for k, s in enumerate(t.steps[1:]) if s.thought]) for t in trajs]
+    assert [len(th) for _, th in thoughts] == [2, 2, 2, 2]
+    assert [len(text.reused(th)) for _, th in thoughts] == [0, 1, 1, 1]  # without the task
+    assert [text.reused(th, t.task) for t, th in thoughts] == [[], [], [], []]
+    env = "The environment is TextWorld Express, a text game where the agent explores rooms"
+    got = text.reused([(0, f"1. {env}."), (1, f"2. {env} and I take the coin")], "take the coin in the kitchen")
+    assert [v.detail for v in got] == ["the think for step 1 repeats the think for step 0; explain each step on its own"]

@@ -21,6 +21,7 @@ from difflib import SequenceMatcher
 from typing import Iterable
 
 from pipeline.quality import Violation
+from pipeline.quality.echo import STOP
 
 _WORD = re.compile(r"[^\W\d_]{2,}")      # a run of >= 2 letters
 _TOKEN = re.compile(r"[^\W_]+")           # letters/digits, for n-grams
@@ -118,24 +119,34 @@ def shared_run(a: list[str], b: list[str]) -> int:
     return SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b)).size
 
 
-def _repeats(a: list[str], b: list[str]) -> bool:
-    """True when think ``a`` repeats the earlier think ``b`` (see :func:`reused`)."""
-    run = shared_run(a, b)
-    return a == b or (run >= REUSE_MIN_RUN and run >= REUSE_SHARE * len(a))
+def _repeats(a: list[str], b: list[str], task: frozenset[str] = frozenset()) -> bool:
+    """True when think ``a`` repeats the earlier think ``b`` (see :func:`reused`); ``task``: the
+    task's tokens."""
+    if a == b:
+        return True
+    m = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    own = any(t not in STOP and t not in task for t in a[m.a:m.a + m.size])
+    return own and m.size >= REUSE_MIN_RUN and m.size >= REUSE_SHARE * len(a)
 
 
-def reused(thinks: Iterable[tuple[int, str]]) -> list[Violation]:
+def reused(thinks: Iterable[tuple[int, str]], task: str = "") -> list[Violation]:
     """``reused_think`` for each think that repeats the think of an earlier, different step index:
     equal tokens (case, punctuation, spacing and a leading enumeration ignored) or a shared run of
-    >= :data:`REUSE_MIN_RUN` tokens covering >= :data:`REUSE_SHARE` of the later think's tokens.
-    ``thinks`` are ``(step_index, think)``; at most one violation per think."""
+    >= :data:`REUSE_MIN_RUN` tokens covering >= :data:`REUSE_SHARE` of the later think's tokens
+    and holding a word that is neither a stop word (:data:`pipeline.quality.echo.STOP`) nor a
+    token of ``task``: ReAct thoughts quote the question's entities in turn ("I need to search
+    the game where Malcolm Smith was named Most Valuable Player", then "Malcolm Smith was named
+    Most Valuable Player in Super Bowl XLVIII": 7 shared task tokens of 10; three of the four
+    FireAct HotpotQA successes of tests/fixtures). ``thinks`` are ``(step_index, think)``; at most
+    one violation per think."""
+    task_tokens = frozenset(_tokens(task))
     seen: list[tuple[int, list[str]]] = []
     out = []
     for i, text in thinks:
         toks = _tokens(text)
         if not toks:
             continue
-        j = next((j for j, prev in seen if j != i and _repeats(toks, prev)), None)
+        j = next((j for j, prev in seen if j != i and _repeats(toks, prev, task_tokens)), None)
         if j is not None:
             out.append(Violation("reused_think", f"the think for step {i} repeats the think for step {j}; "
                                                  "explain each step on its own"))

@@ -113,7 +113,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     (observation as shown + action) and the task."""
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
-    out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks])
+    out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks], traj.task)
     out += [v for t in thinks for v in grounding.future_leak(str(t.get("think") or ""), traj, t["step_index"])]
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
@@ -290,7 +290,7 @@ class DistillStage(LLMStage):
                         + [{"step_index": i, "think": v} for i, v in item.recorded.items()],
                         key=lambda x: x["step_index"])
         if (len(values) > 1 or item.recorded) and (
-                err := run.tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks]))):
+                err := run.tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks], t.task))):
             return _reject(t, "reused_think", f"across calls: {err}", json.dumps(thinks))
         return [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                  "thinks": thinks, "synthetic_done": item.synthetic, "skill_ids_used": item.skill_ids,
