@@ -334,9 +334,12 @@ def inspect(
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
     from pipeline.core.artifacts import ArtifactError
+    from pipeline.core.remote import check_bucket, is_remote
     from pipeline.inspect import describe, lineage_report
     path = _plain_path(path)
     try:
+        if is_remote(path):
+            check_bucket(path, option="")  # else "no complete artifact" for a bucket that is not there
         if html:
             from pipeline.core.remote import open_artifact
             from pipeline.report.artifact import write_artifact_html
@@ -371,11 +374,12 @@ def report(
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
-    from pipeline.core.remote import is_remote, pull_run
+    from pipeline.core.remote import check_bucket, is_remote, pull_run
     from pipeline.report import build_report
     root = _plain_path(root)
     try:
         if is_remote(root):
+            check_bucket(root)  # else s3fs's bare "The specified bucket does not exist"
             root = os.path.dirname(os.path.dirname(pull_run(root, run_id)))  # the mirror's root folder
     except FileNotFoundError as e:
         _fail(str(e))

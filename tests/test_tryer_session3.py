@@ -74,3 +74,27 @@ def test_react_thoughts_quoting_the_task_are_not_reused():
     env = "The environment is TextWorld Express, a text game where the agent explores rooms"
     got = text.reused([(0, f"1. {env}."), (1, f"2. {env} and I take the coin")], "take the coin in the kitchen")
     assert [v.detail for v in got] == ["the think for step 1 repeats the think for step 0; explain each step on its own"]
+
+
+def test_inspect_and_report_name_a_missing_bucket(tmp_path, monkeypatch):
+    """skillpipe run named a missing bucket; inspect said 'no complete artifact at ...' and report
+    printed s3fs's bare 'The specified bucket does not exist'. Both now say which bucket, where,
+    and what to do, exit 1 (moto's S3 server on loopback)."""
+    from typer.testing import CliRunner
+    from pipeline.cli import app
+    from tests.helpers.s3_server import S3Server
+    with S3Server() as s3:
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "cache"))
+        tail = (f"bucket 'nosuch' does not exist at {s3.endpoint_url}; create it (`aws s3 mb s3://nosuch`), "
+                "or fix the URI or the endpoint")
+        for args, uri in [(["inspect", "s3://nosuch/p/runs/x/parse"], "s3://nosuch/p/runs/x/parse"),
+                          (["inspect", "s3://nosuch/p/runs/x", "--lineage", "pair-1"], "s3://nosuch/p/runs/x"),
+                          (["inspect", "s3://nosuch/p/runs/x/export", "--html", str(tmp_path / "a.html")],
+                           "s3://nosuch/p/runs/x/export")]:
+            res = CliRunner().invoke(app, args)
+            assert (res.exit_code, " ".join(res.output.split())) == (1, f"error: {uri}: {tail}")
+        res = CliRunner().invoke(app, ["report", "x", "--root", "s3://nosuch/p"])
+        assert res.exit_code == 1
+        assert " ".join(res.output.split()) == f"error: --root s3://nosuch/p: {tail.replace('the URI', '--root')}"

@@ -114,9 +114,10 @@ class RootMissing(FileNotFoundError):
     """The bucket (container) of an object-storage root does not exist; the message names it."""
 
 
-def check_bucket(root: str) -> None:
+def check_bucket(root: str, option: str = "--root") -> None:
     """Raise :class:`RootMissing`, naming the bucket and the endpoint, when the store answers that
-    the bucket of the object-storage ``root`` does not exist (one HEAD request). Nothing is raised
+    the bucket of the object-storage ``root`` does not exist (one HEAD request); ``option``: the
+    CLI option that gave ``root`` ("" for an argument: the message then says "the URI"). Nothing is raised
     when it exists, when the credentials may not look at the bucket itself (a policy scoped to a
     prefix: ``PermissionError``), or for a filesystem without buckets (``memory://``). Other
     storage errors (an unreachable endpoint, botocore's) are raised as they come."""
@@ -132,8 +133,8 @@ def check_bucket(root: str) -> None:
         endpoint = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
         where = f" at {endpoint}" if endpoint else ""
         how = f" (`aws s3 mb s3://{bucket}`)" if root.startswith(("s3://", "s3a://")) else ""
-        raise RootMissing(f"--root {root}: bucket {bucket!r} does not exist{where}; create it{how}, "
-                          "or fix --root or the endpoint") from None
+        raise RootMissing(f"{option + ' ' if option else ''}{root}: bucket {bucket!r} does not exist{where}; "
+                          f"create it{how}, or fix {option or 'the URI'} or the endpoint") from None
 
 
 def mirror_dir(uri: str) -> str:
