@@ -24,15 +24,15 @@ It prints success rates with 95 % Wilson intervals per game, whether base and SF
 disjoint, the export's data-quality metrics when its manifest has them, and the wall time of
 each step. The last line is ``outcome: ...`` with the SFT - base difference.
 
-CPU budget (defaults; chosen so the whole run fits in 60 min on 2 shared cores, measured in the
-README): game ``coin`` with two rooms, no doors and no distractors (gold plans ``look around,
-take coin`` or ``look around, move <dir>, take coin``; the simplest TextWorld Express game), 8
-training games at noise 0.1 (LLM calls capped at 400 completion tokens), SFT 40 steps of batch 2
-at lr 5e-4 (cosine, rank-16 LoRA), 20 evaluation games per policy of at most 4 actions and 64
-new tokens, one torch thread. The embedded LLM's memory and distill calls dominate the time on
-a loaded machine: measured 4-7 tokens/s (~170 s per call) with ~20 other processes on the 2
-cores, against ~100+ tokens/s on a quiet core; on a quiet machine raise --train-tasks to 40 and
---sft-steps to 120 within the same hour.
+CPU budget (defaults; the whole run fits in 60 min on 2 shared cores): game ``coin`` with two
+rooms, no doors and no distractors (gold plans ``look around, take coin`` or ``look around,
+move <dir>, take coin``; the simplest TextWorld Express game), 40 training games at noise 0.1
+(20 distinct trajectories after parse's duplicate check; LLM calls capped at 400 completion
+tokens), SFT 60 steps of batch 2 at lr 5e-4 (cosine, rank-16 LoRA), 30 evaluation games per
+policy of at most 4 actions and 64 new tokens, one torch thread. Measured 2026-12-02 at load
+average 1-5 (other sessions on the 2 cores): rollouts 6 s, memory 502 s, distill 246-575 s,
+base eval 466 s, SFT 955 s, SFT eval 192 s: about 40 min with the action-only control (when the
+distilled export has pairs, add one SFT and one eval: about 20 min more).
 ``--quick`` shrinks every budget (a smoke run of a few minutes).
 """
 from __future__ import annotations
@@ -60,14 +60,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-id", default="outcome")
     p.add_argument("--game", default="coin")
     p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0")
-    p.add_argument("--train-tasks", type=int, default=8, help="training games (train fold seeds 0..N-1)")
+    p.add_argument("--train-tasks", type=int, default=40, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=12)
-    p.add_argument("--sft-steps", type=int, default=40)
+    p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--sft-batch", type=int, default=2)
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--eval-episodes", type=int, default=20)
+    p.add_argument("--eval-episodes", type=int, default=30)
     p.add_argument("--eval-seed0", type=int, default=100)
     p.add_argument("--eval-max-steps", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=64)
