@@ -170,10 +170,14 @@ def run_reference(tree: str) -> dict[str, float]:
 
 
 def run_ours(tree: str) -> dict[str, float]:
-    """One run of ours in a fresh process (:func:`measure`): ``{wall_s, cpu_s, process_wall_s, peak_rss_mb}``."""
+    """One run of ours in a fresh process (:func:`measure`): ``{wall_s, cpu_s, process_wall_s,
+    peak_rss_mb, sampled_tree_peak_rss_mb, sampled_tree_peak_pss_mb, kept_trajectories}``
+    (kept: remove_loops' rows, next to the reference's kept count)."""
     vals, wall = _child([sys.executable, os.path.abspath(__file__), "--tree", tree, "--repeats", "0"])
     return {"wall_s": vals["work_wall_s"], "cpu_s": vals["work_cpu_s"], "process_wall_s": wall,
-            "peak_rss_mb": vals["peak_rss_mb"]}
+            "peak_rss_mb": vals["peak_rss_mb"], "sampled_tree_peak_rss_mb": vals["sampled_tree_peak_rss_mb"],
+            "sampled_tree_peak_pss_mb": vals["sampled_tree_peak_pss_mb"],
+            "kept_trajectories": vals["out"]}  # the last out= is remove_loops' (measure prints it last)
 
 
 def warm_page_cache(tree: str) -> int:
@@ -216,8 +220,8 @@ def paired(tree: str, repeats: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tree", help="existing rollout tree to reuse (skips generation)")
-    p.add_argument("--envs", type=int, default=3000)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--envs", type=int, default=3000, help="env folders of the generated tree (4 files each)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the generated tree")
     p.add_argument("--repeats", type=int, default=3, help="paired runs (reference, ours); 0 = ours once, here")
     p.add_argument("--tmp", default=None, help="where to generate the tree (default: system temp)")
     p.add_argument("--tool", default=TOOL, help="make_skillrl_rollouts.py")

@@ -98,3 +98,21 @@ def test_inspect_and_report_name_a_missing_bucket(tmp_path, monkeypatch):
         res = CliRunner().invoke(app, ["report", "x", "--root", "s3://nosuch/p"])
         assert res.exit_code == 1
         assert " ".join(res.output.split()) == f"error: --root s3://nosuch/p: {tail.replace('the URI', '--root')}"
+
+
+def test_parse_dedupe_ours_line_shows_the_kept_rows_and_sampled_memory(tmp_path):
+    """In paired mode the 'ours run' line dropped what the child printed besides the timings: the
+    sampled tree RSS/PSS its docstring promises and the kept count the reference line has (on a
+    50-env tree: reference 114, ours 162 of 200)."""
+    import importlib.util
+    import subprocess
+    import sys
+    from tests.helpers.paths import REPO
+    spec = importlib.util.spec_from_file_location("parse_dedupe", os.path.join(REPO, "bench", "parse_dedupe.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    subprocess.run([sys.executable, bench.TOOL, str(tmp_path / "tree"), "--envs", "5", "--seed", "1"], check=True)
+    got = bench.run_ours(str(tmp_path / "tree"))
+    assert sorted(got) == ["cpu_s", "kept_trajectories", "peak_rss_mb", "process_wall_s", "sampled_tree_peak_pss_mb",
+                           "sampled_tree_peak_rss_mb", "wall_s"]
+    assert got["kept_trajectories"] == 16 and got["sampled_tree_peak_pss_mb"] > 0  # 16 of 20 files selected
