@@ -379,12 +379,33 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     kept = kept_blocks(path)
     made = {title: f"{text}\n**{verdict}**\n\n{kept.pop(title, '')}" for title, text, verdict in sections}
-    made.update(kept)  # a hand-written section the suite does not produce (1c: the Celery worker kill)
+    # a section not run this time (--sections) stays whole, as does a hand-written one (1c)
+    earlier = {t: body for t, body in saved_sections(path).items() if t not in made}
+    made.update(earlier)
+    note = (f"Kept as the previous file had them (not run by this command): {', '.join(sorted(earlier))}.\n\n"
+            if earlier else "")
     body = "".join(f"## {title}\n\n{made[title]}" for title in sorted(made))
     with open(path, "w", encoding="utf-8") as f:
         f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]),
                               upstream=a.upstream)
-                + body + FOOTER)
+                + note + body + FOOTER)
+
+
+def saved_sections(path: str) -> dict[str, str]:
+    """``{section title: its text}`` of the Markdown file at ``path`` written by :func:`save`
+    ({} when it does not exist), the footer's section excepted; each text ends in one blank line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    footer = FOOTER.partition("\n")[0][3:]
+    out = {}
+    for part in text.split("\n## ")[1:]:
+        title, _, body = part.partition("\n")
+        if title.strip() != footer:
+            out[title.strip()] = body.strip("\n") + "\n\n"
+    return out
 
 
 #: Text between these markers in the saved file is hand-written (measurements made outside this

@@ -73,7 +73,8 @@ def test_react_thoughts_quoting_the_task_are_not_reused():
     assert [text.reused(th, t.task) for t, th in thoughts] == [[], [], [], []]
     env = "The environment is TextWorld Express, a text game where the agent explores rooms"
     got = text.reused([(0, f"1. {env}."), (1, f"2. {env} and I take the coin")], "take the coin in the kitchen")
-    assert [v.detail for v in got] == ["the think for step 1 repeats the think for step 0; explain each step on its own"]
+    assert [v.detail for v in got] == [
+        "the think for step 1 repeats the think for step 0; explain each step on its own"]
 
 
 def test_inspect_and_report_name_a_missing_bucket(tmp_path, monkeypatch):
@@ -116,3 +117,21 @@ def test_parse_dedupe_ours_line_shows_the_kept_rows_and_sampled_memory(tmp_path)
     assert sorted(got) == ["cpu_s", "kept_trajectories", "peak_rss_mb", "process_wall_s", "sampled_tree_peak_pss_mb",
                            "sampled_tree_peak_rss_mb", "wall_s"]
     assert got["kept_trajectories"] == 16 and got["sampled_tree_peak_pss_mb"] > 0  # 16 of 20 files selected
+
+
+def test_reliability_save_of_some_sections_keeps_the_others(tmp_path):
+    """``--sections secrets --save docs/reliability.md`` dropped every section it did not run (on
+    the real file: sections 1, 2 and 4 and 1b's table; 1b kept only its note about that table)."""
+    import argparse
+
+    from bench import reliability
+    doc = tmp_path / "reliability.md"
+    doc.write_text("# old\n\n## 1. kill\n\nold table 1\n\n**ok 1**\n\n<!-- keep -->\nnote on 1\n<!-- /keep -->\n\n"
+                   "## 3. secrets\n\nold table 3\n\n## How to read the tables\n\nfooter\n", encoding="utf-8")
+    reliability.save(str(doc), [("3. secrets", "new table 3\n", "ok 3")], argparse.Namespace(upstream="stub"), 1.0)
+    text = doc.read_text(encoding="utf-8")
+    assert "Kept as the previous file had them (not run by this command): 1. kill.\n\n## 1. kill" in text
+    assert text[text.index("## 1. kill"):text.index("## How to read")] == (
+        "## 1. kill\n\nold table 1\n\n**ok 1**\n\n<!-- keep -->\nnote on 1\n<!-- /keep -->\n\n"
+        "## 3. secrets\n\nnew table 3\n\n**ok 3**\n\n")
+    assert text.count("## How to read the tables") == 1
