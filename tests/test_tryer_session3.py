@@ -53,8 +53,8 @@ def test_reasoning_none_counts_no_recorded_thought(tmp_path):
     c = res.manifest["counters"]
     assert (c["calls"], c["thinks"], c["recorded_thoughts"]) == (0, n, 0)
     # the same trajectory under the default (prefer recorded thoughts, no LLM needed): all recorded
-    res = run_stage("distill", StageContext(store, from_dict({"distill": {"synthetic_done": False}}),
-                                            llm_factory=no_llm), log=lambda s: None, force=True)
+    default = from_dict({"distill": {"synthetic_done": False}, "quality": {"off_topic_threshold": -1}})  # no MiniLM
+    res = run_stage("distill", StageContext(store, default, llm_factory=no_llm), log=lambda s: None, force=True)
     assert res.manifest["counters"]["recorded_thoughts"] == n
 
 
