@@ -36,7 +36,8 @@ REASONS: dict[str, str] = {
                     "words, no brackets)",
     "ngram_loop": "a field repeats one word n-gram (quality.loop_ngram) at least quality.loop_min_repeats times",
     "reused_think": "two different steps of one trajectory get the same think, or thinks sharing a run of >= 6 "
-                    "tokens that covers >= 60% of the later one (boilerplate with a number or tail changed)",
+                    "tokens that covers >= 60% of the later one (boilerplate with a number or tail changed; "
+                    "a run of only the task's words and stop words does not count)",
     "ungrounded_step": "a refined step cites a step index without that recorded action",
     "ungrounded_observation": "a critical observation is not a (near-)span of that step's observation",
     "future_leak": "a think names an entity that first appears in an observation after its step",
