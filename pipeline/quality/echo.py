@@ -15,7 +15,8 @@ Rules (reasons of :data:`pipeline.quality.REASONS`):
   an action-shaped command: it starts with an action verb and uses no word outside the words of
   the actions it could name (:func:`action_shaped`).
 * ``echo_prompt`` (:func:`echo_violations`, :func:`think_echo_violations`) - a skill/mistake
-  field or a think with at least :data:`MIN_ECHO_WORDS` content words of which at least
+  field (a think) with at least :data:`MIN_ECHO_WORDS` (:data:`THINK_MIN_ECHO_WORDS`) content
+  words of which at least
   :data:`ECHO_SHARE` are words of the prompt template's fixed text (:func:`echo_share`): the
   outcome run's think ``The environment is TextWorld Express, a text game where the agent
   explores rooms ...`` (1.0), which is the distill prompt's environment line.
@@ -163,14 +164,21 @@ def echo_share(text: str, vocab: frozenset[str]) -> tuple[float, int]:
     return (sum(w in vocab for w in words) / len(words), len(words)) if words else (0.0, 0)
 
 
+#: ``echo_prompt`` of a think judges only thinks with at least this many content words. A short
+#: think may well use the prompt's words: the ALFWorld done step's "Now the goal is achieved, so
+#: the episode can end with done." (6 words, share 0.83) is right; the echo seen in the outcome
+#: run, the TextWorld environment line, has 13.
+THINK_MIN_ECHO_WORDS = 8
+
+
 def think_echo_violations(thinks: Iterable[tuple[int, str]], vocab: frozenset[str]) -> list[Violation]:
-    """``echo_prompt`` for each ``(step_index, think)`` with >= :data:`MIN_ECHO_WORDS` content words,
+    """``echo_prompt`` for each ``(step_index, think)`` with >= :data:`THINK_MIN_ECHO_WORDS` content words,
     >= :data:`ECHO_SHARE` of them in ``vocab`` (:func:`prompt_words` of the distill template and its
     environment lines)."""
     out = []
     for i, think in thinks:
         share, n = echo_share(think, vocab)
-        if n >= MIN_ECHO_WORDS and share >= ECHO_SHARE:
+        if n >= THINK_MIN_ECHO_WORDS and share >= ECHO_SHARE:
             out.append(Violation("echo_prompt", f"the think for step {i} {think[:60]!r} repeats the prompt's own "
                                                 f"words ({share:.0%} of its words); reason about this step"))
     return out

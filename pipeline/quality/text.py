@@ -119,11 +119,18 @@ def shared_run(a: list[str], b: list[str]) -> int:
     return SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b)).size
 
 
+def _masked(tokens: list[str]) -> list[str]:
+    """``tokens`` with every token that holds a digit replaced by ``#``."""
+    return ["#" if any(c.isdigit() for c in t) else t for t in tokens]
+
+
 def _repeats(a: list[str], b: list[str], task: frozenset[str] = frozenset()) -> bool:
     """True when think ``a`` repeats the earlier think ``b`` (see :func:`reused`); ``task``: the
     task's tokens."""
     if a == b:
         return True
+    if _masked(a) == _masked(b):  # the same sentence about other objects: "cabinet 2 ... cabinet 3"
+        return False
     m = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
     own = any(t not in STOP and t not in task for t in a[m.a:m.a + m.size])
     return own and m.size >= REUSE_MIN_RUN and m.size >= REUSE_SHARE * len(a)
@@ -138,7 +145,10 @@ def reused(thinks: Iterable[tuple[int, str]], task: str = "") -> list[Violation]
     the game where Malcolm Smith was named Most Valuable Player", then "Malcolm Smith was named
     Most Valuable Player in Super Bowl XLVIII": 7 shared task tokens of 10; three of the four
     FireAct HotpotQA successes of tests/fixtures). ``thinks`` are ``(step_index, think)``; at most
-    one violation per think."""
+    one violation per think. Two thinks that differ only in their numbers are no reuse: a search
+    says "Cabinet 1 has no mug, so I try cabinet 2." then "Cabinet 2 has no mug, so I try cabinet
+    3." (7 shared tokens of 10).
+    """
     task_tokens = frozenset(_tokens(task))
     seen: list[tuple[int, list[str]]] = []
     out = []

@@ -330,6 +330,9 @@ def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
     env_line = "The environment is TextWorld Express, a text game where the agent explores rooms and uses objects."
     got = echo.think_echo_violations([(1, env_line), (2, "The coin is not here, so I move west to the pantry to "
                                                         "find it.")], prompt_vocab("textworld"))
+    done = "Now the goal is achieved, so the episode can end with done."  # 6 content words, share 0.83
+    assert echo.echo_share(done, prompt_vocab("alfworld")) == (pytest.approx(5 / 6), 6)
+    assert echo.think_echo_violations([(7, done)], prompt_vocab("alfworld")) == []
     assert [v.message() for v in got] == [
         "echo_prompt: the think for step 1 'The environment is TextWorld Express, a text game where the ' "
         "repeats the prompt's own words (100% of its words); reason about this step"]

@@ -82,6 +82,13 @@ def test_reused_think_keeps_thinks_that_differ_in_numbers_or_quote_a_phrase():
     quote as most of a later short think is."""
     assert text.reused([(1, "Nothing in cabinet 1. Next, I need to go to cabinet 2."),
                         (2, "Nothing in cabinet 2. Next, I need to go to cabinet 3.")]) == []
+    search = [(1, "Cabinet 1 has no mug, so I try cabinet 2."), (2, "Cabinet 2 has no mug, so I try cabinet 3."),
+              (3, "Nothing useful in drawer 1. I will check drawer 2 next."),
+              (4, "Nothing useful in drawer 2. I will check drawer 3 next.")]
+    assert text.shared_run(text._tokens(search[1][1]), text._tokens(search[0][1])) == 7  # of 10: over the share
+    assert text.reused(search) == []
+    assert [v.reason for v in text.reused([*search, (5, "Cabinet 1 has no mug, so I try cabinet 2.")])] == [
+        "reused_think"]  # the very same sentence again is reuse
     quote = "the mug is on the desk"
     long = f"Now {quote}, but I still have to find a lamp, then turn it on and look at the mug under it."
     assert text.reused([(1, f"I see that {quote}."), (2, long)]) == []
