@@ -9,12 +9,12 @@ Steps (all real components, nothing stubbed):
 1. expert traces: ``skillpipe rl rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
    the TextWorld Express *train* fold (real engine observations; no model, no API key);
 2. the data pipeline on that tree with the embedded LLM (SmolLM2-135M-Instruct via llama.cpp):
-   parse -> dedupe -> memory -> aggregate -> distill -> validate -> export;
-3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on the exported pairs;
+   parse -> remove_loops -> split -> memory -> skills -> distill -> build_pairs -> export;
 2b. the action-only control (``--no-baseline`` skips it): the same trajectories, memories and
    skill bank, distill with ``distill.reasoning=none`` (every think empty, no LLM call), then
    build_pairs/export and SFT as in steps 2-3 under run id ``<run-id>-actions``. It separates
    what SFT on the expert actions gives from what the distilled reasoning adds;
+3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on each export that has pairs;
 4. ``skillpipe eval`` of the base model and of the SFT checkpoints (and of GRPO with ``--grpo``)
    on ``--eval-episodes`` seeds of the *dev* fold starting at ``--eval-seed0`` (no training data
    came from there: training used the train fold, and GRPO validates on dev seeds below 100),
@@ -53,35 +53,41 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 QUALITY_KEYS = ("quality_metrics", "data_quality", "quality", "metrics")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the module docstring's layout and shows each option's default."""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's options (``--help``)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "outcome_root"), help="folder for runs/ and traces")
-    p.add_argument("--run-id", default="outcome")
-    p.add_argument("--game", default="coin")
-    p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0")
+    p.add_argument("--run-id", default="outcome", help="run id of the distilled data (the control: <run-id>-actions)")
+    p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
+    p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
+                   help="TextWorld Express game parameters")
     p.add_argument("--train-tasks", type=int, default=40, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
-    p.add_argument("--rollout-max-steps", type=int, default=12)
-    p.add_argument("--sft-steps", type=int, default=60)
-    p.add_argument("--sft-batch", type=int, default=2)
-    p.add_argument("--sft-lr", type=float, default=5e-4)
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--eval-episodes", type=int, default=30)
-    p.add_argument("--eval-seed0", type=int, default=100)
-    p.add_argument("--eval-max-steps", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--rollout-max-steps", type=int, default=12, help="actions per expert rollout")
+    p.add_argument("--sft-steps", type=int, default=60, help="SFT optimizer steps")
+    p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
+    p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
+    p.add_argument("--eval-episodes", type=int, default=30, help="held-out games per policy")
+    p.add_argument("--eval-seed0", type=int, default=100, help="first dev-fold seed of the evaluation")
+    p.add_argument("--eval-max-steps", type=int, default=4, help="actions per evaluation game")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
     p.add_argument("--grpo", action="store_true", help="also GRPO from the SFT checkpoint, then evaluate it")
-    p.add_argument("--grpo-steps", type=int, default=4)
+    p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps with --grpo")
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")
-    p.add_argument("--llm-model", default="")
+    p.add_argument("--llm-model", default="", help="model name at --llm-base-url")
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
-    p.add_argument("--no-baseline", dest="baseline", action="store_false",
-                   help="skip the action-only control (SFT on the same pairs with empty thinks)")
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train and evaluate the action-only control (SFT on the same trajectories with "
+                        "empty thinks)")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
     a = p.parse_args(argv)
     if a.quick:
