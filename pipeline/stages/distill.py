@@ -143,7 +143,9 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
                     ) -> dict[int, str]:
     """``{step_index: think}`` of the entries whose recorded thought (``hint``, from the source's
     ``steps[].thought``) can be the think as is (``distill.source_thoughts = prefer``): no tag, no
-    CJK, and no content-rule violation (:func:`think_violations`, gated by ``tally``). Whitespace
+    CJK, not a repeat of a thought taken for an earlier step (``reused_think``: the LLM is asked
+    for that step instead of losing the trajectory), and no content-rule violation
+    (:func:`think_violations`, gated by ``tally``). Whitespace
     is collapsed as for LLM thinks; its length is not bounded by ``max_think_chars`` (that bound
     keeps a small model's answer inside ``max_tokens``; build_pairs bounds the whole pair)."""
     by_index = {e["step_index"]: e for e in entries}
@@ -152,6 +154,8 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
         hint = " ".join(e["hint"].split())
         if not hint or rules.has_tag(hint) or rules.has_cjk(hint):
             continue
+        if text.reused([*out.items(), (e["step_index"], hint)], traj.task):
+            continue  # a thought the agent already wrote for an earlier step: the LLM writes this one
         think = [{"step_index": e["step_index"], "think": hint}]
         if tally.gate(think_violations(think, by_index, traj, qcfg)) is None:
             out[e["step_index"]] = hint

@@ -234,6 +234,28 @@ def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
     assert len(stub.requests) == 1
 
 
+def test_a_recorded_thought_repeated_for_a_later_step_goes_to_the_llm(tmp_path):
+    """heat_mug with the same recorded thought before actions 2 and 3: the first is used, the
+    repeat is not (reused_think), so the LLM writes steps 0, 2 and the synthetic done instead of
+    the whole trajectory being quarantined."""
+    import dataclasses
+
+    from tests.helpers.llm_stage_data import heat_mug, write_trajectories
+    traj = heat_mug("traj-A")
+    said = "The mug 1 is in the cabinet 1 and must be heated, so I pick it up first."
+    traj.steps[2] = dataclasses.replace(traj.steps[2], thought=said)
+    traj.steps[3] = dataclasses.replace(traj.steps[3], thought=said)
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [traj])
+    texts = {0: "the mug should be in a cabinet, so I go to cabinet 1", 2: "I hold the mug 1, so I heat it with "
+             "the microwave 1", 3: "the mug 1 is hot, which is what the task asks, so I finish"}
+    res, art, stub = run_with(distill_store(store), "distill",
+                              [answer({"thinks": [{"step_index": i, "think": t} for i, t in texts.items()]})])
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]] == [texts[0], said, texts[2], texts[3]]
+    assert res.manifest["counters"]["recorded_thoughts"] == 1 and len(stub.requests) == 1
+    assert res.manifest["counts"]["quarantined"] == 0
+
+
 def test_a_loop_across_a_mistakes_fields_is_caught():
     """A mistake the embedded model wrote on the shipped sample: each field alone is prose;
     joined, "eat the same" occurs 3 times (off_topic is judged in tests/pipeline/quality/test_topic.py)."""
