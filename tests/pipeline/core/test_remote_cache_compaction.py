@@ -15,8 +15,9 @@ from pipeline.core.remote import RemoteRun, open_root
 from pipeline.core.runner import run_pipeline
 from pipeline.llm.cache import CACHE_FILE, ResponseCache, decode_part, encode_part
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
-from tests.helpers.llm_stage_data import cool_apple, write_trajectories
+from tests.helpers.llm_stage_data import cool_apple
 from tests.helpers.llm_stub import ChatStub
+from tests.helpers.remote_upstream import commit_cool_apple_upstream
 
 ROWS = [cool_apple("success", "traj-A").to_row()]
 
@@ -80,12 +81,7 @@ def test_a_part_deleted_between_listing_and_read_is_found_in_the_merged_part(env
 @pytest.mark.slow  # the memory stage end to end: ~15 s on 2 cores
 def test_a_rerun_on_a_fresh_mirror_pays_for_no_answer_after_compaction(env, tmp_path, monkeypatch):
     root, fs = env.uri("rerun"), env.fs()
-    with open_root(root, "r1") as (local, hooks):  # the upstream artifacts, committed
-        for stage in ("remove_loops", "split"):
-            hooks.before(stage)
-        write_trajectories(ArtifactStore(local, "r1"), [cool_apple("success", "traj-A"), cool_apple("failure", "traj-B")])
-        for stage in ("remove_loops", "split"):
-            hooks.after(stage)
+    commit_cool_apple_upstream(root)  # the upstream artifacts, committed
     put, written = RemoteRun.put_cache_part, []
 
     def spy(self, rel, name, data):

@@ -19,9 +19,9 @@ from pipeline.core.lease import LeaseHeld
 from pipeline.core.remote import open_root, read_table
 from pipeline.core.runner import run_pipeline, run_task
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
-from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_stub import ChatStub
 from tests.helpers.paths import REPO
+from tests.helpers.remote_upstream import commit_cool_apple_upstream
 
 STAGES = ["parse", "remove_loops", "split", "memory"]
 
@@ -95,12 +95,7 @@ def wait_for(predicate, timeout_s: float, what: str):
 @pytest.mark.slow  # a worker process that loads the memory stage: ~10-20 s on 2 cores
 def test_worker_killed_mid_stage_retry_elsewhere_pays_only_for_unanswered_requests(env, tmp_path, monkeypatch):
     root = env.uri("kill")
-    with open_root(root, "r1") as (local, hooks):  # the upstream artifacts, committed
-        for stage in ("remove_loops", "split"):
-            hooks.before(stage)
-        write_trajectories(ArtifactStore(local, "r1"), [cool_apple("success", "traj-A"), cool_apple("failure", "traj-B")])
-        for stage in ("remove_loops", "split"):
-            hooks.after(stage)
+    commit_cool_apple_upstream(root)  # the upstream artifacts, committed
     fs = env.fs()
     parts = f"{env.bucket}/kill/runs/r1/memory/_llm_cache"
     # A is answered at once; B's answer never comes before the worker is killed
