@@ -114,9 +114,14 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(_ENUMERATION.sub("", (text or "").strip()).lower())
 
 
+def _longest_match(a: list[str], b: list[str]):
+    """difflib's longest run of consecutive tokens common to ``a`` and ``b`` (``.a``, ``.b``, ``.size``)."""
+    return SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+
+
 def shared_run(a: list[str], b: list[str]) -> int:
-    """Length of the longest run of consecutive tokens common to ``a`` and ``b`` (difflib)."""
-    return SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b)).size
+    """Length of the longest run of consecutive tokens common to ``a`` and ``b``."""
+    return _longest_match(a, b).size
 
 
 def _masked(tokens: list[str]) -> list[str]:
@@ -131,7 +136,7 @@ def _repeats(a: list[str], b: list[str], task: frozenset[str] = frozenset()) -> 
         return True
     if _masked(a) == _masked(b):  # the same sentence about other objects: "cabinet 2 ... cabinet 3"
         return False
-    m = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    m = _longest_match(a, b)
     own = any(t not in STOP and t not in task for t in a[m.a:m.a + m.size])
     return own and m.size >= REUSE_MIN_RUN and m.size >= REUSE_SHARE * len(a)
 

@@ -113,9 +113,9 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     (observation as shown + action) and the task."""
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
-    out += text.reused([(t["step_index"], str(t.get("think") or "")) for t in thinks], traj.task)
-    out += [v for t in thinks for v in grounding.future_leak(str(t.get("think") or ""), traj, t["step_index"])]
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
+    out += text.reused(pairs, traj.task)
+    out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
@@ -221,7 +221,8 @@ class Episode:
     traj: Trajectory
     skill_ids: list[str]           # the skills shown in its prompt
     synthetic: bool                # a synthetic ``done`` turn is added
-    recorded: dict[int, str]       # step index -> the source's recorded thought used as the think
+    given: dict[int, str]          # step index -> a think not asked of the LLM (see given_by)
+    given_by: str = "source"       # "source": recorded thoughts; "none": the empty thinks of reasoning none
 
 
 def _reject(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
@@ -241,22 +242,15 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
     skills = prompts.select_skills(bank, t.env, t.category, run.ctx.config.prompt)
     entries = step_entries(t, prompts.synthetic_done_admissible(t, cfg.seed) if synthetic else None)
     if cfg.reasoning == "none":  # action-only baseline: an empty think per step, no call
-        recorded = {e["step_index"]: "" for e in entries}
+        given, given_by = {e["step_index"]: "" for e in entries}, "none"
     else:
-        recorded = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
-    ask = [e for e in entries if e["step_index"] not in recorded]
+        given = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
+        given_by = "source"
+    ask = [e for e in entries if e["step_index"] not in given]
     reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
                           cfg.max_think_chars, qcfg, run.tally) if ask else []
-    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, recorded), t.trajectory_id, reqs,
+    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, given, given_by), t.trajectory_id, reqs,
                t.source_uri, t.source_line)
-
-
-def row_model(run: LLMRun, asked: bool) -> str:
-    """The ``model`` of a distilled row: the LLM's id when it wrote a think; else ``"none"`` under
-    ``distill.reasoning = none`` (empty thinks) or ``"source"`` (every think is a recorded thought)."""
-    if asked:
-        return run.model
-    return "none" if run.ctx.config.distill.reasoning == "none" else "source"
 
 
 class DistillStage(LLMStage):
@@ -291,16 +285,17 @@ class DistillStage(LLMStage):
         # one line per think: a real model may write newlines (the JSON decoder accepts them)
         thinks = sorted([{"step_index": int(x["step_index"]), "think": " ".join(x["think"].split())}
                          for v in values for x in v["thinks"]]
-                        + [{"step_index": i, "think": v} for i, v in item.recorded.items()],
+                        + [{"step_index": i, "think": v} for i, v in item.given.items()],
                         key=lambda x: x["step_index"])
-        if (len(values) > 1 or item.recorded) and (
+        if (len(values) > 1 or item.given) and (
                 err := run.tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks], t.task))):
             return _reject(t, "reused_think", f"across calls: {err}", json.dumps(thinks))
         return [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                  "thinks": thinks, "synthetic_done": item.synthetic, "skill_ids_used": item.skill_ids,
                  "memory_ids": run.notes["memory_ids"].get(t.trajectory_id, []),
                  "bank_version": run.notes["bank_version"],
-                 "model": row_model(run, bool(values)), "prompt_sha": _templates.load(TEMPLATE, t.env).sha}]
+                 # the LLM's id when it wrote a think, else "source" (recorded thoughts) or "none"
+                 "model": run.model if values else item.given_by, "prompt_sha": _templates.load(TEMPLATE, t.env).sha}]
 
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
         """Calls, chunked trajectories, synthetic turns, thinks, recorded thoughts used, then
@@ -310,9 +305,8 @@ class DistillStage(LLMStage):
         return {"calls": sum(len(j.requests) for j in asked), "chunked": sum(len(j.requests) > 1 for j in asked),
                 "synthetic_done": sum(r["synthetic_done"] for r in out.rows),
                 "thinks": sum(len(r["thinks"]) for r in out.rows),
-                # reasoning none: the empty thinks stand in item.recorded but are no source thought
-                "recorded_thoughts": sum(len(j.item.recorded) for j in asked if j.item_id in kept)
-                if run.ctx.config.distill.reasoning != "none" else 0,
+                "recorded_thoughts": sum(len(j.item.given) for j in asked
+                                         if j.item_id in kept and j.item.given_by == "source"),
                 **super().counters(run, out)}
 
 
