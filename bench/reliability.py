@@ -377,10 +377,11 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
                             text=True).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    kept = kept_blocks(path)
-    made = {title: f"{text}\n**{verdict}**\n\n{kept.pop(title, '')}" for title, text, verdict in sections}
+    saved = saved_sections(path)
+    kept = kept_blocks(saved)
+    made = {title: f"{text}\n**{verdict}**\n\n{kept.get(title, '')}" for title, text, verdict in sections}
     # a section not run this time (--sections) stays whole, as does a hand-written one (1c)
-    earlier = {t: body for t, body in saved_sections(path).items() if t not in made}
+    earlier = {t: body for t, body in saved.items() if t not in made}
     made.update(earlier)
     note = (f"Kept as the previous file had them (not run by this command): {', '.join(sorted(earlier))}.\n\n"
             if earlier else "")
@@ -413,20 +414,13 @@ def saved_sections(path: str) -> dict[str, str]:
 KEEP_OPEN, KEEP_CLOSE = "<!-- keep -->", "<!-- /keep -->"
 
 
-def kept_blocks(path: str) -> dict[str, str]:
-    """``{section title: its kept blocks, markers included}`` of the Markdown file at ``path``
-    ({} when it does not exist). A section is the text under a ``## `` heading."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return {}
+def kept_blocks(sections: dict[str, str]) -> dict[str, str]:
+    """``{section title: its kept blocks, markers included}`` of ``sections`` (:func:`saved_sections`)."""
     out = {}
-    for part in text.split("\n## ")[1:]:
-        title, _, body = part.partition("\n")
+    for title, body in sections.items():
         blocks = re.findall(re.escape(KEEP_OPEN) + r".*?" + re.escape(KEEP_CLOSE), body, flags=re.S)
         if blocks:
-            out[title.strip()] = "\n\n".join(blocks) + "\n\n"
+            out[title] = "\n\n".join(blocks) + "\n\n"
     return out
 
 
