@@ -19,6 +19,7 @@ Usage::
     python bench/parse_dedupe.py --envs 30000 --tmp /tmp   # 1.8 GB tree
     python bench/parse_dedupe.py --tree DIR --repeats 5    # reuse an existing tree
     python bench/parse_dedupe.py --tree DIR --repeats 0    # ours only, once (no reference runs)
+    python bench/parse_dedupe.py --tree DIR --phases       # ours phase by phase on one core (see phases())
 
 Output: per run ``ref ...`` / ``ours ...`` lines (work wall time, CPU seconds of the process and
 its workers during the work, process wall time including interpreter start and imports), then
@@ -129,6 +130,75 @@ def measure(tree: str) -> None:
     print(f"work_wall_s={wall:.3f} work_cpu_s={cpu:.3f} peak_rss_mb={me + kids:.0f}")
 
 
+def phases(tree: str) -> None:
+    """Ours, phase by phase, in this process on one core (no pool): CPU seconds of listing the
+    files, reading + hashing + decoding them, the txt reader (trajectory ids included), content
+    digests, Arrow columns + Parquet encoding, and loop removal on those tables. Prints
+    ``phase_<name>_cpu_s=<x>`` lines (and ``reader_ids_cpu_s``, the ids' share of the reader), their sum, and ``bound_without_reader_cpu_s``: the sum with
+    the reader's own work set to zero (its ids kept), the least CPU any faster reader could leave
+    for this pipeline. Selection, manifests and the process pools are not in the sum."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import hashlib
+
+    import pyarrow as pa
+
+    from pipeline.core.artifacts import PartEncoder, decode_part
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.lineage import trajectory_id
+    from pipeline.core.records import TRAJECTORY_SCHEMA
+    from pipeline.formats import skillrl_txt
+    from pipeline.formats.common import Source, _content, trajectories_table
+    from pipeline.formats.discover import list_input_files
+    from pipeline.selection import content_digest
+    from pipeline.stages.remove_loops import remove_loops_table
+
+    pa.array([], pa.int32())  # pyarrow's lazy pandas import: not a phase
+    clock, cpu = time.process_time, {}
+
+    def timed(name, fn):
+        t0 = clock()
+        out = fn()
+        cpu[name] = clock() - t0
+        return out
+
+    files = timed("list", lambda: list_input_files(tree))
+
+    def load():
+        out = []
+        for path in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            hashlib.sha256(data).hexdigest()
+            out.append((path, data.decode("utf-8")))
+        return out
+
+    texts = timed("read_hash_decode", load)
+    trajs = timed("reader", lambda: [t for path, text in texts for t in skillrl_txt.read(
+        Source(path, None, 1.0, os.path.relpath(path, tree), text)) if not hasattr(t, "reason")])
+    # the ids are computed inside the reader; timed again here so the bound can keep them
+    ids = timed("ids_within_reader", lambda: [trajectory_id(t.source_uri, t.record_index, _content(
+        t.env, t.task, t.outcome, t.reward, t.steps)) for t in trajs])
+    assert ids == [t.trajectory_id for t in trajs], "ids recomputed differently"
+    timed("content_digest", lambda: [content_digest(t) for t in trajs])
+
+    def encode():
+        enc = PartEncoder(TRAJECTORY_SCHEMA)
+        for i in range(0, len(trajs), 500):
+            enc.write(trajectories_table(trajs[i:i + 500]))
+        return enc.finish()
+
+    parts = timed("arrow_parquet", encode)
+    tables = [decode_part(p) for p in parts]
+    min_actions = PipelineConfig().remove_loops.min_actions
+    timed("remove_loops", lambda: [remove_loops_table(t, min_actions) for t in tables])
+    ids_cpu = cpu.pop("ids_within_reader")
+    for name, sec in cpu.items():
+        print(f"phase_{name}_cpu_s={sec:.2f}" + (f" reader_ids_cpu_s={ids_cpu:.2f}" if name == "reader" else ""))
+    total = sum(cpu.values())
+    print(f"trajectories={len(trajs)} phases_cpu_s={total:.2f} "
+          f"bound_without_reader_cpu_s={total - cpu['reader'] + ids_cpu:.2f}")
+
+
 def _values(text: str) -> dict[str, float]:
     """Every ``key=<number>`` token of a child's output (a later one wins)."""
     out = {}
@@ -223,18 +293,25 @@ def main() -> None:
     p.add_argument("--envs", type=int, default=3000, help="env folders of the generated tree (4 files each)")
     p.add_argument("--seed", type=int, default=1, help="seed of the generated tree")
     p.add_argument("--repeats", type=int, default=3, help="paired runs (reference, ours); 0 = ours once, here")
+    p.add_argument("--phases", action="store_true",
+                   help="instead: ours phase by phase on one core (CPU seconds each), and the bound a faster reader could reach")
     p.add_argument("--tmp", default=None, help="where to generate the tree (default: system temp)")
     p.add_argument("--tool", default=TOOL, help="make_skillrl_rollouts.py")
     a = p.parse_args()
     if a.tree:
-        measure(a.tree) if a.repeats == 0 else paired(a.tree, a.repeats)
+        if a.phases:
+            phases(a.tree)
+        else:
+            measure(a.tree) if a.repeats == 0 else paired(a.tree, a.repeats)
         return
     tmp = tempfile.mkdtemp(prefix="skillrl-tree-", dir=a.tmp)
     try:
         t0 = time.monotonic()
         subprocess.run([sys.executable, a.tool, tmp, "--envs", str(a.envs), "--seed", str(a.seed)], check=True)
         print(f"generated --envs {a.envs} --seed {a.seed} in {time.monotonic() - t0:.1f}s")
-        if a.repeats == 0:  # a fresh process, so the generator does not count in the child rusage
+        if a.phases:
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--phases"], check=True)
+        elif a.repeats == 0:  # a fresh process, so the generator does not count in the child rusage
             subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--repeats", "0"], check=True)
         else:
             paired(tmp, a.repeats)
