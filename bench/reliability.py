@@ -379,6 +379,9 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     saved = saved_sections(path)
     kept = kept_blocks(saved)
+    # keep blocks of the header (above the first section) and of the footer stay where they were
+    saved.pop(PREAMBLE, None)
+    saved.pop(FOOTER_TITLE, None)
     made = {title: f"{text}\n**{verdict}**\n\n{kept.get(title, '')}" for title, text, verdict in sections}
     # a section not run this time (--sections) stays whole, as does a hand-written one (1c)
     earlier = {t: body for t, body in saved.items() if t not in made}
@@ -389,29 +392,33 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
     with open(path, "w", encoding="utf-8") as f:
         f.write(HEADER.format(now=now, commit=commit, machine=machine, wall=wall, cmd=" ".join(sys.argv[1:]),
                               upstream=a.upstream)
-                + note + body + FOOTER)
+                + kept.get(PREAMBLE, "") + note + body + FOOTER + ("\n" + kept[FOOTER_TITLE] if FOOTER_TITLE in kept else ""))
 
 
 def saved_sections(path: str) -> dict[str, str]:
     """``{section title: its text}`` of the Markdown file at ``path`` written by :func:`save`
-    ({} when it does not exist), the footer's section excepted; each text ends in one blank line."""
+    ({} when it does not exist); the text above the first section is under :data:`PREAMBLE` and
+    the footer's under :data:`FOOTER_TITLE`; each text ends in one blank line."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         return {}
-    footer = FOOTER.partition("\n")[0][3:]
-    out = {}
-    for part in text.split("\n## ")[1:]:
+    head, *parts = text.split("\n## ")
+    out = {PREAMBLE: head.strip("\n") + "\n\n"}
+    for part in parts:
         title, _, body = part.partition("\n")
-        if title.strip() != footer:
-            out[title.strip()] = body.strip("\n") + "\n\n"
+        out[title.strip()] = body.strip("\n") + "\n\n"
     return out
 
 
 #: Text between these markers in the saved file is hand-written (measurements made outside this
-#: script, notes on a run): :func:`save` keeps it under its section's title.
+#: script, notes on a run): :func:`save` keeps it under its section's title (a block above the
+#: first section stays below the header, one in the footer stays at the end).
 KEEP_OPEN, KEEP_CLOSE = "<!-- keep -->", "<!-- /keep -->"
+#: :func:`saved_sections` keys of the text above the first section and of the footer section.
+PREAMBLE = ""
+FOOTER_TITLE = "How to read the tables"  # FOOTER's title (checked where FOOTER is defined)
 
 
 def kept_blocks(sections: dict[str, str]) -> dict[str, str]:
@@ -464,6 +471,8 @@ FOOTER = """## How to read the tables
   of requests equals the sum of the clients' `calls` counters in the manifests plus the skill
   evolution client's count.
 """
+
+assert FOOTER.startswith(f"## {FOOTER_TITLE}\n")
 
 
 if __name__ == "__main__":

@@ -135,3 +135,21 @@ def test_reliability_save_of_some_sections_keeps_the_others(tmp_path):
         "## 1. kill\n\nold table 1\n\n**ok 1**\n\n<!-- keep -->\nnote on 1\n<!-- /keep -->\n\n"
         "## 3. secrets\n\nnew table 3\n\n**ok 3**\n\n")
     assert text.count("## How to read the tables") == 1
+
+
+def test_reliability_save_keeps_hand_written_blocks_of_the_header_and_the_footer(tmp_path):
+    """A keep block above the first section (below the generated header) or in the footer was
+    dropped by the next save: only blocks inside a section were kept."""
+    import argparse
+
+    from bench import reliability
+    doc = tmp_path / "reliability.md"
+    doc.write_text("# old header\n\n<!-- keep -->\nheader note\n<!-- /keep -->\n\n## 3. secrets\n\nold table 3\n\n"
+                   f"{reliability.FOOTER}\n<!-- keep -->\nfooter note\n<!-- /keep -->\n", encoding="utf-8")
+    for _ in range(2):  # saving twice changes nothing more: the blocks are neither lost nor doubled
+        reliability.save(str(doc), [("3. secrets", "new table 3\n", "ok 3")], argparse.Namespace(upstream="stub"), 1.0)
+        text = doc.read_text(encoding="utf-8")
+        assert text.count("header note") == 1 and text.count("footer note") == 1
+        assert text.index("# Reliability suite") < text.index("header note") < text.index("## 3. secrets")
+        assert text.endswith(reliability.FOOTER + "\n<!-- keep -->\nfooter note\n<!-- /keep -->\n\n")
+        assert "old header" not in text and "new table 3" in text
