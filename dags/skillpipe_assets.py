@@ -65,6 +65,9 @@ def batch_runs(extras: list[dict]) -> list[dict]:
              "shards": Param(0, type="integer", minimum=0, description="passed on (0: from the input size)"),
              "train": Param(True, type="boolean", description="passed on (False: the run stops after export)")})
 def skillpipe_register_batch():
+    """Manual DAG: one task, ``register``, checks that param ``batch_uri`` exists (else
+    ``FileNotFoundError``) and emits a :data:`TRACES` event whose ``extra`` is ``batch_uri`` plus
+    the non-empty :data:`PASSED_ON` params; its XCom is ``{batch_uri, run_id}``."""
     @task(outlets=[TRACES])
     def register(params=None) -> dict:
         """Check that the batch exists, then emit the asset event naming it."""
@@ -84,6 +87,8 @@ def skillpipe_register_batch():
 @dag(dag_id="skillpipe_on_traces", schedule=[TRACES], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
      catchup=False, tags=["skillpipe"], doc_md=__doc__)
 def skillpipe_on_traces():
+    """Scheduled on :data:`TRACES`: triggers one ``skillpipe`` DAG run per batch in the triggering
+    events (:func:`batch_runs`), run id ``batch-<name>``, clearing an earlier run of that id."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
     @task

@@ -151,6 +151,9 @@ def eval_task(which: str, task_id: str):
     },
 )
 def skillpipe():
+    """The run's DAG (see the module docstring): ``plan`` and ``start_llm`` feed the stages in
+    ``STAGES`` order (map stages per shard, then ``<stage>_all``); ``export`` >> ``stop_llm`` and
+    ``sft_fit``; ``sft_fit`` >> ``eval_sft`` and ``grpo`` >> ``eval_grpo``; both >> ``report``."""
     @setup
     @task
     def start_llm(params=None) -> dict:

@@ -468,6 +468,7 @@ def _check_llm() -> None:
 
 
 def main():  # pragma: no cover - console entry
+    """Run the ``skillpipe`` Typer app on ``sys.argv`` (the console script calls ``app`` itself)."""
     app()
 
 

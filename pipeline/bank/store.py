@@ -44,6 +44,7 @@ class BankVersion:
 
     @property
     def version(self) -> str:
+        """The version id, ``bank-<hash>`` of the rows (:func:`pipeline.bank.rows.bank_version`)."""
         return self.record["version"]
 
 

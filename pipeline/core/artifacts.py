@@ -68,6 +68,8 @@ class StageArtifact:
 
     @property
     def fingerprint(self) -> str:
+        """The stage fingerprint the manifest records (32 hex characters, see
+        :func:`pipeline.core.runner.fingerprint`); ``KeyError`` if the manifest has none."""
         return self.manifest["fingerprint"]
 
     @property
@@ -81,6 +83,7 @@ class StageArtifact:
         return read_parquet_dir(quarantine_dir(self.path) if quarantine else self.path)
 
     def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
+        """:meth:`read_table` as a list of row dicts (column -> value); raises :class:`ArtifactError`."""
         return self.read_table(quarantine).to_pylist()
 
 
@@ -230,6 +233,8 @@ class PartEncoder:
         self._reasons: dict[str, int] | None = {} if schema.equals(QUARANTINE_SCHEMA) else None
 
     def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows, starting a new part each ``PART_ROWS`` rows; raises
+        :class:`ArtifactError` when its schema is not exactly ``schema``."""
         if not table.schema.equals(self.schema):
             raise ArtifactError(f"table schema differs from the declared schema:\n{table.schema}\nvs\n{self.schema}")
         offset = 0

@@ -149,6 +149,9 @@ _f = config_field
 
 @dataclass
 class LLMConfig:
+    """YAML section ``llm:``: the OpenAI-compatible endpoint and how it is called (field help:
+    ``skillpipe config --show``). An LLM stage's fingerprint covers only ``model``,
+    ``temperature``, ``max_tokens`` and ``seed``."""
     base_url: str = _f("", "OpenAI-compatible endpoint; empty = start the embedded llama.cpp server")
     model: str = _f("", "model name sent to the endpoint; empty = the embedded SmolLM2-135M-Instruct")
     api_key_env: str = _f("", "name of the environment variable holding the API key ('' = no key)")
@@ -175,6 +178,8 @@ class LLMConfig:
 
 @dataclass
 class ParseConfig:
+    """YAML section ``parse:``: the reader and the trajectory caps of the parse stage (field help:
+    ``skillpipe config --show``); ``per_env`` is checked by :func:`check_per_env`."""
     format: str = _f("auto", "reader to use; 'auto' detects each file's format")
     max_per_instance: int = _f(3, "max trajectories kept per environment instance and outcome "
                                        "(0 = no cap)", min=0)
@@ -188,18 +193,22 @@ class ParseConfig:
 
 @dataclass
 class RemoveLoopsConfig:
+    """YAML section ``remove_loops:`` (field help: ``skillpipe config --show``)."""
     min_actions: int = _f(1, "trajectories with fewer recorded actions after loop removal are quarantined",
                         min=0)
 
 
 @dataclass
 class MemoryConfig:
+    """YAML section ``memory:``: the memory prompt's budget (field help: ``skillpipe config --show``)."""
     max_trajectory_chars: int = _f(6000, "rendered trajectory budget per memory prompt (older steps elided)",
                                   min=1)
 
 
 @dataclass
 class SkillsConfig:
+    """YAML section ``skills:``: skills requested per kind, patterns per call, merging (field help:
+    ``skillpipe config --show``)."""
     n_general: int = _f(6, "general skills requested from the LLM", min=0)
     n_task_specific: int = _f(4, "task-specific skills requested per category", min=0)
     n_mistakes: int = _f(5, "common mistakes requested", min=0)
@@ -210,6 +219,8 @@ class SkillsConfig:
 
 @dataclass
 class DistillConfig:
+    """YAML section ``distill:``: chunking, think length, the synthetic ``done`` turn and where
+    each think comes from (field help: ``skillpipe config --show``)."""
     max_steps_per_call: int = _f(8, "long trajectories are split into chunks of this many actions",
                                  min=1)
     max_think_chars: int = _f(200, "max characters of one reasoning", min=1)
@@ -231,6 +242,8 @@ class DistillConfig:
 
 @dataclass
 class PromptConfig:
+    """YAML section ``prompt:``: what the per-step prompt shows (history, skills, mistakes), read
+    by distill and build_pairs (field help: ``skillpipe config --show``)."""
     history_length: int = _f(2, "observation/action pairs shown in the prompt (SkillRL's RL default)",
                             min=0)
     top_k_general: int = _f(6, "general skills shown (SkillRL's top_k)", min=0)
@@ -246,6 +259,8 @@ WEBSHOP_REJECT_POLICIES = ("drop_whole", "truncate")
 
 @dataclass
 class BuildPairsConfig:
+    """YAML section ``build_pairs:``: the token budget and the quarantine/flag policy of each pair
+    rule (field help: ``skillpipe config --show``)."""
     max_tokens: int = _f(4096, "max prompt+target length in tokens for SFT (= sft max_length), counted with "
                                "the chat template and tokenizer named by build_pairs.tokenizer", min=1)
     tokenizer: str = _f("embedded", "tokenizer that counts max_tokens: embedded (the SmolLM2 base model's, from "
@@ -310,6 +325,8 @@ class QualityConfig:
 
 @dataclass
 class ExportConfig:
+    """YAML section ``export:``: the instance-level validation split, read by split and export
+    (field help: ``skillpipe config --show``)."""
     val_fraction: float = _f(0.1, "fraction of environment instances held out for validation",
                              min=0, max=1)
     seed: int = _f(0, "seed of the instance-level split")
@@ -317,6 +334,8 @@ class ExportConfig:
 
 @dataclass
 class PipelineConfig:
+    """The whole pipeline config: one attribute per YAML section, named as the section. Build it
+    with :func:`load_config` / :func:`from_dict` (checked) or ``PipelineConfig()`` (defaults)."""
     llm: LLMConfig = field(default_factory=LLMConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     remove_loops: RemoveLoopsConfig = field(default_factory=RemoveLoopsConfig)
@@ -330,6 +349,8 @@ class PipelineConfig:
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
+    """Config dataclass ``cfg`` as nested plain dicts (``dataclasses.asdict``): JSON-ready, the
+    form fingerprints and ``skillpipe config --show --json`` use."""
     return dataclasses.asdict(cfg)
 
 

@@ -33,15 +33,19 @@ def step_id(trajectory_id: str, step_index: int) -> str:
 
 
 def memory_id(trajectory_id: str, content: Any) -> str:
+    """``mem-<hash>`` of (trajectory id, the memory's content fields)."""
     return "mem-" + content_hash(trajectory_id, content)
 
 
 def skill_id(kind: str, category: str, content: Any) -> str:
+    """``<gen|tsk|err>-<hash>`` of (kind, category, content); an unknown kind's prefix is its
+    first 3 characters."""
     prefix = {"general": "gen", "task_specific": "tsk", "mistake": "err"}.get(kind, kind[:3])
     return f"{prefix}-" + content_hash(kind, category, content)
 
 
 def pair_id(trajectory_id: str, step_index: int, instruction: str, output: str) -> str:
+    """``pair-<hash>`` of (trajectory id, step index, rendered instruction, target output)."""
     return "pair-" + content_hash(trajectory_id, step_index, instruction, output)
 
 

@@ -160,6 +160,9 @@ class LLMStage(Stage):
         return {"quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine))}
 
     def run(self, ctx: StageContext) -> StageOutput:
+        """:meth:`requests`, :meth:`ask`, :meth:`collect`, then ``failed_requests`` and
+        :meth:`counters` on the output (module docstring, steps 1-4); see
+        :meth:`~pipeline.core.stage.Stage.run`."""
         run = LLMRun(ctx, quality.Tally(ctx.config.quality.flag_rules))
         run.jobs = self.requests(run)
         self.ask(run)

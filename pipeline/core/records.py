@@ -82,6 +82,8 @@ class Trajectory:
 
     @property
     def success(self) -> bool:
+        """Whether ``outcome`` is ``"success"`` (set by the reader; graded rewards use
+        ``parse.success_threshold``)."""
         return self.outcome == "success"
 
     @property
@@ -90,10 +92,13 @@ class Trajectory:
         return [s.action or "" for s in self.steps[1:]]
 
     def to_row(self) -> dict[str, Any]:
+        """A :data:`TRAJECTORY_SCHEMA` row: every field, steps as dicts (``dataclasses.asdict``)."""
         return asdict(self)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Trajectory":
+        """The trajectory of a :data:`TRAJECTORY_SCHEMA` row (inverse of :meth:`to_row`; a missing
+        or null ``removed_step_indices`` reads as ``[]``); ``TypeError`` for unknown keys."""
         row = dict(row)
         row["steps"] = [Step(**s) for s in row["steps"]]
         row["removed_step_indices"] = list(row.get("removed_step_indices") or [])

@@ -259,9 +259,11 @@ class RemoteRun:
         self.run = f"{base}/runs/{run_id}"
 
     def path(self, *parts: str) -> str:
+        """The filesystem path (no protocol) of ``parts`` joined under the run: ``<base>/runs/<run_id>/...``."""
         return "/".join((self.run,) + parts)
 
     def uri(self, rel: str) -> str:
+        """The full URI (with protocol, e.g. ``s3://``) of the run's folder ``rel``."""
         return self.fs.unstrip_protocol(self.path(rel))
 
     def listing(self, stage: str) -> tuple[bool, list[str]]:
@@ -350,6 +352,7 @@ class RemoteRun:
         return [got[p] for p in sorted(got)]
 
     def put_cache_part(self, rel: str, name: str, data: bytes) -> None:
+        """Write ``data`` (an encoded LLM cache part) as ``rel/_llm_cache/<name>``, one PUT."""
         self.fs.pipe_file(self.path(rel, LLM_PARTS_DIR, name), data)
 
     def compact_cache(self, rel: str, name: str) -> int:
@@ -524,6 +527,11 @@ class RemoteHooks(StageHooks):
                     self._run_files[rel] = data
 
     def before(self, stage: str, shard: str | None = None) -> None:
+        """:meth:`StageHooks.before` on object storage: push changed run-level files, take the
+        lease ``_locks/<stage>[.<shard>].json`` (:class:`~pipeline.core.lease.LeaseHeld` when
+        held), pull what the unit reads and its previous artifact, delete stale attempt prefixes
+        and, for an LLM stage, import the remote cache parts and start checkpointing new answers.
+        On any error the lease is released."""
         from pipeline.core.lease import Lease
         from pipeline.stages import get_stage
         rel = _rel(stage, shard)
@@ -588,6 +596,10 @@ class RemoteHooks(StageHooks):
                                             self._attempt[rel])
 
     def after(self, stage: str, shard: str | None = None) -> None:
+        """:meth:`StageHooks.after` on object storage: flush the LLM cache checkpoint, publish the
+        local artifact unless the remote already holds it, compact the cache parts, and always
+        release the lease. Raises ``RuntimeError`` without a matching :meth:`before`, and
+        :class:`~pipeline.core.lease.LeaseHeld` (nothing published) when the lease was lost."""
         rel = _rel(stage, shard)
         if rel not in self._attempt:
             raise RuntimeError(f"after({stage!r}, {shard!r}) without before(): nothing was pulled or leased")

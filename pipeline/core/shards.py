@@ -98,6 +98,7 @@ class ShardPlan:
 
     @property
     def ids(self) -> list[str]:
+        """The shard ids (``shard-NNNNN``) in plan order."""
         return [s["id"] for s in self.shards]
 
     @property
@@ -114,6 +115,7 @@ class ShardPlan:
         raise KeyError(f"no shard {shard!r} in the plan (shards: {', '.join(self.ids[:5])}...)")
 
     def to_json(self) -> dict:
+        """The JSON-ready plan ``{input_root, shards, fingerprint}`` stored in :func:`plan_path`."""
         return {"input_root": self.input_root, "shards": self.shards, "fingerprint": self.fingerprint}
 
 
@@ -147,6 +149,7 @@ def _size(path: str) -> int:
 
 
 def plan_path(run_dir: str) -> str:
+    """Where the plan of run folder ``run_dir`` is stored: ``<run_dir>/_plan/shards.json``."""
     return os.path.join(run_dir, PLAN_DIR, PLAN_FILE)
 
 

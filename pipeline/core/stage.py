@@ -171,6 +171,7 @@ class StageResult:
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def xcom(self) -> dict[str, Any]:
+        """``{uri, rows, fingerprint}`` (:data:`pipeline.core.manifest.XCOM_KEYS`): what a DAG task returns."""
         return {"uri": self.uri, "rows": self.rows, "fingerprint": self.fingerprint}
 
 

@@ -35,7 +35,8 @@ _MEMORY_LINE = re.compile(r"Step (\d+):\s*(<(?:search|answer)>.*?</(?:search|ans
 
 
 class RecordError(ValueError):
-    pass
+    """A malformed trajectory of an entry (not a step list, a bad step or reward); the reader
+    turns it into that trajectory's ``bad_record`` quarantine row and reads on."""
 
 
 def _float(v: Any) -> float:

@@ -41,7 +41,9 @@ _OK = {"ok", "ok."}
 
 
 class RecordError(ValueError):
-    pass
+    """A record that is not a usable chat (no messages, a message without a known role or string
+    content, no user turn or assistant action); the reader turns it into that record's
+    ``bad_record`` quarantine row and reads on."""
 
 
 def _messages(rec: Any) -> list[tuple[str, str]]:

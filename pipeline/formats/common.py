@@ -292,11 +292,13 @@ class ThoughtBuffer:
         self.parts: list[str] = []
 
     def add(self, text: str) -> None:
+        """Keep ``text``, stripped (blank text is ignored)."""
         text = text.strip()
         if text:
             self.parts.append(text)
 
     def take(self) -> str | None:
+        """The kept thoughts joined by newlines (``None`` when there are none), then empty the buffer."""
         out = "\n".join(self.parts) or None
         self.parts = []
         return out

@@ -42,7 +42,8 @@ BANK_KEYS = ("general_skills", "task_specific_skills", "query_type_skills", "com
 
 
 class RecordError(ValueError):
-    pass
+    """A malformed memory record; the reader turns it into that record's ``bad_record``
+    quarantine row and reads on (:class:`NoSteps`: ``memory_without_steps``)."""
 
 
 class NoSteps(RecordError):

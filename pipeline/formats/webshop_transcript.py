@@ -23,6 +23,8 @@ _BUY = re.compile(r"^click\[\s*buy now\s*\]$", re.I)
 
 @dataclass
 class WebShopEpisode:
+    """One parsed episode (:func:`parse_episode`): the goal (``""`` if none), the steps (step 0 the
+    reset observation), and the ``think[...]`` text after the last real action, if any."""
     task: str
     steps: list[Step]
     score: float | None            # the purchase score, None when nothing was bought

@@ -123,6 +123,8 @@ class ResponseCache:
             return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
     def close(self) -> None:
+        """Close the SQLite connection (every put is already committed); later calls raise
+        ``sqlite3.ProgrammingError``."""
         with self._lock:
             self._db.close()
 

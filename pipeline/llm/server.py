@@ -256,6 +256,7 @@ class EmbeddedServer:
 
     @property
     def pid(self) -> int | None:
+        """The server's process id once started (``__enter__``), else ``None``."""
         return self.proc.pid if self.proc else None
 
     def death(self) -> str | None:

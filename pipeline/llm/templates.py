@@ -89,6 +89,8 @@ def stage_files(stage: str, *schemas: str) -> list[str]:
 
 
 def env_name(env: str) -> str:
+    """The env's description for prompts (:data:`ENV_NAMES`, e.g. ``"WebShop (online shopping
+    website)"``); an unknown env key is returned as is."""
     return ENV_NAMES.get(env, env)
 
 

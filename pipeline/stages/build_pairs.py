@@ -226,6 +226,8 @@ class BuildPairs(Stage):
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
+        """See :meth:`Stage.prompt_files`: none (:func:`pipeline.prompts.prompt_template_files`;
+        the prompt templates are code, covered by the code version)."""
         return prompt_template_files()
 
     def run(self, ctx: StageContext) -> StageOutput:

@@ -178,6 +178,9 @@ def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> li
 
 
 def render_entry(e: dict[str, Any]) -> str:
+    """One :func:`step_entries` entry as prompt lines: step index, observation and recorded thought
+    (a hint, if any) each clipped to ``OBS_CHARS`` characters, the first ``ADMISSIBLE_SHOWN``
+    admissible actions, the action taken."""
     lines = [f"[step_index {e['step_index']}]", f"Observation: {_templates.clip(e['observation'], OBS_CHARS)}"]
     if e["admissible"]:
         shown = e["admissible"][:ADMISSIBLE_SHOWN]
@@ -262,6 +265,8 @@ class DistillStage(LLMStage):
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
+        """See :meth:`Stage.prompt_files`: ``pipeline/templates/distill*.txt`` and
+        ``schemas/reasoning.schema.json`` (:func:`pipeline.llm.templates.stage_files`)."""
         return _templates.stage_files(TEMPLATE, SCHEMA_FILE)
 
     def requests(self, run: LLMRun) -> list[Job]:
@@ -276,6 +281,8 @@ class DistillStage(LLMStage):
         return [episode_job(t, run, bank) for t in trajs]
 
     def unit_detail(self, job: Job, result: JSONResult) -> str:
+        """See :meth:`LLMStage.unit_detail`: ``call <key>: <detail>``, the key naming the failed chunk
+        (``<trajectory_id>#<chunk>``)."""
         return f"call {result.key}: {result.detail}"
 
     def format_output(self, item: Episode, values: list[Any], run: LLMRun) -> list[dict[str, Any]] | QuarantineRow:

@@ -179,6 +179,8 @@ class Export(Stage):
     split_files = SPLIT_FILES
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
+        """See :meth:`Stage.prompt_files`: none (:func:`pipeline.prompts.prompt_template_files`;
+        the prompt templates are code, covered by the code version)."""
         return prompt_template_files()
 
     def run(self, ctx: StageContext) -> StageOutput:

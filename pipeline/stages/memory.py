@@ -193,6 +193,8 @@ class MemoryStage(LLMStage):
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
+        """See :meth:`Stage.prompt_files`: ``pipeline/templates/memory*.txt`` and
+        ``schemas/memory.schema.json`` (:func:`pipeline.llm.templates.stage_files`)."""
         return _templates.stage_files(TEMPLATE, SCHEMA_FILE)
 
     def requests(self, run: LLMRun) -> list[Job]:
@@ -203,6 +205,7 @@ class MemoryStage(LLMStage):
                     t.source_line) for t in trajs]
 
     def format_output(self, item: Trajectory, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
+        """See :meth:`LLMStage.format_output`: the trajectory's one memory row (:func:`memory_row`)."""
         return [memory_row(item, values[0], run.model)]
 
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:

@@ -94,6 +94,8 @@ def dedupe_items(items: list[tuple[str, str]], cap: int) -> tuple[list[tuple[str
 
 
 def mistake_text(m: dict[str, str]) -> str:
+    """A memory's mistake as one prompt line: ``"when <trigger_condition>: <bad_action>"`` (the
+    trigger's final period dropped)."""
     return f"when {m['trigger_condition'].strip().rstrip('.')}: {m['bad_action'].strip()}"
 
 
@@ -342,6 +344,8 @@ class SkillsStage(LLMStage):
     config_sections = ("skills", "quality")
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
+        """See :meth:`Stage.prompt_files`: ``pipeline/templates/skills*.txt`` and the ``skills`` and
+        ``mistakes`` answer schemas (:func:`pipeline.llm.templates.stage_files`)."""
         return _templates.stage_files(NAME, "skills", "mistakes")
 
     def requests(self, run: LLMRun) -> list[Job]:
@@ -360,6 +364,8 @@ class SkillsStage(LLMStage):
         return [Job(c, c.request.key, [c.request]) for c in calls]
 
     def format_output(self, item: Call, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
+        """See :meth:`LLMStage.format_output`: the skill rows of one call's answer (:func:`call_rows`),
+        before merging and source checks (:meth:`env_banks`)."""
         return call_rows(item, values[0], run.model)
 
     def env_banks(self, run: LLMRun) -> tuple[list[dict[str, Any]], dict[str, tuple[list, list]]]:

@@ -51,6 +51,7 @@ class GroupStats:
     no_signal: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a plain, JSON-ready dict (``dataclasses.asdict``)."""
         return asdict(self)
 
 

@@ -93,6 +93,10 @@ class HFPolicy:
         self.eos_ids = {tokenizer.eos_token_id}
 
     def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]:
+        """See :meth:`sft.rl.rollout.Policy.generate`: one left-padded batch, sampled (greedy at
+        ``temperature == 0``) without gradients in eval mode (the training mode is restored);
+        each completion is cut after its first EOS token (kept) and carries its prompt and
+        completion token ids."""
         import torch
 
         ids = [prompt_ids(self.tokenizer, m) for m in prompts]

@@ -52,7 +52,8 @@ class Policy(Protocol):
     """Anything that maps a batch of chat prompts to one completion each (same order)."""
     model_id: str
 
-    def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]: ...
+    def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]:
+        """One :class:`Completion` per prompt (a list of chat messages ``{"role", "content"}``), in order."""
 
 
 def project_action(text: str) -> tuple[str, bool]:
@@ -81,6 +82,7 @@ class StepSample:
 
     @property
     def valid(self) -> bool:
+        """Well-formed output (``format_ok``) whose action is in the admissible list shown."""
         return self.format_ok and self.admissible
 
 
@@ -97,6 +99,7 @@ class Episode:
 
     @property
     def n_invalid(self) -> int:
+        """Number of samples that are not :attr:`StepSample.valid`."""
         return sum(not s.valid for s in self.samples)
 
 
@@ -214,6 +217,9 @@ class OpenAIPolicy:
         self.model_id = model_id or model
 
     def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]:
+        """See :meth:`Policy.generate`: one chat-completion request per prompt, in turn; text only
+        (no token ids), ``""`` for an empty answer. Raises the ``openai`` error once its retries
+        are spent."""
         out = []
         for msgs in prompts:
             r = self._client.chat.completions.create(model=self.model, messages=msgs, temperature=self.temperature,
@@ -311,6 +317,7 @@ class GoldPolicy:
         return Completion(f"<think>{self.think}</think>\n<action>{action}</action>")
 
     def generate(self, prompts: list[list[dict[str, str]]]) -> list[Completion]:
+        """Always raises ``TypeError``: this policy plays through :meth:`start_episode` / :meth:`act`."""
         raise TypeError("GoldPolicy plays through run_episodes' expert hooks (start_episode/act), not generate()")
 
     def noise_stats(self, slot: int) -> dict[str, list[int]]:

@@ -58,6 +58,8 @@ class AlfTask:
 
     @property
     def category(self) -> str:
+        """Category key from the game-file folder (:func:`pipeline.envs.alfworld.category_from_gamefile`),
+        ``"other"`` when unknown."""
         return _alf.category_from_gamefile(self.game_file) or "other"
 
 
@@ -80,6 +82,8 @@ class AlfWorldEnv(SimEnv):
         self._env = None
 
     def reset(self, task: AlfTask) -> Reset:
+        """Close any open game, start ``task``; returns the first observation, the task text (after
+        ``Your task is to:``, ``""`` if absent) and the admissible actions."""
         import textworld
         import textworld.gym
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
@@ -97,6 +101,8 @@ class AlfWorldEnv(SimEnv):
                      category=task.category, instance=task.instance)
 
     def step(self, action: str) -> Transition:
+        """Apply ``action``; reward :data:`WIN_REWARD` on a win, else 0; ``done`` on a win or at the
+        step limit. Raises ``RuntimeError`` before :meth:`reset`."""
         if self._env is None:
             raise RuntimeError("step() before reset()")
         obs, _score, done, info = self._env.step(action)
@@ -106,6 +112,7 @@ class AlfWorldEnv(SimEnv):
                           admissible_actions=list(info.get("admissible_commands") or []))
 
     def close(self) -> None:
+        """Close the current game (idempotent)."""
         if self._env is not None:
             self._env.close()
             self._env = None

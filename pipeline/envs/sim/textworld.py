@@ -78,9 +78,12 @@ class EnvTask:
 
     @property
     def category(self) -> str:
+        """Category key of ``game`` (:func:`category`), ``"other"`` when unknown."""
         return category(self.game)
 
     def game_params(self) -> str:
+        """The ``gameParams`` string sent to the engine: ``params``, else the game's
+        :data:`DEFAULT_PARAMS` entry, else ``""`` (the engine's defaults)."""
         return self.params or DEFAULT_PARAMS.get(self.game, "")
 
 
