@@ -130,49 +130,60 @@ def measure(tree: str) -> None:
     print(f"work_wall_s={wall:.3f} work_cpu_s={cpu:.3f} peak_rss_mb={me + kids:.0f}")
 
 
+def _read_texts(paths: list[str]) -> list[tuple[str, str]]:
+    """``[(path, text)]``: each file read, SHA-256 hashed (as parse hashes its inputs) and decoded."""
+    import hashlib
+    out = []
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        hashlib.sha256(data).hexdigest()
+        out.append((path, data.decode("utf-8")))
+    return out
+
+
+def _encode(trajs: list) -> list:
+    """``trajs`` as Parquet parts of 500 rows, as a parse worker encodes them."""
+    from pipeline.core.artifacts import PartEncoder
+    from pipeline.core.records import TRAJECTORY_SCHEMA
+    from pipeline.formats.common import trajectories_table
+    enc = PartEncoder(TRAJECTORY_SCHEMA)
+    for i in range(0, len(trajs), 500):
+        enc.write(trajectories_table(trajs[i:i + 500]))
+    return enc.finish()
+
+
 def phases(tree: str) -> None:
     """Ours, phase by phase, in this process on one core (no pool): CPU seconds of listing the
     files, reading + hashing + decoding them, the txt reader (trajectory ids included), content
     digests, Arrow columns + Parquet encoding, and loop removal on those tables. Prints
-    ``phase_<name>_cpu_s=<x>`` lines (and ``reader_ids_cpu_s``, the ids' share of the reader), their sum, and ``bound_without_reader_cpu_s``: the sum with
-    the reader's own work set to zero (its ids kept), the least CPU any faster reader could leave
-    for this pipeline. Selection, manifests and the process pools are not in the sum."""
+    ``phase_<name>_cpu_s=<x>`` lines (and ``reader_ids_cpu_s``, the ids' share of the reader),
+    their sum, and ``bound_without_reader_cpu_s``: the sum with the reader's own work set to
+    zero (its ids kept), the least CPU any faster reader could leave for this pipeline.
+    Selection, manifests and the process pools are not in the sum."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import hashlib
-
     import pyarrow as pa
 
-    from pipeline.core.artifacts import PartEncoder, decode_part
+    from pipeline.core.artifacts import decode_part
     from pipeline.core.config import PipelineConfig
     from pipeline.core.lineage import trajectory_id
-    from pipeline.core.records import TRAJECTORY_SCHEMA
     from pipeline.formats import skillrl_txt
-    from pipeline.formats.common import Source, _content, trajectories_table
+    from pipeline.formats.common import Source, _content
     from pipeline.formats.discover import list_input_files
     from pipeline.selection import content_digest
     from pipeline.stages.remove_loops import remove_loops_table
 
     pa.array([], pa.int32())  # pyarrow's lazy pandas import: not a phase
-    clock, cpu = time.process_time, {}
+    cpu = {}
 
     def timed(name, fn):
-        t0 = clock()
+        t0 = time.process_time()
         out = fn()
-        cpu[name] = clock() - t0
+        cpu[name] = time.process_time() - t0
         return out
 
     files = timed("list", lambda: list_input_files(tree))
-
-    def load():
-        out = []
-        for path in files:
-            with open(path, "rb") as f:
-                data = f.read()
-            hashlib.sha256(data).hexdigest()
-            out.append((path, data.decode("utf-8")))
-        return out
-
-    texts = timed("read_hash_decode", load)
+    texts = timed("read_hash_decode", lambda: _read_texts(files))
     trajs = timed("reader", lambda: [t for path, text in texts for t in skillrl_txt.read(
         Source(path, None, 1.0, os.path.relpath(path, tree), text)) if not hasattr(t, "reason")])
     # the ids are computed inside the reader; timed again here so the bound can keep them
@@ -180,15 +191,7 @@ def phases(tree: str) -> None:
         t.env, t.task, t.outcome, t.reward, t.steps)) for t in trajs])
     assert ids == [t.trajectory_id for t in trajs], "ids recomputed differently"
     timed("content_digest", lambda: [content_digest(t) for t in trajs])
-
-    def encode():
-        enc = PartEncoder(TRAJECTORY_SCHEMA)
-        for i in range(0, len(trajs), 500):
-            enc.write(trajectories_table(trajs[i:i + 500]))
-        return enc.finish()
-
-    parts = timed("arrow_parquet", encode)
-    tables = [decode_part(p) for p in parts]
+    tables = [decode_part(p) for p in timed("arrow_parquet", lambda: _encode(trajs))]
     min_actions = PipelineConfig().remove_loops.min_actions
     timed("remove_loops", lambda: [remove_loops_table(t, min_actions) for t in tables])
     ids_cpu = cpu.pop("ids_within_reader")
