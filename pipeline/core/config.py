@@ -285,8 +285,8 @@ class BuildPairsConfig:
 
 #: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
 QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
-                 "ungrounded_observation", "future_leak", "unknown_source_memory", "category_mismatch", "off_topic",
-                 "think_is_action", "echo_prompt", "not_actionable")
+                 "ungrounded_observation", "future_leak", "ungrounded_think", "unknown_source_memory",
+                 "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable")
 
 
 @dataclass

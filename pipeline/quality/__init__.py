@@ -12,7 +12,8 @@ Modules (one concept each):
 * :mod:`.text` - degenerate text in any field: ``no_words``, ``not_a_phrase``, ``ngram_loop``,
   ``reused_think``;
 * :mod:`.grounding` - facts checked against the recorded trajectory or the memory artifact:
-  ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``unknown_source_memory``,
+  ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``ungrounded_think``,
+  ``unknown_source_memory``,
   ``category_mismatch``;
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
@@ -41,6 +42,8 @@ REASONS: dict[str, str] = {
     "ungrounded_step": "a refined step cites a step index without that recorded action",
     "ungrounded_observation": "a critical observation is not a (near-)span of that step's observation",
     "future_leak": "a think names an entity that first appears in an observation after its step",
+    "ungrounded_think": "a think has no content word of the task, the observations so far, the action taken or "
+                        "the admissible actions shown (it would fit any step)",
     "unknown_source_memory": "a skill cites a source memory that is not in the memory artifact",
     "category_mismatch": "a task-specific skill's category differs from its source memories' category",
     "off_topic": "embedding similarity to the source is below quality.off_topic_threshold",

@@ -11,6 +11,13 @@
 * ``future_leak`` - a think for action ``i + 1`` (distill entry ``i``, which shows observation
   ``i``) must not name an entity that first appears in an observation after step ``i``
   (:func:`future_entities`).
+* ``ungrounded_think`` - a think for entry ``i`` must name something of what the agent had: at
+  least one of its content words (:func:`pipeline.quality.echo.content_words`, stemmed) is a word
+  of the task, of observations ``0..i``, of the action taken or of the admissible actions shown
+  (:func:`ungrounded_think`). "This action helps me complete the task." and "Let me think about
+  it." name nothing; they teach reasoning that fits every step. Measured on the 85 distinct
+  recorded thoughts of the samples and fixtures: 2 fire, both Reflexion's WebShop few-shot
+  "The first two items are not what I want." (items = the products listed; no shared word).
 * ``unknown_source_memory`` / ``category_mismatch`` - a skill's source memories exist, and a
   task-specific skill's category equals theirs (:func:`skill_source_violations`).
 """
@@ -22,6 +29,7 @@ from typing import Any, Iterable
 
 from pipeline.core.records import Trajectory
 from pipeline.quality import Violation
+from pipeline.quality.echo import content_words
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 #: Entity mentions: a name followed by an instance number (ALFWorld/TextWorld ``drawer 3``,
@@ -118,6 +126,26 @@ def future_leak(think: str, traj: Trajectory, i: int) -> list[Violation]:
     if leaked:
         return [Violation("future_leak", f"the think for step {i} names {', '.join(leaked)}, which the agent "
                                          "has not seen yet at that step")]
+    return []
+
+
+def grounding_words(traj: Trajectory, i: int, action: str, admissible: Iterable[str]) -> set[str]:
+    """Stemmed content words (:func:`pipeline.quality.echo.content_words`) of what the agent had
+    at distill entry ``i``: the task, observations ``0..i``, ``action`` (the action taken) and
+    ``admissible`` (the actions shown)."""
+    texts = [traj.task, *(s.observation or "" for s in traj.steps[:i + 1]), action, *admissible]
+    return set(content_words(" \n ".join(texts)))
+
+
+def ungrounded_think(think: str, traj: Trajectory, i: int, action: str, admissible: Iterable[str]
+                     ) -> list[Violation]:
+    """``ungrounded_think`` when no content word of the think for entry ``i`` is one of
+    :func:`grounding_words` (a think with no content word at all is left to ``no_words``)."""
+    words = set(content_words(think))
+    if words and not words & grounding_words(traj, i, action, admissible):
+        return [Violation("ungrounded_think", f"the think for step {i} {think[:60]!r} names nothing of the task, "
+                                              "the observations so far or the actions; say what in the observation "
+                                              "leads to this action")]
     return []
 
 

@@ -107,7 +107,8 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
-    step), ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
+    step), ``ungrounded_think`` (against the entry's action and admissible list),
+    ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
     :func:`prompt_vocab`), then ``off_topic`` against the step
     (observation as shown + action) and the task."""
@@ -116,6 +117,8 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
     out += text.reused(pairs, traj.task)
     out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
+    out += [v for i, t in pairs
+            for v in grounding.ungrounded_think(t, traj, i, entries[i]["action"], entries[i]["admissible"])]
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))

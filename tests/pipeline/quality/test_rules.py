@@ -155,6 +155,47 @@ def test_future_leak():
     assert grounding.future_leak("take apple 1 now", traj, 1) == []  # seen in observation 1
 
 
+@pytest.mark.parametrize("think,fires", [
+    ("This action helps me complete the task.", True),   # fits any step of any trajectory
+    ("Let me think about it.", True),
+    ("I need to do this to finish.", True),
+    ("The answer is 42.", True),
+    ("1.25", False),                                      # no content word: no_words' case, not this rule's
+    ("The apple is cold now, so it goes back on the countertop.", False),
+    ("Nothing useful here; the fridge may have something.", False),  # 'fridge' is an admissible action's
+    ("I pick it up before anything else.", False),        # 'pick' is a word of observation 2
+])
+def test_ungrounded_think(think, fires):
+    traj = cool_apple()
+    # entry 2 shows observation 2 ("You pick up the apple 1 ...") and explains "go to fridge 1"
+    got = grounding.ungrounded_think(think, traj, 2, "go to fridge 1", traj.steps[2].admissible_actions)
+    assert [v.reason for v in got] == (["ungrounded_think"] if fires else [])
+
+
+def test_ungrounded_think_sees_only_observations_up_to_its_step():
+    traj = cool_apple()
+    # "cool" is in the task; "closed" first appears in observation 3: grounded at entry 3, not at entry 0
+    assert grounding.ungrounded_think("It is closed.", traj, 3, "cool apple 1 with fridge 1", []) == []
+    assert [v.reason for v in grounding.ungrounded_think("It is closed.", traj, 0, "go to countertop 1", [])] == [
+        "ungrounded_think"]
+
+
+def test_ungrounded_think_on_the_recorded_thoughts_of_the_samples_and_fixtures(tmp_path):
+    """Measured: of the 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples,
+    none fires (each against its distill entry: the task, observations so far, the action and
+    the admissible list shown)."""
+    n, fired = 0, []
+    for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        for t in trajs:
+            for k in range(1, len(t.steps)):
+                if (t.steps[k].thought or "").strip():
+                    n += 1
+                    fired += grounding.ungrounded_think(t.steps[k].thought, t, k - 1, t.steps[k].action or "",
+                                                        t.steps[k - 1].admissible_actions)
+    assert (n, fired) == (30, [])
+
+
 def test_skill_sources():
     mems = {"m1": {"category": "cool"}, "m2": {"category": "heat"}}
     ok = {"skill_id": "s", "kind": "task_specific", "category": "cool", "source_memory_ids": ["m1"]}

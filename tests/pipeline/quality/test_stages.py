@@ -119,10 +119,12 @@ def test_distill_future_leak_repaired(sample_store):
     assert res.manifest["counters"]["quality"]["rejected_answers"] == {"future_leak": 1}
 
 
+# the off_topic think shares "see" with the observations ("you see a ..."), so ungrounded_think
+# passes it and the embedding rule is the one that rejects it
 @pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"),
                                          ({3: "To progress, I go to desk 4 now."}, "reused_think"),
                                          ({4: "take take take take take take"}, "ngram_loop"),
-                                         ({5: "The weather is nice today and I like football."}, "off_topic")])
+                                         ({5: "The weather is nice today and I like football, you see."}, "off_topic")])
 def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over, reason):
     store, ids = sample_store
     bad = thinks(over)
