@@ -67,9 +67,10 @@ def list_input_files(path: str) -> list[str]:
     nothing, so nothing is read twice (two plain hard-linked names of one file are both listed:
     the parse stage quarantines the second read as ``duplicate_trajectory``). A dangling link (or one whose target cannot be examined)
     is listed anyway, so that :func:`read_file` turns it into an ``unreadable_file`` quarantine
-    row instead of it vanishing without notice. Entries that are neither files nor folders
-    (FIFOs, sockets, devices) are not inputs and are skipped, and so is a folder that cannot be
-    listed (permissions).
+    row instead of it vanishing without notice; so is a folder below ``path`` that cannot be listed
+    (permissions): its files cannot be named, so the folder itself becomes one
+    ``unreadable_file`` row. Entries that are neither files nor folders (FIFOs, sockets, devices)
+    are not inputs and are skipped.
 
     Raises ``FileNotFoundError`` when ``path`` does not exist (or is a dangling link).
     """
@@ -104,7 +105,8 @@ class _Walk:
         try:
             with os.scandir(folder) as it:
                 entries = list(it)
-        except OSError:
+        except OSError:  # no permission (or gone): listed, so read_file quarantines it as unreadable
+            self.found.append(folder)
             return
         for e in entries:
             if e.name.startswith("."):
@@ -301,9 +303,13 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
     hint = None if env_hint in (None, "", "auto") else env_hint
     try:
+        if os.path.isdir(path):  # a folder list_input_files could not list
+            os.scandir(path).close()  # raises the listing's error (else it became readable since)
+            raise IsADirectoryError(21, "a folder, listed as an input because it could not be listed", path)
         loaded = _load(path, fmt, digest)
     except OSError as e:
-        yield bad("unreadable_file", f"{type(e).__name__}: {e}", path)
+        folder = "folder cannot be listed, so none of its files was read: " if os.path.isdir(path) else ""
+        yield bad("unreadable_file", f"{folder}{type(e).__name__}: {e}", path)
         return
     if loaded.problem:
         yield loaded.problem

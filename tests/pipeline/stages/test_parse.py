@@ -124,6 +124,32 @@ def test_corrupt_inputs_through_the_stage(tmp_path):
     assert m["counts"]["in"] == 12 and m["counts"]["out"] == 5 and m["counts"]["quarantined"] == 7
 
 
+def test_a_folder_that_cannot_be_listed_is_one_quarantine_row(tmp_path, monkeypatch):
+    """A folder below the input that cannot be listed (no permission: simulated, since tests may
+    run as root, who lists everything) was skipped without a word, its files neither read nor
+    counted. It is now one unit in, quarantined as ``unreadable_file`` with the reason."""
+    from pipeline.formats import discover
+    inp = tmp_path / "in"
+    shutil.copytree("data/samples/skillrl-rollouts/env000", inp / "env000")
+    (inp / "closed").mkdir()
+    (inp / "closed" / "test9.txt").write_text("never read")
+    real_scandir = discover.os.scandir
+
+    def scandir(path="."):
+        if os.path.basename(os.fspath(path)) == "closed":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(discover.os, "scandir", scandir)
+    ctx = StageContext(store=ArtifactStore(str(tmp_path / "root"), "r1"), config=PipelineConfig(), input_path=str(inp))
+    res = run_stage("parse", ctx, log=lambda s: None)
+    c = res.manifest["counts"]
+    assert (c["in"], c["out"], c["quarantine_reasons"]) == (3, 2, {"unreadable_file": 1})
+    (row,) = ctx.store.require("parse").read_rows(quarantine=True)
+    assert row["source_uri"] == "closed"
+    assert row["detail"].startswith("folder cannot be listed, so none of its files was read: PermissionError")
+
+
 def test_unreadable_input_is_quarantined_and_fingerprints_stably(tmp_path):
     """A file that cannot be read (here a link to /proc/self/mem: open works, read fails with
     EIO) is quarantined, and the next run's up-front input fingerprint neither crashes nor
