@@ -133,6 +133,25 @@ def _storage_message(e: BaseException, root: str) -> str:
     return f"{root}: {what}"
 
 
+def _missing_package_message(e: ImportError, uri: str, option: str = "--root") -> str:
+    """One line for fsspec's ``ImportError`` ``e`` when the package of ``uri``'s scheme (gcsfs for
+    ``gs://``, adlfs for ``az://``) is not installed: which package, and the pip command that
+    installs it into the environment running skillpipe. ``option``: the CLI option that gave
+    ``uri`` ("" for an argument)."""
+    scheme = uri.split("://", 1)[0]
+    cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
+    package = (getattr(cause, "name", None) or "").split(".")[0]
+    if not package:  # fsspec's registry names the class, whose top module is the package
+        from fsspec.registry import known_implementations
+        package = known_implementations.get(scheme, {}).get("class", "").split(".")[0]
+    pip = os.path.join(os.path.dirname(sys.executable), "pip")
+    if pip.startswith(os.getcwd() + os.sep):
+        pip = os.path.relpath(pip)
+    what = f"package {package}" if package else "a package that is not installed"
+    how = f"; install it into this environment: {pip} install {package}" if package else ""
+    return f"{option + ' ' if option else ''}{uri}: the {scheme}:// scheme needs {what} ({e}){how}"
+
+
 def _user_message(msg: str, root: str) -> str:
     """``msg`` as the user should read it: for an object-storage root the local mirror folder is
     named by the root URI, and a suggested ``skillpipe run`` command gets the ``--root`` given."""
@@ -190,8 +209,9 @@ def run(
 
     Exit 0 when every requested stage was written (a stage whose failed LLM requests stay under
     llm.max_endpoint_failure_rate is written, its raw answers quarantined, shown "incomplete" and
-    retried by the next plain run); 1 when a stage failed or another process holds the run; 2 for
-    a usage error."""
+    retried by the next plain run; no trajectory read: with a warning); 1 when a stage failed or
+    another process holds the run; 2 for a usage error (also: --stages leaves out an upstream
+    stage the run has not written, checked before any stage runs)."""
     from pipeline.core.config import OptionError, run_config
     from pipeline.core.runner import check_run_id
 
@@ -209,6 +229,7 @@ def run(
         err.print(f"note: --input is read by the parse stage only; stages {','.join(names)} read run "
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = _input_path(input, root, run_id, reads_input)
+    _check_upstreams(root, run_id, names, input_path)
     # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
@@ -226,7 +247,9 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
         previous = _previous_input(root, run_id) if reads_input or not given else ""
     except RootMissing as e:
         _fail(str(e))
-    except (ValueError, ImportError) + _storage_errors() as e:
+    except ImportError as e:  # fsspec: the package of the scheme (gcsfs, adlfs) is not installed
+        _fail(_missing_package_message(e, root))
+    except (ValueError,) + _storage_errors() as e:
         _fail(_storage_message(e, root))
     if given and previous and reads_input and os.path.abspath(given) != previous:
         err.print(f"note: run {run_id} was built from {previous}; parse now reads {os.path.abspath(given)} and the "
@@ -243,6 +266,73 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
     return input_path
 
 
+def _has_artifact(root: str, run_id: str, stage: str) -> bool:
+    """Whether run ``run_id`` under ``root`` has anything written for ``stage``: its stage
+    manifest, or a shard folder (a sharded stage whose collect step has not run yet). Whether
+    that artifact is complete, intact and fresh is the runner's check (its errors say which)."""
+    from pipeline.core.artifacts import MANIFEST, ArtifactStore
+    from pipeline.core.remote import RemoteRun, is_remote, remote_fs
+    from pipeline.core.shards import is_shard_id
+    if is_remote(root):
+        fs, base = remote_fs(root)
+        has_manifest, shards = RemoteRun(fs, base, run_id).listing(stage)  # one LIST
+        return has_manifest or bool(shards)
+    folder = ArtifactStore(root, run_id).stage_dir(stage)
+    if os.path.exists(os.path.join(folder, MANIFEST)):
+        return True
+    return os.path.isdir(folder) and any(is_shard_id(d) and os.path.exists(os.path.join(folder, d, MANIFEST))
+                                         for d in os.listdir(folder))
+
+
+def _check_upstreams(root: str, run_id: str, names: list[str] | None, input_path: str) -> None:
+    """Exit 2 before any stage runs when a stage in ``names`` (the ``--stages`` given; ``None``:
+    every stage, nothing to check) reads an upstream stage that is neither in ``names`` nor
+    written in run ``run_id``: one ``error:`` line naming each such upstream and a ``skillpipe
+    run`` command whose ``--stages`` adds every stage missing, transitively. One look per
+    upstream not requested (a LIST on object storage); a storage error is the usual one
+    ``error:`` line (exit 1)."""
+    from pipeline.stages import get_stage
+    if names is None:
+        return
+    present: dict[str, bool] = {}
+
+    def missing(stage: str, wanted: set[str]) -> list[str]:
+        out = []
+        for up in get_stage(stage).inputs:
+            if up not in wanted:
+                if up not in present:
+                    present[up] = _has_artifact(root, run_id, up)
+                if not present[up]:
+                    out.append(up)
+        return out
+
+    try:
+        gaps = {s: missing(s, set(names)) for s in names}
+        wanted = set(names)
+        while True:  # the stages to add: the missing upstreams, then theirs
+            more = {up for s in wanted for up in missing(s, wanted)}
+            if not more:
+                break
+            wanted |= more
+    except ImportError as e:
+        _fail(_missing_package_message(e, root))
+    except (ValueError,) + _storage_errors() as e:
+        _fail(_storage_message(e, root))
+    gaps = {s: ups for s, ups in gaps.items() if ups}
+    if not gaps:
+        return
+    order = [s for s in STAGES if s in wanted]
+    command = ["skillpipe run"] + ([f"--root {root}"] if os.path.normpath(root) != "." else []) + [f"--run-id {run_id}"]
+    if "parse" in wanted:
+        command.append(f"--input {input_path or 'PATH'}")
+    if len(order) < len(STAGES):
+        command.append(f"--stages {','.join(order)}")
+    needs = "; ".join(f"{s} reads {', '.join(ups)}" for s, ups in gaps.items())
+    _fail(f"--stages {','.join(names)}: nothing was run: {needs}, which --stages does not include and run "
+          f"{run_id} has not written yet. Run them too: {' '.join(command)}"
+          f"{'' if len(order) < len(STAGES) else ' (every stage)'}", code=2)
+
+
 def _run_and_summarise(root: str, run_id: str, input_path: str, cfg, options: dict) -> None:
     """``run_pipeline`` with ``options`` (env, stages, force, shards), then the summary; every
     failure a user can meet is one ``error:`` line (exit 1; 130 for Ctrl-C)."""
@@ -255,18 +345,36 @@ def _run_and_summarise(root: str, run_id: str, input_path: str, cfg, options: di
     except (ArtifactError, CountMismatch, ValueError, RuntimeError) as e:
         _fail(_user_message(str(e), root))
     except ImportError as e:  # fsspec: the package of a protocol (gcsfs, adlfs) is not installed
-        _fail(f"--root {root}: {e}")
+        _fail(_missing_package_message(e, root))
     except _storage_errors() as e:
         _fail(_user_message(_storage_message(e, root), root))
     except KeyboardInterrupt:
         _fail("interrupted: the stages and shards written so far are kept (each is written whole or not at all); "
               "rerun to go on from there (without --force, what is done is skipped)", code=130)
     print_summary(results, time.monotonic() - t0, root)
+    _warn_nothing_read(results, root, input_path)
+
+
+def _warn_nothing_read(results, root: str, input_path: str) -> None:
+    """One ``warning:`` line on stderr when parse (in ``results``) kept no trajectory: the run
+    then succeeds (exit 0: every unreadable file is quarantined as designed) with nothing to
+    work on. The line gives parse's quarantine reasons and the command that lists them."""
+    parse = next((r for r in results if r.stage == "parse"), None)
+    if parse is None or parse.manifest.get("counts", {}).get("out", 0):
+        return
+    c = parse.manifest.get("counts", {})
+    reasons = ", ".join(f"{k}={v}" for k, v in c.get("quarantine_reasons", {}).items())
+    why = (f"parse quarantined all {c.get('quarantined', 0)} item(s) it found ({reasons})" if c.get("quarantined")
+           else "parse found no trace record in it")
+    source = input_path or parse.manifest.get("input_path") or "the input"
+    err.print(f"warning: no trajectory was read from {source}: {why}; see each file and reason with "
+              f"skillpipe inspect {_show_uri(parse.uri, root)} --quarantine", highlight=False, markup=False,
+              soft_wrap=True)
 
 
 def _fail(message: str, code: int = 1):
     """Print ``error: message`` (one line, markup-escaped: messages start with "[stage]") and exit."""
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line: commands stay copyable
     raise typer.Exit(code)
 
 
@@ -306,7 +414,7 @@ def print_summary(results, wall: float, root: str = ".") -> None:
                   highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
     for r in results:
-        console.print(f"  {r.stage:9s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
+        console.print(f"  {r.stage:12s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
     export = next((r for r in results if r.stage == "export"), None)
     if export:
         for f in ("sft_train.jsonl", "sft_val.jsonl", "skill_bank.json", "DATASET_CARD.md"):
@@ -354,7 +462,7 @@ def inspect(
         err.print(f"[bold red]error:[/] {escape(str(e).strip(chr(34) + chr(39)))}")
         raise typer.Exit(1)
     except ImportError as e:  # fsspec: the package of the URI's protocol is not installed
-        _fail(f"{path}: {e}")
+        _fail(_missing_package_message(e, path, option=""))
     except _storage_errors() as e:
         _fail(_storage_message(e, path))
 
@@ -383,7 +491,9 @@ def report(
             root = os.path.dirname(os.path.dirname(pull_run(root, run_id)))  # the mirror's root folder
     except FileNotFoundError as e:
         _fail(str(e))
-    except (ValueError, ImportError) + _storage_errors() as e:
+    except ImportError as e:  # fsspec: the package of the scheme (gcsfs, adlfs) is not installed
+        _fail(_missing_package_message(e, root))
+    except (ValueError,) + _storage_errors() as e:
         _fail(_storage_message(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
