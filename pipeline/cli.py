@@ -404,8 +404,11 @@ def print_summary(results, wall: float, root: str = ".") -> None:
             n_out += f" ({c['units_out']} used)"
         n_failed = (r.manifest.get("failed_requests") or {}).get("total", 0)
         status = "skipped (unchanged)" if r.skipped else "ran"
+        n_final = (r.manifest.get("failed_requests") or {}).get("final", 0)
         if n_failed and r.manifest.get("fingerprint_complete"):  # incomplete: the next plain run retries them
-            status = f"incomplete ({n_failed} failed LLM request(s); a rerun retries them)"
+            status = f"incomplete ({n_failed - n_final} failed LLM request(s); a rerun retries them)"
+        elif n_final and not r.skipped:
+            status = f"ran ({n_final} failed answer(s), final)"
         t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
                   llm_s, f"{r.manifest.get('wall_s', 0):.1f}", status)
     console.print(t)

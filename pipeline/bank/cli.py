@@ -39,6 +39,10 @@ def list_(root: str = ROOT) -> None:
     """Every stored version, oldest first; the current one (HEAD) is marked with *."""
     store = _store(root)
     head = store.head()
+    if not store.versions():  # say so: an empty listing reads like a broken command
+        console.print(f"no bank registered under {store.dir} yet (the skills stage stores a bank only when it "
+                      "keeps a skill; rl grpo stores the bank it starts from)", markup=False, highlight=False)
+        return
     for v in store.versions():  # plain lines, not a table: full ids stay copyable and greppable
         r = store.get(v).record
         c = r["counts"]

@@ -172,8 +172,9 @@ class LLMConfig:
     ctx_size: int = _f(8192, "embedded server only: context window in tokens", min=1)
     retry_failed: bool = _f(True, "a stage whose LLM requests failed (raw output quarantined) is recorded as "
                                   "incomplete, so a plain rerun resends exactly those requests; false records it "
-                                  "complete (the failures stay quarantined; --force still retries them), e.g. for a "
-                                  "greedy local model whose failures repeat")
+                                  "complete (the failures stay quarantined; --force still retries them). With the "
+                                  "embedded server at temperature 0 only transport failures are retried: a failed "
+                                  "answer would repeat")
 
 
 @dataclass

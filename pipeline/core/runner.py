@@ -28,7 +28,16 @@ TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
 MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
 
 
-def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dict[str, Any]:
+def answers_repeat(llm: Any) -> bool:
+    """True when the same request gets the same answer: the embedded llama.cpp server
+    (``llm.base_url`` empty) sampling greedily (``llm.temperature == 0``, fixed ``llm.seed``).
+    Then a request whose *answer* failed (cut at max_tokens, not JSON, schema or content rules)
+    would only fail again, and only transport failures are worth a retry."""
+    return not llm.base_url and llm.temperature == 0
+
+
+def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True, only_transport: bool = False
+                         ) -> dict[str, Any]:
     """The manifest entries that record a stage's failed LLM requests.
 
     Returns ``{"fingerprint": fp}`` when every request succeeded. Otherwise the recorded
@@ -39,14 +48,18 @@ def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True) -> dic
     ``failed_requests``: ``{total, by_reason, keys (first MAX_LISTED_FAILED, sorted),
     quarantine_rows (request rows beyond the units' own rows)}``. ``out.failed_requests`` holds
     ``JSONResult`` objects (``key``, ``error``). ``retry=False`` (``llm.retry_failed``) records
-    the failures but keeps ``fp``: the stage counts as complete.
+    the failures but keeps ``fp``: the stage counts as complete. ``only_transport``
+    (:func:`answers_repeat`): only failures of :data:`TRANSPORT_REASONS` make the stage
+    incomplete; the others are final (``summary["final"]`` counts them).
     """
     failed = sorted((r.key, r.error or "llm_failed") for r in out.failed_requests)
+    retried = [f for f in failed if f[1] in TRANSPORT_REASONS] if only_transport else failed
     summary = {"total": len(failed), "by_reason": dict(sorted(Counter(e for _, e in failed).items())),
-               "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]], "quarantine_rows": len(out.request_quarantine)}
-    if not failed or not retry:
+               "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]], "quarantine_rows": len(out.request_quarantine),
+               "final": len(failed) - len(retried) if retry else len(failed)}
+    if not retried or not retry:
         return {"fingerprint": fp, "failed_requests": summary}
-    return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": failed}, n=32),
+    return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": retried}, n=32),
             "fingerprint_complete": fp, "failed_requests": summary}
 
 
@@ -180,7 +193,7 @@ def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts:
     _check_endpoint(stage, ctx, out, units_in)
     return {
         "stage": stage.name, "run_id": ctx.store.run_id, **facts,
-        **failed_request_facts(out, fp, ctx.config.llm.retry_failed),
+        **failed_request_facts(out, fp, ctx.config.llm.retry_failed, answers_repeat(ctx.config.llm)),
         "input_path": ctx.input_path if not stage.inputs else "",
         "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
                    "out": n_rows, "quarantined": n_quarantined,
@@ -244,9 +257,15 @@ def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]
     log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({manifest['wall_s']:.1f}s)")
     failed = manifest.get("failed_requests") or {}
+    final = failed.get("final", 0)
     if failed.get("total") and manifest.get("fingerprint_complete"):
         log(f"[{name}] {failed['total']} LLM request(s) failed {failed['by_reason']}: raw output quarantined; "
-            "the stage is recorded as incomplete and a plain rerun retries exactly those requests")
+            "the stage is recorded as incomplete and a plain rerun retries "
+            + (f"the {failed['total'] - final} that failed in transport ({final} whose answer failed are final)"
+               if final else "exactly those requests"))
+    elif final:
+        log(f"[{name}] {final} LLM request(s) failed {failed['by_reason']}: raw output quarantined; final (a "
+            "greedy embedded model, or llm.retry_failed false, would answer them the same way again)")
 
 
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:

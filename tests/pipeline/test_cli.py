@@ -53,9 +53,10 @@ def test_unknown_stage_and_missing_input_fail_with_a_message(tmp_path):
     assert res.exit_code != 0 and "Invalid value for --input: required for a new run" in " ".join(res.output.replace("│", " ").split())
 
 
-def test_later_stage_without_upstream_artifact_exits_1(tmp_path):
+def test_later_stage_without_upstream_artifact_exits_2_before_running(tmp_path):
     res = run("run", "--run-id", "empty", "--root", str(tmp_path), "--stages", "build_pairs")
-    assert res.exit_code == 1 and "stage 'remove_loops' has no complete artifact" in res.output
+    assert res.exit_code == 2 and ("build_pairs reads remove_loops, skills, distill, which --stages does not include "
+                                   "and run empty has not written yet") in " ".join(res.output.split())
 
 
 def test_inspect_quarantine_reads_the_new_and_the_old_folder(tmp_path, mixed_input):

@@ -73,6 +73,16 @@ def test_skill_md_folders_with_front_matter(tmp_path):
     assert slug("Heat It, Then Place!") == "heat-it-then-place" and slug("???") == "skill"
 
 
+def test_cli_list_says_when_no_bank_is_registered(tmp_path):
+    """On the shipped sample the skills stage keeps no skill, so no bank is stored: bank list used
+    to print nothing at all (exit 0), which reads like a broken command."""
+    out = CliRunner().invoke(app, ["list", "--root", str(tmp_path)], terminal_width=300)
+    assert out.exit_code == 0
+    assert " ".join(out.output.split()) == (f"no bank registered under {tmp_path / 'banks'} yet (the skills stage "
+                                            "stores a bank only when it keeps a skill; rl grpo stores the bank it "
+                                            "starts from)")
+
+
 def test_cli_list_show_diff_restore_export(tmp_path):
     store = BankStore(str(tmp_path))
     rows = bank_rows()

@@ -69,8 +69,9 @@ def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(t
 
 def test_a_suggested_command_names_the_root_given(tmp_path):
     code, out, _ = cli("run", "--root", str(tmp_path), "--run-id", "fresh", "--stages", "remove_loops")
-    assert code == 1
-    assert f"run it first (skillpipe run --root {tmp_path} --run-id fresh --stages parse)" in out
+    assert code == 2
+    assert out.endswith(f"Run them too: skillpipe run --root {tmp_path} --run-id fresh --input PATH "
+                        "--stages parse,remove_loops")
 
 
 def test_a_shard_that_lost_a_file_is_rebuilt_by_the_command_the_error_suggests(tmp_path):
