@@ -247,3 +247,24 @@ def test_an_answer_accepted_after_a_repair_is_a_cache_hit_next_time(tmp_path):
         assert stub.requests == []
     assert (first.ok, first.attempts, again.ok, again.cached, again.value) == (True, 2, True, True, {"city": "Paris"})
     assert counters(client) == {"calls": 0, "retries": 0, "repairs": 0, "failures": 0, "cache_hits": 1}
+
+
+def test_an_endpoint_that_refuses_every_connection_is_not_asked_for_each_request():
+    """A real closed loopback port (connection refused): once max(2, concurrency) requests have
+    failed with connection_error after their retries and nothing was answered, the rest of the
+    batch is not sent. Each still gets its own connection_error result, so the stage's endpoint
+    check fails it as before (the tryer waited 2 min 41 s for 18 refused memory requests)."""
+    import socket
+    with socket.socket() as s:  # a port nobody listens on once the socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="stub-model", structured_output="json_object",
+                    max_retries=1, max_repairs=0, timeout_s=2.0, concurrency=2)
+    client = LLMClient(cfg, backoff_initial_s=0.01, backoff_max_s=0.05)
+    results = client.complete_json_many([JSONRequest(f"k{i}", MSGS, SCHEMA, "city") for i in range(12)], desc="t")
+    assert [r.error for r in results] == ["connection_error"] * 12
+    sent = [r for r in results if not r.detail.startswith("not sent:")]
+    # the first wave (2 in flight) is sent; a third may start before the second one fails
+    assert 2 <= len(sent) <= 3 and all(r.attempts == 0 for r in results if r not in sent)
+    assert sent == results[:len(sent)]  # requests start in order: the not-sent ones are the later ones
+    assert client.stats_snapshot()["failures"] == 12
