@@ -189,7 +189,7 @@ def run(
                              "{\"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:9000\"}}); a stage or shard "
                              "is leased while it runs ($SKILLPIPE_LEASE_S seconds, default 120, renewed). "
                              "See docs/object_storage.md"),
-    stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {','.join(STAGES)} (default: all)"),
+    stages: Optional[str] = typer.Option(None, help=f"comma-separated subset of: {', '.join(STAGES)} (default: all)"),
     config: Optional[str] = typer.Option(None, "--config", "-c", help=f"YAML config file (sections: {', '.join(section_names())}); "
                                          "every key with its default and help: skillpipe config --show"),
     llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),

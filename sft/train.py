@@ -77,7 +77,8 @@ def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list
                                             "non-empty assistant turn after a prompt", r.get("pair_id", ""),
                                             r.get("source_uri") or "", r.get("source_line"), json.dumps(msgs)))
             continue
-        banks.add(r.get("bank_version") or "")
+        if r.get("bank_version"):  # a pair made with an empty bank names none: not listed as ""
+            banks.add(r["bank_version"])
         rows.append({"pair_id": r["pair_id"], "prompt": msgs[:-1], "completion": msgs[-1:]})
     rows = rows[:max_rows] if max_rows > 0 else rows
     if not rows:

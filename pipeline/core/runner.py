@@ -254,7 +254,8 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
 
 def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]) -> None:
     c = manifest["counts"]
-    log(f"[{name}] in={c['in']} out={c['out']} quarantined={c['quarantined']} "
+    units = f" (units={c['units_in']})" if c.get("units_in") not in (None, c["in"]) else ""  # e.g. split: instances
+    log(f"[{name}] in={c['in']}{units} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({manifest['wall_s']:.1f}s)")
     failed = manifest.get("failed_requests") or {}
     final = failed.get("final", 0)

@@ -45,7 +45,7 @@ def test_a_missing_upstream_stops_before_any_stage_runs_and_names_a_command_that
                                       f"--input {SAMPLES} --stages parse,remove_loops,split")
     code, out, _ = cli(*suggested(out))
     assert code == 0, out
-    assert "[split] in=17 out=15 quarantined=0" in out
+    assert "[split] in=17 (units=15) out=15 quarantined=0" in out
 
 
 def test_upstreams_already_written_are_enough_and_no_input_is_asked_for(tmp_path):
@@ -73,7 +73,7 @@ def test_a_sharded_upstream_counts_by_its_shards_before_it_is_collected(tmp_path
     assert sorted(os.listdir(tmp_path / "runs" / "s" / "remove_loops")) == ["shard-00000", "shard-00001"]
     code, out, _ = cli("run", "--root", root, "--run-id", "s", "--stages", "split")
     assert code == 0, out
-    assert "[split] in=17 out=15 quarantined=0" in out
+    assert "[split] in=17 (units=15) out=15 quarantined=0" in out
     shutil.rmtree(tmp_path / "runs" / "s" / "split")
     shutil.rmtree(tmp_path / "runs" / "s" / "remove_loops")
     code, out, _ = cli("run", "--root", root, "--run-id", "s", "--stages", "split")
@@ -143,4 +143,4 @@ def test_on_object_storage_the_remote_run_is_what_counts(s3, tmp_path, monkeypat
                                       "--stages remove_loops,split")
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # an empty mirror: parse is on S3
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,split")
-    assert code == 0 and "[split] in=17 out=15 quarantined=0" in out
+    assert code == 0 and "[split] in=17 (units=15) out=15 quarantined=0" in out
