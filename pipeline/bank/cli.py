@@ -72,7 +72,8 @@ def show(ref: str = typer.Argument("HEAD", help="version id, unique prefix or HE
 
 
 @app.command("diff")
-def diff_(old: str = typer.Argument(..., help="older version"), new: str = typer.Argument("HEAD"),
+def diff_(old: str = typer.Argument(..., help="older version (id, unique prefix or HEAD)"),
+          new: str = typer.Argument("HEAD", help="newer version (id, unique prefix or HEAD)"),
           root: str = ROOT) -> None:
     """Skills added (+), removed (-) and with changed source memories (~) from OLD to NEW."""
     store = _store(root)
@@ -102,7 +103,7 @@ def restore(ref: str = typer.Argument(..., help="version to make current"), root
 
 
 @app.command()
-def export(ref: str = typer.Argument("HEAD"), out: str = typer.Option(..., "--out", help="output folder"),
+def export(ref: str = typer.Argument("HEAD", help="version to write (id, unique prefix or HEAD)"), out: str = typer.Option(..., "--out", help="output folder"),
            format: str = typer.Option("skillrl", "--format", help="skillrl (SkillRL JSON: skill_bank.json, or one skill_bank_<env>.json per env of a mixed bank) | skill-md"),
            root: str = ROOT) -> None:
     """Write a version as SkillRL JSON (``skill_bank.json``; a bank of several envs gives one
