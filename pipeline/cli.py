@@ -69,7 +69,9 @@ def _add_plugin_commands() -> None:
 
 
 _add_plugin_commands()
-console = Console(stderr=False)
+# Not a terminal (a log file, Airflow's task log, CI): rich would assume 80 columns and cut the
+# summary table's stage names and reasons; 160 keeps them whole. A terminal keeps its own width.
+console = Console(stderr=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 err = Console(stderr=True)
 
 
