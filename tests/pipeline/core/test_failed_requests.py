@@ -123,6 +123,8 @@ def test_with_a_greedy_embedded_model_only_transport_failures_are_retried():
     from pipeline.llm.types import JSONResult
     assert answers_repeat(LLMConfig()) and not answers_repeat(LLMConfig(temperature=0.7))
     assert not answers_repeat(LLMConfig(base_url="http://127.0.0.1:1/v1"))
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS  # the DAG's detached embedded server
+    assert answers_repeat(LLMConfig(base_url="http://127.0.0.1:1/v1", model=EMBEDDED_MODEL_ALIAS))
     out = StageOutput(rows=[], quarantine=[], rows_in=0)
     out.failed_requests = [JSONResult("a", False, error="check_failed"), JSONResult("b", False, error="length")]
     final = failed_request_facts(out, "fp", retry=True, only_transport=True)
