@@ -154,6 +154,14 @@ def _missing_package_message(e: ImportError, uri: str, option: str = "--root") -
     return f"{option + ' ' if option else ''}{uri}: the {scheme}:// scheme needs {what} ({e}){how}"
 
 
+def _storage_failure(e: BaseException, uri: str, option: str = "--root") -> str:
+    """The one error line for ``e`` raised by the storage behind ``uri``: the scheme's package is
+    missing (:func:`_missing_package_message`), else a backend error (:func:`_storage_message`)."""
+    if isinstance(e, ImportError):
+        return _missing_package_message(e, uri, option)
+    return _storage_message(e, uri)
+
+
 def _user_message(msg: str, root: str) -> str:
     """``msg`` as the user should read it: for an object-storage root the local mirror folder is
     named by the root URI, and a suggested ``skillpipe run`` command gets the ``--root`` given."""
@@ -249,10 +257,8 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
         previous = _previous_input(root, run_id) if reads_input or not given else ""
     except RootMissing as e:
         _fail(str(e))
-    except ImportError as e:  # fsspec: the package of the scheme (gcsfs, adlfs) is not installed
-        _fail(_missing_package_message(e, root))
-    except (ValueError,) + _storage_errors() as e:
-        _fail(_storage_message(e, root))
+    except (ImportError, ValueError) + _storage_errors() as e:  # ImportError: fsspec lacks the scheme's package
+        _fail(_storage_failure(e, root))
     if given and previous and reads_input and os.path.abspath(given) != previous:
         err.print(f"note: run {run_id} was built from {previous}; parse now reads {os.path.abspath(given)} and the "
                   "later stages follow it (another --run-id keeps both runs)", highlight=False, markup=False)
@@ -316,10 +322,8 @@ def _check_upstreams(root: str, run_id: str, names: list[str] | None, input_path
             if not more:
                 break
             wanted |= more
-    except ImportError as e:
-        _fail(_missing_package_message(e, root))
-    except (ValueError,) + _storage_errors() as e:
-        _fail(_storage_message(e, root))
+    except (ImportError, ValueError) + _storage_errors() as e:  # ImportError: fsspec lacks the scheme's package
+        _fail(_storage_failure(e, root))
     gaps = {s: ups for s, ups in gaps.items() if ups}
     if not gaps:
         return
@@ -466,10 +470,8 @@ def inspect(
     except (FileNotFoundError, KeyError, ValueError, ArtifactError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e).strip(chr(34) + chr(39)))}")
         raise typer.Exit(1)
-    except ImportError as e:  # fsspec: the package of the URI's protocol is not installed
-        _fail(_missing_package_message(e, path, option=""))
-    except _storage_errors() as e:
-        _fail(_storage_message(e, path))
+    except (ImportError,) + _storage_errors() as e:  # ImportError: fsspec lacks the scheme's package
+        _fail(_storage_failure(e, path, option=""))
 
 
 @app.command()
@@ -496,10 +498,8 @@ def report(
             root = os.path.dirname(os.path.dirname(pull_run(root, run_id)))  # the mirror's root folder
     except FileNotFoundError as e:
         _fail(str(e))
-    except ImportError as e:  # fsspec: the package of the scheme (gcsfs, adlfs) is not installed
-        _fail(_missing_package_message(e, root))
-    except (ValueError,) + _storage_errors() as e:
-        _fail(_storage_message(e, root))
+    except (ImportError, ValueError) + _storage_errors() as e:  # ImportError: fsspec lacks the scheme's package
+        _fail(_storage_failure(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))

@@ -30,12 +30,12 @@ MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
 
 def answers_repeat(llm: Any) -> bool:
     """True when the same request gets the same answer: the embedded llama.cpp server
-    (``llm.base_url`` empty, or the Airflow DAG's detached one, named by
-    ``EMBEDDED_MODEL_ALIAS``) sampling greedily (``llm.temperature == 0``, fixed ``llm.seed``).
+    (:func:`pipeline.llm.provider.uses_embedded`: started by the run, or the Airflow DAG's
+    detached one) sampling greedily (``llm.temperature == 0``, fixed ``llm.seed``).
     Then a request whose *answer* failed (cut at max_tokens, not JSON, schema or content rules)
     would only fail again, and only transport failures are worth a retry."""
-    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
-    return (not llm.base_url or llm.model == EMBEDDED_MODEL_ALIAS) and llm.temperature == 0
+    from pipeline.llm.provider import uses_embedded
+    return uses_embedded(llm) and llm.temperature == 0
 
 
 def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True, only_transport: bool = False

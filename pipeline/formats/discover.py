@@ -303,13 +303,9 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
         raise ValueError(f"unknown input format {fmt!r}; known: auto, {', '.join(READERS)}")
     hint = None if env_hint in (None, "", "auto") else env_hint
     try:
-        if os.path.isdir(path):  # a folder list_input_files could not list
-            os.scandir(path).close()  # raises the listing's error (else it became readable since)
-            raise IsADirectoryError(21, "a folder, listed as an input because it could not be listed", path)
         loaded = _load(path, fmt, digest)
     except OSError as e:
-        folder = "folder cannot be listed, so none of its files was read: " if os.path.isdir(path) else ""
-        yield bad("unreadable_file", f"{folder}{type(e).__name__}: {e}", path)
+        yield bad("unreadable_file", _unreadable_detail(path, e), path)
         return
     if loaded.problem:
         yield loaded.problem
@@ -322,6 +318,19 @@ def read_file(path: str, fmt: str = "auto", env_hint: str | None = None, success
             return
     src = Source(path, hint, success_threshold, source_uri, loaded.text, loaded.escaped)
     yield from _run_reader(fmt, src)
+
+
+def _unreadable_detail(path: str, e: OSError) -> str:
+    """Detail of an ``unreadable_file`` row: ``e`` as ``"<type>: <message>"``; for a folder that
+    :func:`list_input_files` could not list (opening it gave ``IsADirectoryError``), the error of
+    listing it again, saying that none of its files was read."""
+    if not os.path.isdir(path):
+        return f"{type(e).__name__}: {e}"
+    try:
+        os.scandir(path).close()  # raises the listing's error (else it became readable since)
+    except OSError as listing:
+        e = listing
+    return f"folder cannot be listed, so none of its files was read: {type(e).__name__}: {e}"
 
 
 @dataclass

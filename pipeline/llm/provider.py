@@ -9,14 +9,21 @@ from typing import Callable
 from pipeline.core.config import LLMConfig
 
 
+def uses_embedded(cfg: LLMConfig) -> bool:
+    """True when ``cfg`` asks the embedded llama.cpp model: no ``base_url`` (the run starts it),
+    or an endpoint that names the embedded server's alias (the Airflow DAG's ``start_llm``)."""
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
+    return not cfg.base_url or cfg.model == EMBEDDED_MODEL_ALIAS
+
+
 def model_id_for(cfg: LLMConfig) -> str:
     """The model identity used in fingerprints, known before any server is started.
 
     The embedded model (no ``base_url``, or an endpoint that names the embedded server's alias,
     as the Airflow DAG's ``start_llm`` task does) is identified by its GGUF file and hash, so a
     DAG run and a CLI run record the same model and share cached answers."""
-    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id
-    if cfg.base_url and cfg.model != EMBEDDED_MODEL_ALIAS:
+    from pipeline.llm.server import embedded_model_id
+    if not uses_embedded(cfg):
         return cfg.model or "default"
     return embedded_model_id()
 
