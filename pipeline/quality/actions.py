@@ -127,9 +127,14 @@ def command_mention(action: str) -> Mention | None:
     if not words or words[0] not in VERBS:
         return None
     nouns = tuple(w for w in words[1:] if w not in _FUNCTION and w not in VERBS)
+    if words[0] == "move" and "to" in words[2:]:  # newer ALFWorld: "move cup 3 to diningtable 4" is its put
+        return Mention("put", nouns)
     return Mention(VERBS[words[0]], nouns)
 
 
+#: Words after which a verb form is a noun ("the usual places of a mug", "a quick return").
+_DETERMINERS = frozenset("""the a an this that these those usual likely other some all any each every many few
+common possible typical same different new""".split())
 _CLAUSE_END = frozenset({".", ",", ";", ":", "!", "?", "and", "then", "but", "so", "or", "while", "because"})
 _FUNCTION = frozenset("to from in on with at into onto the a an some up down of for".split())
 
@@ -149,7 +154,7 @@ def text_mentions(text: str, known_nouns: Iterable[str] = ()) -> list[Mention]:
     out = []
     for i, w in enumerate(tokens):
         concept = VERBS.get(w)
-        if concept is None:
+        if concept is None or (i and tokens[i - 1] in _DETERMINERS):  # "the usual places", "a return"
             continue
         if concept == "use" and w not in ("use", "uses", "used", "using") and "on" not in tokens[i + 1:i + 3]:
             continue
