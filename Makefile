@@ -100,5 +100,9 @@ dist-test: install
 outcome: install
 	$(BIN)/python bench/outcome.py $(ARGS)
 
+# Teacher comparison (bench/teacher.py): the data stages on the sample with each embedded model.
+teacher: install
+	$(BIN)/python bench/teacher.py $(ARGS)
+
 clean:
 	rm -rf runs .pytest_cache

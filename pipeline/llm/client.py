@@ -207,7 +207,7 @@ class LLMClient:
         batch is not sent: ``max(2, llm.concurrency)``. Each remaining request becomes a
         ``connection_error`` result without a call, so an endpoint that refuses every
         connection fails the stage in one retry cycle (~15 s) instead of one per request (the
-        tryer's 18 memory requests took 2 min 41 s). A timeout or an HTTP error does not count:
+        18 refused memory requests took 2 min 41 s). A timeout or an HTTP error does not count:
         a slow or overloaded server may recover."""
         return max(2, self.cfg.concurrency)
 

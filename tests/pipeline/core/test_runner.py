@@ -199,7 +199,7 @@ def test_stage_reads_only_declared_config_sections(name):
 
 
 def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
-    """Issue 14 hole 8: fingerprints held the absolute paths of upstream artifacts, so a run
+    """Fingerprints once held the absolute paths of upstream artifacts, so a run
     folder moved (or read through another --root) reran every stage. Real parse + dedupe."""
     import os
     import shutil
