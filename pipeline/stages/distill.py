@@ -269,6 +269,7 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``remove_loops`` (module docstring)."""
     name = "distill"
+    version = "2"  # think_misaligned, narration and cut_off
     inputs = ("remove_loops", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

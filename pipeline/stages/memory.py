@@ -223,6 +223,7 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 class MemoryStage(LLMStage):
     """One memory per trajectory of ``remove_loops`` (module docstring)."""
     name = "memory"
+    version = "2"  # missing_key_step and cut_off
     inputs = ("remove_loops",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")

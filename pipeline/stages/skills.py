@@ -359,6 +359,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
+    version = "2"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off
     inputs = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")
