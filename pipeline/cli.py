@@ -208,7 +208,7 @@ def run(
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
                                          help="split the input into N shards of whole folders, balanced by bytes; the "
-                                              "map stages (parse, remove_loops, memory, distill, build_pairs) run per "
+                                              "map stages (parse, remove_loops, verify, memory, distill, build_pairs) run per "
                                               "shard, one after another (under Airflow: in parallel), into "
                                               "<stage>/shard-NNNNN/, and an unchanged shard is skipped; the export is "
                                               "the same as with one shard. 0 = one shard per 256 MB of input; never "

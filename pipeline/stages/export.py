@@ -106,12 +106,12 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
 def quality_metrics(ctx: StageContext, rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]]
                     ) -> dict[str, Any]:
     """``pipeline.quality.metrics.all_metrics`` of the exported pairs. The trajectories come from
-    the run's ``remove_loops`` artifact when it exists (an ancestor of build_pairs, so its changes already
+    the run's ``verify`` artifact when it exists (an ancestor of build_pairs, so its changes already
     reach this stage's fingerprint); without it the trajectory-based figures see no trajectory."""
     from pipeline.bank.merge import skill_text
-    loops_removed = ctx.store.load("remove_loops")
+    verified = ctx.store.load("verify")
     wanted = {r["trajectory_id"] for r in rows}
-    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (loops_removed.read_rows() if loops_removed else [])
+    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (verified.read_rows() if verified else [])
              if r["trajectory_id"] in wanted}
     skills = {r["skill_id"]: skill_text(r) for r in bank_rows}
     return qmetrics.all_metrics(rows, skills, trajs, ctx.config.quality.skill_use_min_shared)

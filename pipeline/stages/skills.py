@@ -276,10 +276,10 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
 
 
 def trajectory_instances(ctx: StageContext) -> dict[str, str]:
-    """``{trajectory_id: env_instance}`` of the remove_loops artifact (two columns are read:
+    """``{trajectory_id: env_instance}`` of the verify artifact (two columns are read:
     the steps are not needed here)."""
     out: dict[str, str] = {}
-    for part in parquet_parts(ctx.upstream("remove_loops").path):
+    for part in parquet_parts(ctx.upstream("verify").path):
         t = pq.read_table(part, columns=["trajectory_id", "env_instance"])
         out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
     return out
@@ -339,7 +339,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    inputs = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
+    inputs = ("verify", "memory", "split")  # verify: only for each memory's env_instance
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")
 

@@ -96,7 +96,7 @@ def test_suite_has_at_least_25_corrupt_kinds():
 
 @pytest.mark.parametrize("echo", ["answer", "error"])
 def test_api_key_echoed_by_the_endpoint_is_nowhere_in_the_run(tmp_path, echo):
-    res = reliability_secrets.secret_case(str(tmp_path), echo, stages="parse,remove_loops,split,memory")
+    res = reliability_secrets.secret_case(str(tmp_path), echo, stages="parse,remove_loops,verify,split,memory")
     assert res.rc == 0 and res.key_sent
     assert res.calls >= 17 + (17 if echo == "error" else 0)  # every request failed once in "error"
     assert res.quarantined >= 1  # cut answers ("answer") or the request that always failed ("error"), raw kept

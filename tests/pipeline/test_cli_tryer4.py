@@ -42,7 +42,7 @@ def test_a_missing_upstream_stops_before_any_stage_runs_and_names_a_command_that
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "x", "--stages", "split,remove_loops")
     assert code == 2 and out.endswith(f"remove_loops reads parse, which --stages does not include and run x has "
                                       f"not written yet. Run them too: skillpipe run --root {root} --run-id x "
-                                      f"--input {SAMPLES} --stages parse,remove_loops,split")
+                                      f"--input {SAMPLES} --stages parse,remove_loops,verify,split")
     code, out, _ = cli(*suggested(out))
     assert code == 0, out
     assert "[split] in=17 (units=15) out=15 quarantined=0" in out
@@ -92,7 +92,7 @@ def junk_input(tmp_path):
 def test_an_input_that_gives_no_trajectory_ends_with_one_warning_line(tmp_path, junk_input):
     root = str(tmp_path / "root")
     code, out, stderr = cli("run", "--input", junk_input, "--root", root, "--run-id", "j",
-                            "--stages", "parse,remove_loops,split")
+                            "--stages", "parse,remove_loops,verify,split")
     assert code == 0, out  # every file quarantined, as designed
     parse = os.path.join(root, "runs", "j", "parse")
     warning = (f"warning: no trajectory was read from {junk_input}: parse quarantined all 2 item(s) it found "

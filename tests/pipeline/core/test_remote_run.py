@@ -137,7 +137,7 @@ def test_cli_run_on_an_s3_root_then_again_from_a_fresh_worker(env, tmp_path, mon
     from typer.testing import CliRunner
     from pipeline.cli import app
     args = ["run", "--input", os.path.join(REPO, "data", "samples"), "--root", env.uri("cli"), "--run-id", "r1",
-            "--stages", "parse,remove_loops,split"]
+            "--stages", "parse,remove_loops,verify,split"]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))

@@ -152,7 +152,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
     with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
-                                            r"--stages remove_loops,split,memory,skills,distill,build_pairs,export"):
+                                            r"--stages remove_loops,verify,split,memory,skills,distill,build_pairs,export"):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)

@@ -16,7 +16,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.s3_server import free_port
 
 SAMPLES = os.path.join(REPO, "data", "samples")
-NO_LLM = "parse,remove_loops,split"
+NO_LLM = "parse,remove_loops,verify,split"
 
 
 def cli(*args: str):

@@ -184,12 +184,12 @@ def test_serve_llm_check_names_a_dying_server(monkeypatch):
 # ---- the real embedded server -------------------------------------------------------------------
 
 class CliRun:
-    """``skillpipe run --stages parse,remove_loops,memory`` in a subprocess; its stderr is read as it comes."""
+    """``skillpipe run --stages parse,remove_loops,verify,memory`` in a subprocess; its stderr is read as it comes."""
 
     def __init__(self, tmp_path: Path, *extra: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "run", "--input", str(REPO / "data" / "samples"), "--run-id", "kill",
-             "--root", str(tmp_path), "--stages", "parse,remove_loops,memory", *extra],
+             "--root", str(tmp_path), "--stages", "parse,remove_loops,verify,memory", *extra],
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE)
         self.stderr: list[str] = []
         # raw reads, not lines: tqdm redraws its bar with "\r", no newline
