@@ -3,19 +3,24 @@
 SkillRL's rollout txt records, for each step, the environment's admissible actions (ALFWorld's
 ``admissible_commands``, WebShop's available actions) in the prompt of the next turn; the reader
 puts them on ``steps[k-1].admissible_actions``. An action outside that list is one the
-environment would not run (TextWorld answers "Nothing happens.", WebShop "Invalid action!"), so
-it is ``not_admissible`` of kind ``rejected``. WebShop's ``search[...]`` is listed as
+environment would not run (TextWorld answers "Nothing happens.", WebShop "Invalid action!"): it
+is ``not_admissible``, of kind ``rejected`` when the recorded observation is that refusal (the
+state did not change; the step can be cut) and ``impossible`` when the record shows the action
+taking effect (the record is not what the environment produced; the shipped synthetic SkillRL
+sample does this: its lists hold only ``go to`` actions, yet it takes and moves objects). WebShop's ``search[...]`` is listed as
 ``search[<your query>]``: any query matches it. Steps whose prompt listed nothing are not
 judged. The reader's ``invalid_actions`` (the policy's output failed the projection) stay with
 build_pairs' ``invalid_action_in_source`` rule, which drops those pairs.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pipeline.core.records import Trajectory
 from pipeline.verify.base import Checker, Verdict
 
+_REFUSALS = re.compile(r"nothing happens\.?$|invalid action", re.I)
 RULES = {"not_admissible": "the action is not in the admissible list of the state it was taken in"}
 
 
@@ -47,6 +52,8 @@ class AdmissibleChecker(Checker):
             if step.action is None or not prev.admissible_actions:
                 continue
             if not admitted(step.action, prev.admissible_actions):
-                verdict.add(step.index, "not_admissible", "rejected", f"{step.action!r} is not among the "
-                            f"{len(prev.admissible_actions)} admissible actions of step {prev.index}")
+                refused = _REFUSALS.match((step.observation or "").strip()) is not None
+                verdict.add(step.index, "not_admissible", "rejected" if refused else "impossible",
+                            f"{step.action!r} is not among the {len(prev.admissible_actions)} admissible actions "
+                            f"of step {prev.index}" + ("" if refused else ", yet the record shows it taking effect"))
         return verdict

@@ -21,7 +21,11 @@ def parsed_sample(tmp_path, sample: str, dest: str) -> tuple[ArtifactStore, list
     inp = tmp_path / "in"
     shutil.copytree(os.path.join(REPO, "data", "samples", sample), inp / dest)
     store = ArtifactStore(str(tmp_path / "root"), "r1")
-    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
+    cfg = PipelineConfig()
+    # these tests are about the LLM content rules: verify only records its findings here (the
+    # synthetic SkillRL sample takes objects its admissible lists do not offer)
+    cfg.verify.on_flagged, cfg.verify.rejected_steps = "flag", "demote"
+    ctx = StageContext(store, cfg, input_path=str(inp))
     for stage in ("parse", "remove_loops", "verify"):
         run_stage(stage, ctx, log=lambda s: None)
     return store, [Trajectory.from_row(r) for r in store.require("verify").read_rows()]

@@ -149,7 +149,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     shutil.copytree(os.path.join(root, "data", "samples", "react-webshop"), a)
     shutil.copytree(os.path.join(root, "data", "samples", "reflexion-fewshot-failures"), b)
     quiet = dict(log=lambda m: None)
-    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
+    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops", "verify"], **quiet)
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
     with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
                                             r"--stages remove_loops,verify,split,memory,skills,distill,build_pairs,export"):
