@@ -237,7 +237,7 @@ def test_cli_run_ends_within_10s_of_the_embedded_server_death(tmp_path, sig, exp
     assert run.proc.returncode == 1
     assert elapsed < 10.0, elapsed
     assert f"error: [memory] embedded LLM server (pid {server_pid}) {expected}; log " in stderr, stderr
-    assert "[remove_loops] in=17 out=17" in stderr  # the stages before were written...
+    assert "[verify] in=19 out=19" in stderr  # the stages before were written...
     assert not (run_dir / "memory").exists()  # ...memory was not (no folder, no manifest)
     assert not [p for p in os.listdir(run_dir) if "memory" in p]
 

@@ -34,7 +34,7 @@ def test_parse_and_remove_loops_stages_on_sample(tmp_path, sample_input):
     # a tighter cap changes the fingerprint and quarantines instead of dropping
     ctx.config.parse.max_per_instance = 1
     res2 = run_stage("parse", ctx, log=logs.append)
-    assert not res2.skipped and res2.rows == 16  # env001 keeps 1 of its 2 successes
+    assert not res2.skipped and res2.rows == 18  # env001 keeps 1 of its 2 successes
     assert res2.manifest["counts"]["quarantine_reasons"] == {"empty_file": 1, "not_selected": 1}
     # the first run took the input digest from the workers (one read of each file); the rerun
     # hashed the files up front and got the same fingerprint, hence the skip above
