@@ -162,3 +162,32 @@ def test_malformed_rows_and_a_raising_checker_are_quarantined_and_counts_reconci
     assert q["detail"] == "checker exploding raised RuntimeError: checker bug"
     assert res.manifest["counters"]["by_source"]["webshop/react_webshop_log"] == {
         "trajectories": 7, "failure": 6, "valid": 1, "rules": {}}  # the user checker, asked first, passed the rest
+
+
+def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
+    """All stages on the sample plus the real WebShop fixture (refused clicks inside a success),
+    with the schema stub as LLM and every content rule only counting: each exported pair's target
+    is a step verify found clean, of a trajectory that stayed a success; alfworld_9 gives none."""
+    from bench.reliability_stub import SchemaStub
+    from pipeline.core.config import QUALITY_RULES
+    from pipeline.core.runner import run_pipeline
+    inp = tmp_path / "in"
+    shutil.copytree(os.path.join(REPO, "data", "samples"), inp)
+    shutil.copy(os.path.join(FIXTURES, "verify", "react_webshop_episodes.txt"), inp / "react-webshop")
+    with SchemaStub() as stub:
+        cfg = PipelineConfig()
+        cfg.llm.base_url, cfg.llm.model, cfg.llm.structured_output = stub.base_url, "stub-model", "json_schema"
+        cfg.quality.off_topic_threshold, cfg.quality.flag_rules = -1, list(QUALITY_RULES)
+        run_pipeline(str(tmp_path), "r", str(inp), cfg, **QUIET)
+    store = ArtifactStore(str(tmp_path), "r")
+    verified = {r["trajectory_id"]: r for r in store.require("verify").read_rows()}
+    pairs = store.require("export").read_rows()
+    assert pairs and {verified[p["trajectory_id"]]["outcome"] for p in pairs} == {"success"}
+    for p in pairs:
+        steps = json.loads(verified[p["trajectory_id"]]["metadata"])["verify"]["steps"]
+        assert p["synthetic"] or steps[p["step_index"]] == "ok", p["pair_id"]
+    demoted = {t for t, r in verified.items() if json.loads(r["metadata"])["verify"]["verdict"] == "demoted"}
+    assert len(demoted) == 4 and not demoted & {p["trajectory_id"] for p in pairs}
+    cut = {t for t, r in verified.items() if json.loads(r["metadata"])["verify"]["verdict"] == "cut"}
+    assert len(cut) == 1 and cut & {p["trajectory_id"] for p in pairs}  # fixed_10 teaches without its refused clicks
+    assert not {"click[The Spicy Beef Backpacking Bundle]", "click[The Beef Backpacking Bundle]"} & {p["action"] for p in pairs}
