@@ -90,6 +90,18 @@ def test_corrupt_kinds_are_quarantined_and_good_rows_kept(tmp_path):
     }
 
 
+def test_trajectories_that_break_their_rules_reach_verify_and_get_a_verdict_not_a_crash(tmp_path):
+    """Readable but malformed trajectories (impossible ALFWorld steps, no room description, no
+    WebShop pages, garbage actions): parse keeps them, verify gives each its verdict, no
+    verify_error, counts reconcile at every stage, the good trajectories come out."""
+    with SchemaStub() as stub:
+        res = reliability_corrupt.matrix(str(tmp_path), stub.base_url, reliability_corrupt.VERIFY_KINDS,
+                                         log=lambda s: None)
+    assert {r.kind: (r.rc, r.good_out, r.reconciled, r.outcome, r.note) for r in res} == {
+        "verify_impossible_alfworld": (0, 4, True, "ok", ""), "verify_alfworld_without_room": (0, 4, True, "ok", ""),
+        "verify_webshop_without_pages": (0, 4, True, "ok", ""), "verify_garbage_actions": (0, 4, True, "ok", "")}
+
+
 def test_suite_has_at_least_25_corrupt_kinds():
     assert len(KINDS) >= 25 and len(KINDS) == len(reliability_corrupt.KINDS)
 
