@@ -33,8 +33,9 @@ from pipeline.verify.search import SearchChecker
 from pipeline.verify.textworld import TextworldChecker
 from pipeline.verify.webshop import WebshopChecker
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "KINDS", "Checker", "Finding", "Verdict", "checker_classes",
-           "checker_for", "register", "rule_names"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "KINDS", "AdmissibleChecker", "AlfworldChecker", "Checker", "Finding",
+           "SearchChecker", "TextworldChecker", "Verdict", "WebshopChecker", "checker_classes", "checker_for",
+           "register", "rule_names"]
 
 ENTRY_POINT_GROUP = "skillpipe.verifiers"
 #: The built-in checkers, in the order they are asked.

@@ -116,7 +116,7 @@ def rejected(observation: str) -> bool:
 
 
 _GOALS = (
-    re.compile(r"(?:heat|cool|clean) (?:a|an|some|the) (?P<obj>\w+) and put it (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"),
+    re.compile(r"(?:heat|cool|clean|find|get) (?:a|an|some|the) (?P<obj>\w+) and put it (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"),
     re.compile(r"(?:find )?two (?P<obj>\w+) and put them (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"),
     re.compile(r"put two (?P<obj>\w+) (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"),
     re.compile(r"put (?:a|an|some|the) (?:(?:clean|hot|cool|cold) )?(?P<obj>\w+) (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"),

@@ -18,6 +18,7 @@ verdict is ``checked = False`` with the reason, and the stage counts it as unche
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -49,6 +50,25 @@ def task_of(traj: Trajectory):
         return EnvTask(key["game"], int(key.get("seed", 0)), str(key.get("fold", "train")), str(key.get("params", "")))
     m = _INSTANCE.fullmatch(traj.env_instance or "")
     return EnvTask(m["game"], int(m["seed"]), m["fold"]) if m and m["game"] in GAME_CATEGORIES else None
+
+
+def gold_trajectory(env, task) -> Trajectory:
+    """The engine's own gold plan for ``task`` played in ``env`` (a
+    :class:`~pipeline.envs.sim.textworld.TextWorldExpressEnv`) and recorded as a trajectory with
+    metadata ``task_key``, as ``skillpipe rl rollout --policy gold`` records it: an expert record
+    that is true by construction (the benchmark's and the tests' clean base)."""
+    from pipeline.core.records import Step
+    r = env.reset(task)
+    steps, won = [Step(0, None, r.observation, list(r.admissible_actions))], False
+    for action in env.gold_actions()[1:]:  # the first gold action is the reset's 'look around'
+        t = env.step(action)
+        won = t.won
+        steps.append(Step(len(steps), action, t.observation, list(t.admissible_actions), 10.0 if won else 0.0, t.done))
+        if t.done:
+            break
+    return Trajectory(f"gold-{task.instance}", "textworld", task.instance, r.task, task.category,
+                      "success" if won else "failure", 10.0 if won else 0.0, steps, f"rollout://textworld/{task.instance}",
+                      "rollout", 0, metadata=json.dumps({"task_key": dataclasses.asdict(task)}))
 
 
 class TextworldChecker(Checker):

@@ -109,3 +109,4 @@ def test_command_templates_and_names():
     assert tx.goal_names("heat some egg and put it in diningtable.") == ("egg", "diningtable")
     assert tx.goal_names("look at bowl under the desklamp.") == ("bowl", "desklamp")
     assert tx.goal_names("find two pen and put them in garbagecan.") == ("pen", "garbagecan")
+    assert tx.goal_names("find some apple and put it in sidetable.") == ("apple", "sidetable")  # ReAct put_1

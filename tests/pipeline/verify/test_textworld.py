@@ -2,35 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
-from pipeline.core.records import Step, Trajectory
-from pipeline.verify.textworld import TextworldChecker, task_of
+from pipeline.core.records import Trajectory
+from pipeline.verify.textworld import TextworldChecker, gold_trajectory, task_of
 
 pytest.importorskip("textworld_express")
-
-
-def gold_rollout(env, task) -> Trajectory:
-    """Play ``task``'s gold plan in ``env`` and record it as a trajectory (what ``rl rollout --policy gold`` writes)."""
-    r = env.reset(task)
-    steps = [Step(0, None, r.observation, list(r.admissible_actions))]
-    for action in env.gold_actions()[1:]:
-        t = env.step(action)
-        steps.append(Step(len(steps), action, t.observation, list(t.admissible_actions), 10.0 if t.won else 0.0, t.done))
-        if t.done:
-            break
-    return Trajectory("tw-gold", "textworld", task.instance, r.task, task.category, "success" if t.won else "failure",
-                      10.0 if t.won else 0.0, steps, "rollout://textworld", "rollout", 0,
-                      metadata=json.dumps({"task_key": dataclasses.asdict(task)}))
 
 
 @pytest.fixture(scope="module")
 def played():
     from pipeline.envs.sim.textworld import EnvTask, TextWorldExpressEnv
     with TextWorldExpressEnv() as env:
-        yield [gold_rollout(env, EnvTask("twc", seed)) for seed in (0, 1)]
+        yield [gold_trajectory(env, EnvTask("twc", seed)) for seed in (0, 1)]
 
 
 def test_gold_rollouts_replay_with_no_finding(played):
