@@ -191,3 +191,21 @@ def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
     cut = {t for t, r in verified.items() if json.loads(r["metadata"])["verify"]["verdict"] == "cut"}
     assert len(cut) == 1 and cut & {p["trajectory_id"] for p in pairs}  # fixed_10 teaches without its refused clicks
     assert not {"click[The Spicy Beef Backpacking Bundle]", "click[The Beef Backpacking Bundle]"} & {p["action"] for p in pairs}
+    card = open(os.path.join(store.stage_dir("export"), "DATASET_CARD.md"), encoding="utf-8").read()
+    assert "## Environment rules (verify)" in card and "| webshop/react_webshop_log | 9 | 3 | 1 | 0 | 0 | 5 | 0 |" in card
+
+
+def test_the_dataset_card_shows_verify_counts_by_source_and_rule(tmp_path):
+    from pipeline.verify.summary import card_section
+    counters = {"valid": 3, "cut": 1, "cut_steps": 2, "demoted": 1, "failure": 2, "unchecked": 0,
+                "outcome_verified": 4, "repaired_steps": 0, "demoted_reasons": {"not_held": 1},
+                "by_source": {"alfworld/chat_json": {"trajectories": 4, "valid": 3, "demoted": 1,
+                                                     "rules": {"not_held": 2, "goal_not_reached": 1}}}}
+    text = card_section(counters)
+    assert text.splitlines()[:3] == ["## Environment rules (verify)", "",
+                                     "verify: 3 valid, 1 with refused steps cut (2 steps), 1 successes demoted to "
+                                     "failures (off the SFT path), 2 recorded failures, 0 unchecked; 4 outcomes "
+                                     "verified, 0 names repaired."]
+    assert "| alfworld/chat_json | 4 | 3 | 0 | 1 | 0 | 0 | 0 | not_held 2, goal_not_reached 1 |" in text
+    assert "Demoted (first rule broken): not_held 1." in text
+    assert "were not checked" in card_section(None)
