@@ -192,7 +192,7 @@ def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
     assert len(cut) == 1 and cut & {p["trajectory_id"] for p in pairs}  # fixed_10 teaches without its refused clicks
     assert not {"click[The Spicy Beef Backpacking Bundle]", "click[The Beef Backpacking Bundle]"} & {p["action"] for p in pairs}
     card = open(os.path.join(store.stage_dir("export"), "DATASET_CARD.md"), encoding="utf-8").read()
-    assert "## Environment rules (verify)" in card and "| webshop/react_webshop_log | 9 | 3 | 1 | 0 | 0 | 5 | 0 |" in card
+    assert "## Environment rules (verify)" in card and "| webshop/react_webshop_log | 9 | 2 | 1 | 0 | 0 | 6 | 0 |" in card
 
 
 def test_the_dataset_card_shows_verify_counts_by_source_and_rule(tmp_path):
