@@ -122,22 +122,20 @@ def decide(traj: Trajectory, checker: Checker | None, cfg: VerifyConfig, options
     if not traj.success:
         return _record(Decision(traj, "failure", acting, flags, repairs=fixes), verdict)
     if acting and cfg.rejected_steps == "cut" and all(f.kind == "rejected" for f in acting):
-        cut = _try_cut(traj, acting, checker, cfg, options)
+        cut = _try_cut(traj, acting, flags, checker, cfg, options)
         if cut is not None:
-            return _record(replace(cut, flags=cut.flags + flags, repairs=fixes), cut.verdict)
+            shorter, done, again, later_flags = cut
+            # the re-check's flags: they name the steps of the shorter trajectory
+            return _record(Decision(shorter, "cut", [], later_flags, cut=done, repairs=fixes), again)
     if acting:
         return _record(_leave_sft_path(traj, acting, flags, fixes, cfg), verdict)
     return _record(Decision(traj, "valid", [], flags, repairs=fixes), verdict)
 
 
-@dataclass
-class _Cut(Decision):
-    verdict: Verdict | None = None
-
-
-def _try_cut(traj: Trajectory, acting: list[Finding], checker: Checker, cfg: VerifyConfig,
-             options: dict[str, Any]) -> "_Cut | None":
-    """The trajectory without its rejected steps, when it then checks clean; else ``None``."""
+def _try_cut(traj: Trajectory, acting: list[Finding], flags: list[Finding], checker: Checker, cfg: VerifyConfig,
+             options: dict[str, Any]) -> tuple[Trajectory, list[dict[str, Any]], Verdict, list[Finding]] | None:
+    """``(trajectory without its rejected steps, the cut steps with every rule found there, its
+    new verdict, its flags)`` when it then checks clean (no acting finding); else ``None``."""
     indices = {f.index for f in acting}
     if 0 in indices or len(indices) >= len(traj.steps) - 1:
         return None
@@ -147,11 +145,11 @@ def _try_cut(traj: Trajectory, acting: list[Finding], checker: Checker, cfg: Ver
     if again:
         return None
     rules: dict[int, list[str]] = {}
-    for f in acting:
+    for f in acting + [f for f in flags if f.index in indices]:
         rules.setdefault(f.index, []).append(f.rule)
     cut = [{"index": gi, "rules": rules[i], "action": traj.steps[i].action, "observation": traj.steps[i].observation}
            for gi, i in zip(gone, sorted(rules))]
-    return _Cut(shorter, "cut", [], flags, cut=cut, verdict=verdict)
+    return shorter, cut, verdict, flags
 
 
 def _leave_sft_path(traj: Trajectory, acting: list[Finding], flags: list[Finding], fixes: list[dict],

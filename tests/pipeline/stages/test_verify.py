@@ -108,7 +108,8 @@ def test_rules_can_be_switched_off_or_flagged_and_on_flagged_quarantine_drops_un
     off = from_dict({"verify": {"disabled_rules": ["goal_not_reached"], "flag_rules": ["webshop.click_not_shown"]}})
     store, _ = run_verify(tmp_path / "a", inp, off)
     ten = by_source_id(store)["fixed_10"]["meta"]["verify"]
-    assert [f["rule"] for f in ten["flags"]] == ["click_not_shown", "click_not_shown"]
+    # the flagged rule acts on nothing: the refusals are still cut, and the cut steps keep both rules
+    assert ten["verdict"] == "cut" and ten["flags"] == [] and ten["cut"][0]["rules"] == ["env_rejected", "click_not_shown"]
     assert all(f["rule"] != "goal_not_reached" for r in by_source_id(store).values()
                for f in r["meta"]["verify"]["findings"])
     quarantine = from_dict({"verify": {"on_flagged": "quarantine", "rejected_steps": "demote"}})
