@@ -141,7 +141,7 @@ def _try_cut(traj: Trajectory, acting: list[Finding], flags: list[Finding], chec
         return None
     shorter, gone = cut_steps(traj, indices)
     verdict = checker.check(shorter, options)
-    again, flags = split_findings(verdict, cfg)
+    again, later_flags = split_findings(verdict, cfg)
     if again:
         return None
     rules: dict[int, list[str]] = {}
@@ -149,7 +149,7 @@ def _try_cut(traj: Trajectory, acting: list[Finding], flags: list[Finding], chec
         rules.setdefault(f.index, []).append(f.rule)
     cut = [{"index": gi, "rules": rules[i], "action": traj.steps[i].action, "observation": traj.steps[i].observation}
            for gi, i in zip(gone, sorted(rules))]
-    return shorter, cut, verdict, flags
+    return shorter, cut, verdict, later_flags
 
 
 def _leave_sft_path(traj: Trajectory, acting: list[Finding], flags: list[Finding], fixes: list[dict],
