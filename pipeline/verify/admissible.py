@@ -3,7 +3,8 @@
 SkillRL's rollout txt records, for each step, the environment's admissible actions (ALFWorld's
 ``admissible_commands``, WebShop's available actions) in the prompt of the next turn; the reader
 puts them on ``steps[k-1].admissible_actions``. An action outside that list is one the
-environment would not run (TextWorld answers "Nothing happens.", WebShop "Invalid action!"): it
+environment would not run (TextWorld answers "Nothing happens.", WebShop "Invalid action!",
+TextWorld Express "Unknown action: I'm not sure what you mean."): it
 is ``not_admissible``, of kind ``rejected`` when the recorded observation is that refusal (the
 state did not change; the step can be cut) and ``impossible`` when the record shows the action
 taking effect (the record is not what the environment produced; the shipped synthetic SkillRL
@@ -20,7 +21,9 @@ from typing import Any
 from pipeline.core.records import Trajectory
 from pipeline.verify.base import Checker, Verdict
 
-_REFUSALS = re.compile(r"nothing happens\.?$|invalid action", re.I)
+#: How each environment says it did not run a command: TextWorld/ALFWorld "Nothing happens.",
+#: WebShop "Invalid action!", TextWorld Express "Unknown action: I'm not sure what you mean."
+_REFUSALS = re.compile(r"nothing happens\.?$|invalid action|unknown action", re.I)
 RULES = {"not_admissible": "the action is not in the admissible list of the state it was taken in"}
 
 
