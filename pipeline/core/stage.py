@@ -161,6 +161,7 @@ class StageOutput:
     # Records of units that stay in ``rows`` but leave a downstream path (verify: a success
     # demoted to a failure, off the SFT path). Written to the quarantine artifact so each says
     # why; not units, so they stay out of the count invariant (the stage counts them itself).
+    # Written with ``rows``/``quarantine`` (a streaming stage has none).
     demoted: list[QuarantineRow] = field(default_factory=list)
 
 
