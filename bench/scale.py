@@ -43,7 +43,7 @@ from tests.dist.cluster import Cluster  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKILLPIPE = os.path.join(os.path.dirname(sys.executable), "skillpipe")
 GENERATOR = os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py")
-MAP_STAGES = ("parse", "remove_loops", "memory", "distill")
+MAP_STAGES = ("parse", "remove_loops", "verify", "memory", "distill")
 LLM_STAGES = ("memory", "distill")
 #: English text averages about 4 characters per BPE token (OpenAI's rule of thumb for its tokenizers)
 CHARS_PER_TOKEN = 4.0
@@ -83,7 +83,7 @@ def shard_costs(work: str, tree: str, shards: int) -> dict:
     root, out = os.path.join(work, "cost"), {}
     with SchemaStub() as stub:
         config = write_config(os.path.join(work, "cost.yaml"), stub.base_url)
-        plan = ["parse", "remove_loops", "split", "memory", "skills", "distill", "build_pairs", "export"]
+        plan = ["parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export"]
         for stage in plan:
             before = len(stub.requests)
             cmd = [SKILLPIPE, "run", "--root", root, "--run-id", "cost", "-c", config, "--input", tree,

@@ -3,7 +3,7 @@
 
 Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL method), one task per stage.
 `plan` cuts the input into shards (param `shards`, 0 = one per 256 MB); the map stages (parse,
-remove_loops, memory, distill, build_pairs) run as one mapped task per shard, each followed by
+remove_loops, verify, memory, distill, build_pairs) run as one mapped task per shard, each followed by
 `<stage>_all`, which collects the shards (for parse: the cross-shard duplicate and cap pass);
 split, skills and export run once over all shards. Clearing one shard's task reruns that shard.
 Every task calls `pipeline.core.runner.run_task`, the same entry point as `skillpipe run --stages X`,

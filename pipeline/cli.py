@@ -210,7 +210,7 @@ def run(
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
                                          help="split the input into N shards of whole folders, balanced by bytes; the "
-                                              "map stages (parse, remove_loops, memory, distill, build_pairs) run per "
+                                              "map stages (parse, remove_loops, verify, memory, distill, build_pairs) run per "
                                               "shard, one after another (under Airflow: in parallel), into "
                                               "<stage>/shard-NNNNN/, and an unchanged shard is skipped; the export is "
                                               "the same as with one shard. 0 = one shard per 256 MB of input; never "
@@ -424,6 +424,9 @@ def print_summary(results, wall: float, root: str = ".") -> None:
                   "N inputs went into the output (skills: memories -> skills). Units in = used + quarantined.",
                   highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
+    verify = next((r for r in results if r.stage == "verify"), None)
+    if verify is not None:
+        print_verify(verify.manifest.get("counters") or {}, _show_uri(verify.uri, root))
     for r in results:
         console.print(f"  {r.stage:12s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
     export = next((r for r in results if r.stage == "export"), None)
@@ -437,6 +440,26 @@ def print_summary(results, wall: float, root: str = ".") -> None:
         console.print(f"  local mirror: {os.path.dirname(results[0].uri.rstrip(os.sep))} "
                       "(a working copy; read remote artifacts with skillpipe inspect URI)",
                       highlight=False, soft_wrap=True)
+
+
+
+def print_verify(counters: dict, uri: str) -> None:
+    """The verify stage's counts: one table by source (verdicts, findings per rule), one by rule."""
+    from pipeline.verify import summary
+    t = Table(title="verify: environment rules by source", show_lines=False)
+    for col in ("source", *summary.COLUMNS, "findings (steps per rule)"):
+        t.add_column(col)
+    for r in summary.source_rows(counters):
+        t.add_row(r["source"], *(str(r[k]) for k in summary.COLUMNS), r["rules"])
+    console.print(t)
+    rules = Table(title="verify: findings by rule", show_lines=False)
+    for col in ("checker.rule", "steps", "trajectories"):
+        rules.add_column(col)
+    for r in summary.rule_rows(counters):
+        rules.add_row(r["rule"], str(r["steps"]), str(r["trajectories"]))
+    console.print(rules)
+    console.print(summary.headline(counters) + f"; why each demoted success left the SFT path: skillpipe inspect "
+                  f"{uri} --quarantine", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -206,6 +206,34 @@ class RemoveLoopsConfig:
 
 
 @dataclass
+class VerifyConfig:
+    """YAML section ``verify:``: what the verify stage does with a trajectory that breaks its
+    environment's rules (``pipeline.verify``; field help: ``skillpipe config --show``)."""
+    on_flagged: str = _f("demote", "a success with an impossible step or an unreached goal: demote = it leaves the "
+                                   "SFT path (outcome failure, outcome_source verified) and goes on to memory and "
+                                   "skills as a failure, one row in verify/_quarantine saying why; quarantine = "
+                                   "drop it (a quarantined unit); flag = only record the findings (it stays a "
+                                   "success: trains on impossible actions)", choices=("demote", "quarantine", "flag"))
+    rejected_steps: str = _f("cut", "steps the environment refused and the record shows refused ('Invalid action!', "
+                                    "'Nothing happens.', an action outside the admissible list) in a success: cut = "
+                                    "remove each with its observation (the state did not change), when the rest "
+                                    "then checks clean; demote = treat like an impossible step (on_flagged). "
+                                    "Why cut is the default: README, section Verify",
+                             choices=("cut", "demote"))
+    repair_names: bool = _f(False, "replace a receptacle name the game rejects by the one room name it matches "
+                                   "without spaces ('dining table 1' -> 'diningtable 1'); each repair is recorded "
+                                   "in metadata verify.repairs and counted")
+    disabled_rules: list = _f([], "rules not checked, as 'rule' (every checker) or 'checker.rule', e.g. "
+                                  "[alfworld.observation_contradicts]; names: README, section Verify")
+    flag_rules: list = _f([], "rules recorded in metadata verify.flags but never acted on (same names as "
+                              "disabled_rules)")
+    qa_min_f1: float = _f(1.0, "Search/QA with a gold answer: an answer that is not an exact match counts as right "
+                               "when its token F1 reaches this (1.0 = exact match only)", min=0, max=1)
+    textworld_replay: bool = _f(True, "replay TextWorld trajectories in the TextWorld Express engine (needs Java); "
+                                      "false = count them unchecked")
+
+
+@dataclass
 class MemoryConfig:
     """YAML section ``memory:``: the memory prompt's budget (field help: ``skillpipe config --show``)."""
     max_trajectory_chars: int = _f(6000, "rendered trajectory budget per memory prompt (older steps elided)",
@@ -349,6 +377,7 @@ class PipelineConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     remove_loops: RemoveLoopsConfig = field(default_factory=RemoveLoopsConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
@@ -405,6 +434,7 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     for f in dataclasses.fields(cfg):
         check_fields(getattr(cfg, f.name), f.name)
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
+    check_verify_rules(cfg.verify)
     unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
     if unknown:
         raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
@@ -413,6 +443,18 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
         raise ConfigError("build_pairs.empty_think: must be flag with distill.reasoning: none (every think is "
                           "empty; quarantine drops every pair and the export has none)")
     return cfg
+
+
+def check_verify_rules(vcfg: VerifyConfig) -> None:
+    """Raise :class:`ConfigError` for a name in ``verify.disabled_rules``/``flag_rules`` that no
+    checker (:func:`pipeline.verify.rule_names`) has, as ``rule`` or ``checker.rule``."""
+    from pipeline.verify import rule_names
+    known = rule_names()
+    names = {r for rules in known.values() for r in rules} | {f"{c}.{r}" for c, rules in known.items() for r in rules}
+    for key in ("disabled_rules", "flag_rules"):
+        unknown = sorted(set(map(str, getattr(vcfg, key))) - names)
+        if unknown:
+            raise ConfigError(f"verify.{key}: unknown rules {unknown}; known: {', '.join(sorted(names))}")
 
 
 #: Config sections renamed with their stages (old name -> new); old names are accepted for one

@@ -262,7 +262,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
-        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine,
+        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine + out.demoted,
                               manifest, extra, split_files=stage.split_files, shard=ctx.shard)
     _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
     return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)

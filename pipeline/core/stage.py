@@ -164,6 +164,11 @@ class StageOutput:
     # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
     failed_requests: list[Any] = field(default_factory=list)
     request_quarantine: list[QuarantineRow] = field(default_factory=list)
+    # Records of units that stay in ``rows`` but leave a downstream path (verify: a success
+    # demoted to a failure, off the SFT path). Written to the quarantine artifact so each says
+    # why; not units, so they stay out of the count invariant (the stage counts them itself).
+    # Written with ``rows``/``quarantine`` (a streaming stage has none).
+    demoted: list[QuarantineRow] = field(default_factory=list)
 
 
 @dataclass

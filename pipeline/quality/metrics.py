@@ -9,7 +9,7 @@ before the goal. These figures make such defects visible in every run (export ma
   ``category``, ``trajectory_id``, ``step_index``, ``synthetic``, ``skill_ids_used``,
   ``instruction``, ``output``);
 * ``skills``: ``{skill_id: text}`` of the bank (``_skillmerge.skill_text``);
-* ``trajs``: ``{trajectory_id: Trajectory}`` (the remove_loops artifact).
+* ``trajs``: ``{trajectory_id: Trajectory}`` (the verify artifact).
 
 Each function defines its metric in its docstring; all are deterministic.
 """

@@ -267,10 +267,10 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 
 
 class DistillStage(LLMStage):
-    """One row of thinks per successful trajectory of ``remove_loops`` (module docstring)."""
+    """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
     version = "2"  # think_misaligned, narration and cut_off
-    inputs = ("remove_loops", "memory", "skills")
+    inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
     sharded = True  # one trajectory at a time: runs per shard
@@ -283,7 +283,7 @@ class DistillStage(LLMStage):
     def requests(self, run: LLMRun) -> list[Job]:
         """One job per trajectory (:func:`episode_job`); notes the memories of each trajectory
         and the bank version for the rows."""
-        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("verify").read_rows()]
         memory_ids: dict[str, list[str]] = {}
         for m in run.ctx.upstream("memory").read_rows():
             memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])

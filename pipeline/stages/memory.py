@@ -221,10 +221,10 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 
 
 class MemoryStage(LLMStage):
-    """One memory per trajectory of ``remove_loops`` (module docstring)."""
+    """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
     version = "2"  # missing_key_step and cut_off
-    inputs = ("remove_loops",)
+    inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")
     sharded = True  # one trajectory at a time: runs per shard
@@ -237,7 +237,7 @@ class MemoryStage(LLMStage):
     def requests(self, run: LLMRun) -> list[Job]:
         """One job per trajectory, one request each (:func:`build_request`)."""
         cfg = run.ctx.config
-        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("verify").read_rows()]
         return [Job(t, t.trajectory_id, [build_request(t, cfg.memory, cfg.quality, run.tally)], t.source_uri,
                     t.source_line) for t in trajs]
 

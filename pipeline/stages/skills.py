@@ -290,16 +290,17 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
 
 def train_successes(ctx: StageContext, trajectory_ids: set[str]) -> list[Trajectory]:
     """The successful trajectories among ``trajectory_ids`` (those of the train memories), read
-    from the trajectory artifact: what ``contradicts_success`` checks a prescribed order against."""
-    rows = ctx.upstream("remove_loops").read_rows()
+    from the verify artifact (verified outcomes): what ``contradicts_success`` checks a prescribed
+    order against."""
+    rows = ctx.upstream("verify").read_rows()
     return [Trajectory.from_row(r) for r in rows if r["trajectory_id"] in trajectory_ids and r["outcome"] == "success"]
 
 
 def trajectory_instances(ctx: StageContext) -> dict[str, str]:
-    """``{trajectory_id: env_instance}`` of the remove_loops artifact (two columns are read:
+    """``{trajectory_id: env_instance}`` of the verify artifact (two columns are read:
     the steps are not needed here)."""
     out: dict[str, str] = {}
-    for part in parquet_parts(ctx.upstream("remove_loops").path):
+    for part in parquet_parts(ctx.upstream("verify").path):
         t = pq.read_table(part, columns=["trajectory_id", "env_instance"])
         out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
     return out
@@ -360,7 +361,7 @@ class SkillsStage(LLMStage):
     its jobs are calls (each fed by several memories)."""
     name = NAME
     version = "2"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off
-    inputs = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
+    inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")
 

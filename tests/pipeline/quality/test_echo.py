@@ -54,7 +54,7 @@ def test_action_words_and_stem():
 
 
 def test_recorded_thoughts_of_the_samples_never_fire(tmp_path):
-    """The 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
+    """The 39 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
     its step's action, admissible list and the trajectory's actions: 0 fire."""
     n = 0
     for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
@@ -66,7 +66,7 @@ def test_recorded_thoughts_of_the_samples_never_fire(tmp_path):
                     n += 1
                     assert echo.think_is_action(t.steps[k].thought, t.steps[k].action or "",
                                                 [*t.steps[k - 1].admissible_actions, *actions]) is None
-    assert n == 30
+    assert n == 39
 
 
 def bank_items() -> list[dict]:
@@ -333,7 +333,7 @@ def test_skills_stage_quarantines_a_mistake_built_from_bad_actions():
 
 def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
     """The outcome run's think is the distill prompt's TextWorld line (share 1.0); a think that
-    reasons about the coin is not (1 of 8 words); the 30 recorded thoughts of the samples reach at
+    reasons about the coin is not (1 of 8 words); the 39 recorded thoughts of the samples reach at
     most 0.3 against their own distill prompt."""
     from pipeline.stages.distill import prompt_vocab
     env_line = "The environment is TextWorld Express, a text game where the agent explores rooms and uses objects."
@@ -350,4 +350,4 @@ def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
         _, trajs = parsed_sample(tmp_path / sample, sample, sample)
         shares += [echo.echo_share(s.thought, prompt_vocab(t.env))[0] for t in trajs for s in t.steps
                    if (s.thought or "").strip()]
-    assert len(shares) == 30 and max(shares) == pytest.approx(0.3)
+    assert len(shares) == 39 and max(shares) == pytest.approx(0.3)
