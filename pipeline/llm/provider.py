@@ -28,6 +28,17 @@ def model_id_for(cfg: LLMConfig) -> str:
     return embedded_model_id(cfg.model)
 
 
+def embedded_endpoint(stack: contextlib.ExitStack, log_dir: str, model: str = "") -> tuple[str, str, str]:
+    """Start the embedded server of ``model`` (an alias; ``""`` = the default embedded model) for
+    the life of ``stack``; returns ``(base_url, the alias it answers to, model id)`` (the id is
+    :func:`pipeline.llm.server.embedded_model_id`: file stem and hash, as fingerprints record it).
+    Used by code that talks to the server directly (a policy under evaluation) rather than
+    through :class:`pipeline.llm.client.LLMClient`."""
+    from pipeline.llm.server import EmbeddedServer, embedded_model_id
+    srv = EmbeddedServer(log_dir=log_dir, model=model)
+    return stack.enter_context(srv), srv.model, embedded_model_id(srv.model)
+
+
 def llm_factory(cfg: LLMConfig, run_dir: str, stack: contextlib.ExitStack) -> Callable[[], object]:
     """A zero-argument callable that builds the run's :class:`LLMClient` on first use.
 

@@ -166,15 +166,13 @@ class _Log:
 
 
 def _updater(cfg: GRPOConfig, stack: contextlib.ExitStack):
-    """The skill-updater LLM client (``pipeline.llm``); starts the embedded server when no URL is set."""
-    from pipeline.llm.client import LLMClient
-    base_url, model = cfg.llm_base_url, cfg.llm_model
-    if not base_url:  # the same embedded teacher as the data stages (llm_model: another embedded alias)
-        from pipeline.llm.server import EmbeddedServer
-        srv = EmbeddedServer(log_dir=cfg.output_dir, model=model)
-        base_url, model = stack.enter_context(srv), srv.model
-    llm = LLMConfig(base_url=base_url, model=model, api_key_env=cfg.llm_api_key_env)
-    return LLMClient(llm, cache_path=os.path.join(cfg.output_dir, "llm_cache.sqlite"), base_url=base_url)
+    """The skill-updater LLM client, opened as the data stages open theirs
+    (:func:`pipeline.llm.provider.llm_factory`): the same default teacher, started as an embedded
+    server when no URL is set, the same ``llm`` settings and limits, a response cache in the
+    output folder."""
+    from pipeline.llm.provider import llm_factory
+    llm = LLMConfig(base_url=cfg.llm_base_url, model=cfg.llm_model, api_key_env=cfg.llm_api_key_env)
+    return llm_factory(llm, cfg.output_dir, stack)()
 
 
 def starting_policy(cfg: GRPOConfig) -> str:
