@@ -1,0 +1,311 @@
+"""Worker processes that share no lock, start with default signal handlers, and are never
+waited for without a deadline (the engine of :func:`pipeline.formats.parallel.ordered_map`).
+
+Why not ``multiprocessing.Pool``: its workers share one lock on the task queue, and
+``Pool.terminate`` takes that lock and never gives it back (``_help_stuff_finish``), so a worker
+left alive sleeps on it forever while the parent joins it without a deadline. A forked worker
+also inherited the CLI's Python SIGTERM handler; such a handler only sets a flag that the main
+thread acts on between bytecodes, so the SIGTERM that ``terminate`` sends was lost whenever it
+came in while the worker was already inside the lock's C wait (measured: one cycle in 2-70 of
+start/stop with that handler, none in 600 without; the stuck worker's ``Handlers[SIGTERM].tripped``
+was 1, read with gdb). ``Pool`` also waits forever for the result of a worker that the OOM
+killer ended mid-task.
+
+Here each worker has its own duplex pipe (nothing shared between workers, so no lock to be
+left held), runs one task at a time, and starts with SIGTERM at its default action (it dies at
+once, whatever it is doing), SIGINT ignored (Ctrl-C reaches the whole process group; the parent
+decides) and SIGUSR1 dumping its Python stack to stderr (``faulthandler``, which works even
+while the main thread is blocked in C). Linux also SIGKILLs the workers when the parent dies
+(``PR_SET_PDEATHSIG``). The parent waits with :func:`multiprocessing.connection.wait` on the
+pipes and the process sentinels together, so a worker's death is seen at once and named.
+
+Deadlines (seconds): a task gets :data:`TASK_TIMEOUT_S` (``$SKILLPIPE_TASK_TIMEOUT_S``) from
+the moment it is handed out; at teardown a worker gets :data:`EXIT_TIMEOUT_S` to exit, then
+SIGKILL and :data:`KILL_TIMEOUT_S` more. A passed deadline raises
+:class:`~pipeline.core.waits.WaitTimeout` naming the stage piece and the pid.
+"""
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+from pipeline.core.waits import WaitTimeout, seconds_from_env
+
+#: Seconds one task may run (one parse chunk of <= 1,000 files, one remove_loops row group:
+#: seconds to a minute on one core); the default leaves a wide margin for a slow disk.
+TASK_TIMEOUT_S = 1800.0
+EXIT_TIMEOUT_S = 10.0   # a worker told to stop exits in milliseconds
+KILL_TIMEOUT_S = 5.0    # after SIGKILL: longer means the process is stuck in the kernel
+START_METHOD_ENV = "SKILLPIPE_START_METHOD"
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without being told to (killed by a signal, e.g. the OOM killer's
+    SIGKILL, or exited); the message names the pid, how it ended and its task."""
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an exception raised in a worker (set as ``__cause__``)."""
+
+
+def start_context():
+    """The ``multiprocessing`` context: ``$SKILLPIPE_START_METHOD`` (``fork``, ``forkserver``,
+    ``spawn``) when set, else ``fork`` where available (no re-import per worker; the parent's
+    pages are shared copy-on-write), else the platform default. Raises ``ValueError`` for a
+    method this platform lacks."""
+    method = (os.environ.get(START_METHOD_ENV) or "").strip()
+    if method:
+        if method not in mp.get_all_start_methods():
+            raise ValueError(f"${START_METHOD_ENV} must be one of {', '.join(mp.get_all_start_methods())}, got {method!r}")
+        return mp.get_context(method)
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's teardown still stops the worker
+        pass
+
+
+def _worker_signals() -> None:
+    """Default signal handlers in a worker, whatever the parent had installed."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # blocked by the parent around fork
+
+
+def _failure(index: int, e: BaseException) -> tuple:
+    """A task's exception as a picklable reply: the exception pickled when it can be, its type
+    name, its text and the formatted traceback."""
+    try:
+        blob = pickle.dumps(e)
+    except Exception:  # an exception with unpicklable attributes: the text still travels
+        blob = None
+    return index, False, (blob, type(e).__name__, str(e), "".join(traceback.format_exception(e)))
+
+
+def _serve(conn, fn: Callable[[Any], Any], inherited: list[int]) -> None:
+    """A worker's loop: receive ``(index, chunk)``, send back ``(index, True, [fn(x) ...])`` or
+    :func:`_failure`; stop on ``None`` or when the parent's end closes."""
+    _worker_signals()
+    _die_with_parent()
+    for fd in inherited:  # the other workers' pipes (fork copies them): keep their EOF exact
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        index, chunk = msg
+        try:
+            reply = (index, True, [fn(x) for x in chunk])
+        except Exception as e:
+            reply = _failure(index, e)
+        try:
+            conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:  # a result that cannot be pickled
+            conn.send(_failure(index, e))
+
+
+def _raise_remote(what: str, pid: int, info: tuple) -> None:
+    blob, type_name, text, tb = info
+    try:
+        exc = pickle.loads(blob) if blob is not None else None
+    except Exception:
+        exc = None
+    if not isinstance(exc, BaseException):
+        exc = RuntimeError(f"{type_name}: {text} (in {what} pid {pid})")
+    raise exc from RemoteTraceback(tb)
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerPool:
+    """``workers`` processes running ``fn`` on chunks, one chunk per worker at a time.
+
+    Use as a context manager; :meth:`submit` a chunk to an idle worker (:attr:`idle`), then
+    :meth:`collect` the next finished chunk as ``(index, results)``. ``what`` names the workers
+    in errors (``"parse worker"``). ``fn`` must be a module-level function (pickled by name
+    under ``spawn``/``forkserver``). Leaving the block normally stops the workers and waits for
+    them (deadlines above); leaving it by an exception kills them first.
+
+    Raises (from :meth:`collect`): the exception of the task that failed (its worker traceback
+    as ``__cause__``), :class:`WorkerDied`, :class:`~pipeline.core.waits.WaitTimeout`.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], workers: int, what: str, ctx=None,
+                 task_timeout_s: float | None = None):
+        self.what = what
+        self.task_timeout_s = task_timeout_s or seconds_from_env("SKILLPIPE_TASK_TIMEOUT_S", TASK_TIMEOUT_S)
+        self._procs: list = []
+        self._pids: list[int] = []
+        self._conns: list = []
+        self._busy: dict[int, tuple[int, float]] = {}  # worker slot -> (chunk index, monotonic start)
+        ctx = ctx or start_context()
+        try:
+            self._start(ctx, fn, workers)
+        except BaseException:
+            self.close(graceful=False)
+            raise
+
+    def _start(self, ctx, fn: Callable[[Any], Any], workers: int) -> None:
+        fork = ctx.get_start_method() == "fork"
+        # a SIGTERM during fork would reach the child before it resets the handler: hold it until
+        # the children are started (a forked child unblocks it in _worker_signals)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT}) if fork else None
+        try:
+            for slot in range(workers):
+                parent, child = ctx.Pipe(duplex=True)
+                inherited = [c.fileno() for c in self._conns] + [parent.fileno()] if fork else []
+                proc = ctx.Process(target=_serve, args=(child, fn, inherited), daemon=True,
+                                   name=f"{self.what} {slot}")
+                self._conns.append(parent)
+                proc.start()
+                self._procs.append(proc)
+                self._pids.append(proc.pid)
+                child.close()
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers, in slot order (kept after :meth:`close`)."""
+        return list(self._pids)
+
+    @property
+    def idle(self) -> bool:
+        """Whether a worker is free for :meth:`submit`."""
+        return len(self._busy) < len(self._procs)
+
+    @property
+    def busy(self) -> int:
+        """Chunks handed out and not yet collected."""
+        return len(self._busy)
+
+    def submit(self, index: int, chunk: list) -> None:
+        """Hand ``chunk`` (its position ``index``) to an idle worker. Raises ``RuntimeError``
+        when none is idle, :class:`WorkerDied` when the chosen one is gone."""
+        slot = next((s for s in range(len(self._procs)) if s not in self._busy), None)
+        if slot is None:
+            raise RuntimeError(f"{self.what}: submit() with every worker busy")
+        try:
+            self._conns[slot].send((index, chunk))
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._died(slot, index) from None
+        self._busy[slot] = (index, time.monotonic())
+
+    def collect(self) -> tuple[int, list]:
+        """The next finished chunk, ``(index, [fn(x) for x in chunk])``, whichever worker
+        finishes first; at least one chunk must be handed out."""
+        if not self._busy:
+            raise RuntimeError(f"{self.what}: collect() with no chunk handed out")
+        while True:
+            slot, (index, started) = min(self._busy.items(), key=lambda kv: kv[1][1])
+            left = started + self.task_timeout_s - time.monotonic()
+            ready = wait([self._conns[s] for s in self._busy] + [p.sentinel for p in self._procs], timeout=max(left, 0))
+            for s in list(self._busy):
+                if self._conns[s] in ready:
+                    return self._reply(s)
+            for s, proc in enumerate(self._procs):
+                if proc.sentinel in ready:
+                    raise self._died(s, self._busy.get(s, (None,))[0])
+            if not ready and left <= 0:
+                raise self._stuck(slot, index)
+
+    def _reply(self, slot: int) -> tuple[int, list]:
+        chunk_index = self._busy.pop(slot)[0]
+        try:
+            index, ok, value = self._conns[slot].recv()
+        except (EOFError, ConnectionResetError):
+            raise self._died(slot, chunk_index) from None
+        if not ok:
+            _raise_remote(self.what, self._procs[slot].pid, value)
+        return index, value
+
+    def _died(self, slot: int, index: int | None) -> WorkerDied:
+        proc = self._procs[slot]
+        proc.join(KILL_TIMEOUT_S)  # its sentinel is ready or its pipe broke: it is exiting
+        task = f" while running chunk {index}" if index is not None else " while idle"
+        return WorkerDied(f"{self.what} (pid {proc.pid}) {_how_it_ended(proc.exitcode)}{task}; the stage fails "
+                          "(SIGKILL with no traceback is often the kernel's OOM killer: see dmesg)")
+
+    def _stuck(self, slot: int, index: int) -> WaitTimeout:
+        pid = self._procs[slot].pid
+        try:
+            os.kill(pid, signal.SIGUSR1)  # faulthandler in the worker writes its stack to stderr
+            time.sleep(0.5)
+        except OSError:
+            pass
+        return WaitTimeout(self.what, pid, self.task_timeout_s,
+                           f"no result for chunk {index} (its Python stack is on stderr above; "
+                           "raise $SKILLPIPE_TASK_TIMEOUT_S if the task is just slow)")
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop the workers: ``graceful`` tells idle workers to exit, else (or for a worker
+        that does not exit within :data:`EXIT_TIMEOUT_S`) SIGTERM, then SIGKILL. Raises
+        :class:`~pipeline.core.waits.WaitTimeout` naming each pid that is still there after
+        SIGKILL and :data:`KILL_TIMEOUT_S`, or (graceful) that had to be killed."""
+        if graceful:
+            for conn in self._conns:
+                try:
+                    conn.send(None)
+                except OSError:  # already gone: _wait_exit sees it
+                    pass
+        else:
+            self._signal_all(signal.SIGTERM)
+        late = self._wait_exit(EXIT_TIMEOUT_S if graceful else KILL_TIMEOUT_S)
+        if late:
+            self._signal_all(signal.SIGKILL)
+        stuck = self._wait_exit(KILL_TIMEOUT_S)
+        for conn in self._conns:
+            conn.close()
+        for p in self._procs:
+            if p not in stuck:
+                p.close()  # its sentinel fd
+        if stuck or (graceful and late):
+            p = (stuck or late)[0]
+            raise WaitTimeout(self.what, p.pid, EXIT_TIMEOUT_S, "still running after SIGKILL" if stuck else
+                              "did not exit when told to stop; killed")
+
+    def _signal_all(self, sig: int) -> None:
+        for p in self._procs:
+            if p.exitcode is None:
+                try:
+                    os.kill(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def _wait_exit(self, timeout_s: float) -> list:
+        """Workers still alive after waiting at most ``timeout_s`` for all of them."""
+        end = time.monotonic() + timeout_s
+        alive = [p for p in self._procs if p.exitcode is None]
+        while alive and (left := end - time.monotonic()) > 0:
+            wait([p.sentinel for p in alive], timeout=left)
+            alive = [p for p in alive if p.exitcode is None]
+        return alive
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(graceful=exc_type is None)
