@@ -1,7 +1,7 @@
 """Ordered, bounded parallel map over worker processes (used by the parse and remove_loops stages).
 
 :func:`ordered_map` hands chunks of the input to :class:`~pipeline.formats.workerpool.WorkerPool`
-workers (one chunk per worker at a time) and keeps at most ``workers * window`` chunks
+workers (each runs one and holds the next) and keeps at most ``workers * window`` chunks
 outstanding (running or finished but not yet consumed), so memory is bounded by that many
 chunks whatever the input size; results come back in input order (outputs are identical to
 ``map``). The pool never waits without a deadline and its workers start with default signal
@@ -85,15 +85,11 @@ def _in_order(pool: WorkerPool, chunks: Iterator[list], limit: int) -> Iterator[
     finished and not yet yielded."""
     done: dict[int, list] = {}
     handed = yielded = 0
-    more = True
+    part = next(chunks, None)
     while True:
-        while more and pool.idle and handed - yielded < limit:
-            part = next(chunks, None)
-            if part is None:
-                more = False
-                break
-            pool.submit(handed, part)
+        while part is not None and pool.idle and handed - yielded < limit and pool.submit(handed, part):
             handed += 1
+            part = next(chunks, None)
         if yielded in done:
             yield from done.pop(yielded)
             yielded += 1

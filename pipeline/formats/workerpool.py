@@ -33,7 +33,9 @@ import pickle
 import signal
 import time
 import traceback
+from collections import deque
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from pipeline.core.waits import WaitTimeout, seconds_from_env
@@ -41,6 +43,12 @@ from pipeline.core.waits import WaitTimeout, seconds_from_env
 #: Seconds one task may run (one parse chunk of <= 1,000 files, one remove_loops row group:
 #: seconds to a minute on one core); the default leaves a wide margin for a slow disk.
 TASK_TIMEOUT_S = 1800.0
+#: Chunks a worker holds at once: the one it runs and the next, so it never waits for the
+#: parent between chunks (as ``Pool`` workers did not: they took the next task from the queue).
+QUEUED_PER_WORKER = 2
+#: A chunk queued behind a running one must fit the pipe's buffer (Linux: >= 64 KiB), else
+#: sending it would block the parent until that worker is done.
+QUEUE_BYTES = 48 * 1024
 EXIT_TIMEOUT_S = 10.0   # a worker told to stop exits in milliseconds
 KILL_TIMEOUT_S = 5.0    # after SIGKILL: longer means the process is stuck in the kernel
 START_METHOD_ENV = "SKILLPIPE_START_METHOD"
@@ -140,9 +148,10 @@ def _how_it_ended(exitcode: int | None) -> str:
 
 
 class WorkerPool:
-    """``workers`` processes running ``fn`` on chunks, one chunk per worker at a time.
+    """``workers`` processes running ``fn`` on chunks, each holding at most
+    :data:`QUEUED_PER_WORKER` chunks (one running).
 
-    Use as a context manager; :meth:`submit` a chunk to an idle worker (:attr:`idle`), then
+    Use as a context manager; :meth:`submit` a chunk while :attr:`idle`, then
     :meth:`collect` the next finished chunk as ``(index, results)``. ``what`` names the workers
     in errors (``"parse worker"``). ``fn`` must be a module-level function (pickled by name
     under ``spawn``/``forkserver``). Leaving the block normally stops the workers and waits for
@@ -159,7 +168,7 @@ class WorkerPool:
         self._procs: list = []
         self._pids: list[int] = []
         self._conns: list = []
-        self._busy: dict[int, tuple[int, float]] = {}  # worker slot -> (chunk index, monotonic start)
+        self._queues: list[deque] = []
         ctx = ctx or start_context()
         try:
             self._start(ctx, fn, workers)
@@ -182,6 +191,7 @@ class WorkerPool:
                 proc.start()
                 self._procs.append(proc)
                 self._pids.append(proc.pid)
+                self._queues.append(deque())  # [chunk index, monotonic start once it runs]
                 child.close()
         finally:
             if held is not None:
@@ -194,46 +204,57 @@ class WorkerPool:
 
     @property
     def idle(self) -> bool:
-        """Whether a worker is free for :meth:`submit`."""
-        return len(self._busy) < len(self._procs)
+        """Whether a worker can take a chunk now (:meth:`submit`)."""
+        return any(len(q) < QUEUED_PER_WORKER for q in self._queues)
 
     @property
     def busy(self) -> int:
         """Chunks handed out and not yet collected."""
-        return len(self._busy)
+        return sum(len(q) for q in self._queues)
 
-    def submit(self, index: int, chunk: list) -> None:
-        """Hand ``chunk`` (its position ``index``) to an idle worker. Raises ``RuntimeError``
-        when none is idle, :class:`WorkerDied` when the chosen one is gone."""
-        slot = next((s for s in range(len(self._procs)) if s not in self._busy), None)
-        if slot is None:
-            raise RuntimeError(f"{self.what}: submit() with every worker busy")
+    def submit(self, index: int, chunk: list) -> bool:
+        """Hand ``chunk`` (its position ``index``) to the least loaded worker; ``False`` (nothing
+        sent) when every worker is full, or when only a worker that is still running a chunk has
+        room and the pickled chunk is over :data:`QUEUE_BYTES` (sending it could block until that
+        worker is done). Raises :class:`WorkerDied` when the chosen worker is gone."""
+        slot = min(range(len(self._queues)), key=lambda s: len(self._queues[s]))
+        queue = self._queues[slot]
+        if len(queue) >= QUEUED_PER_WORKER:
+            return False
+        message = ForkingPickler.dumps((index, chunk))
+        if queue and len(message) > QUEUE_BYTES:
+            return False
         try:
-            self._conns[slot].send((index, chunk))
+            self._conns[slot].send_bytes(message)
         except (BrokenPipeError, ConnectionResetError):
             raise self._died(slot, index) from None
-        self._busy[slot] = (index, time.monotonic())
+        queue.append([index, time.monotonic() if not queue else None])  # its clock starts when it runs
+        return True
 
     def collect(self) -> tuple[int, list]:
         """The next finished chunk, ``(index, [fn(x) for x in chunk])``, whichever worker
         finishes first; at least one chunk must be handed out."""
-        if not self._busy:
+        if not self.busy:
             raise RuntimeError(f"{self.what}: collect() with no chunk handed out")
         while True:
-            slot, (index, started) = min(self._busy.items(), key=lambda kv: kv[1][1])
+            running = [(q[0][1], s) for s, q in enumerate(self._queues) if q]
+            started, slot = min(running)
             left = started + self.task_timeout_s - time.monotonic()
-            ready = wait([self._conns[s] for s in self._busy] + [p.sentinel for p in self._procs], timeout=max(left, 0))
-            for s in list(self._busy):
+            ready = wait([self._conns[s] for _, s in running] + [p.sentinel for p in self._procs], timeout=max(left, 0))
+            for _, s in running:
                 if self._conns[s] in ready:
                     return self._reply(s)
             for s, proc in enumerate(self._procs):
                 if proc.sentinel in ready:
-                    raise self._died(s, self._busy.get(s, (None,))[0])
+                    raise self._died(s, self._queues[s][0][0] if self._queues[s] else None)
             if not ready and left <= 0:
-                raise self._stuck(slot, index)
+                raise self._stuck(slot, self._queues[slot][0][0])
 
     def _reply(self, slot: int) -> tuple[int, list]:
-        chunk_index = self._busy.pop(slot)[0]
+        queue = self._queues[slot]
+        chunk_index = queue.popleft()[0]
+        if queue:
+            queue[0][1] = time.monotonic()  # the worker went on to its next chunk
         try:
             index, ok, value = self._conns[slot].recv()
         except (EOFError, ConnectionResetError):
