@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from pipeline.formats.workerpool import WorkerPool
 
+WORKERS_ENV = "SKILLPIPE_WORKERS"
+
 
 def _warm_lazy_imports() -> None:
     """Trigger pyarrow's lazy ``import pandas`` (done by its first ``pa.array`` call, ~0.2 s CPU
@@ -45,9 +47,16 @@ def shrink_before_fork() -> None:
 
 
 def worker_count(requested: int = 0) -> int:
-    """``requested`` if > 0, else one worker per CPU this process may use."""
+    """``requested`` if > 0, else ``$SKILLPIPE_WORKERS`` if set (an integer > 0; 1 = no pool,
+    everything in this process), else one worker per CPU this process may use. Raises
+    ``ValueError`` naming the variable for any other value."""
     if requested > 0:
         return requested
+    raw = (os.environ.get(WORKERS_ENV) or "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"${WORKERS_ENV} must be a whole number of worker processes >= 1, got {raw!r}")
+        return int(raw)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
