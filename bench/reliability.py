@@ -266,7 +266,7 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
         input_path = os.path.join(work, "rollouts")
         subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py"),
                         input_path, "--envs", str((a.trajectories + 3) // 4), "--tests", "4", "--seed", str(a.seed)],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, timeout=600)
     with contextlib.ExitStack() as stack:
         if a.upstream == "embedded":
             upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192)), EMBEDDED_MODEL_ALIAS
@@ -374,7 +374,7 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
     # outside a git checkout (e.g. a copy made with git archive, run while the checkout changes)
     # the caller names the commit in SKILLPIPE_COMMIT
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
+                            text=True, timeout=30).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     saved = saved_sections(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 
 
@@ -40,13 +41,50 @@ def seconds_from_env(name: str, default: float) -> float:
     return value
 
 
-def reap(proc: subprocess.Popen, what: str, timeout_s: float = 10.0) -> int:
-    """Wait at most ``timeout_s`` for ``proc`` (already sent SIGKILL, or expected to exit) and
-    return its exit status. Raises :class:`WaitTimeout` naming ``what`` and the pid when it is
-    still there: a process that survives SIGKILL that long is stuck in the kernel (state D,
-    e.g. on a dead network mount), and waiting longer would hang the caller with it."""
+def wait_exit(proc: subprocess.Popen, what: str, timeout_s: float, killed: bool = False) -> int:
+    """Wait at most ``timeout_s`` for ``proc`` to exit and return its exit status.
+
+    Past the deadline it raises :class:`WaitTimeout` naming ``what`` and the pid: ``killed``
+    (the caller already sent SIGKILL) means the process is stuck in the kernel (state D, e.g. on
+    a dead network mount) and waiting longer would hang the caller with it; otherwise ``proc``
+    (its whole process group when it leads one) gets SIGKILL first, so nothing is left behind."""
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise WaitTimeout(what, proc.pid, timeout_s, "still running after SIGKILL (uninterruptible "
-                          "sleep in the kernel?)") from None
+        pass
+    if killed:
+        raise WaitTimeout(what, proc.pid, timeout_s, "still running after SIGKILL (uninterruptible sleep in the kernel?)")
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:  # it ended just now
+        pass
+    try:
+        proc.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        pass
+    raise WaitTimeout(what, proc.pid, timeout_s, "killed")
+
+
+def run_bounded(cmd: list[str], timeout_s: float, what: str = "", **popen_kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, **popen_kw)`` with a deadline: past ``timeout_s`` the process (and
+    its process group, which it gets of its own) is killed and :class:`WaitTimeout` names
+    ``what`` (default: the program) and the pid. ``popen_kw``: ``subprocess.run``'s
+    (``capture_output``, ``text``, ``env``, ``cwd``, ``check``...)."""
+    check = popen_kw.pop("check", False)
+    if popen_kw.pop("capture_output", False):
+        popen_kw.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with subprocess.Popen(cmd, start_new_session=True, **popen_kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10.0)
+            raise WaitTimeout(what or os.path.basename(str(cmd[0])), proc.pid, timeout_s,
+                              f"killed with its process group ({' '.join(map(str, cmd))[:300]})") from None
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done

@@ -19,8 +19,8 @@ while the main thread is blocked in C). Linux also SIGKILLs the workers when the
 (``PR_SET_PDEATHSIG``). The parent waits with :func:`multiprocessing.connection.wait` on the
 pipes and the process sentinels together, so a worker's death is seen at once and named.
 
-Deadlines (seconds): a task gets :data:`TASK_TIMEOUT_S` (``$SKILLPIPE_TASK_TIMEOUT_S``) from
-the moment it is handed out; at teardown a worker gets :data:`EXIT_TIMEOUT_S` to exit, then
+Deadlines (seconds): a chunk gets :data:`CHUNK_TIMEOUT_S` (``$SKILLPIPE_CHUNK_TIMEOUT_S``) from
+the moment its worker starts it; at teardown a worker gets :data:`EXIT_TIMEOUT_S` to exit, then
 SIGKILL and :data:`KILL_TIMEOUT_S` more. A passed deadline raises
 :class:`~pipeline.core.waits.WaitTimeout` naming the stage piece and the pid.
 """
@@ -40,11 +40,11 @@ from typing import Any, Callable
 
 from pipeline.core.waits import WaitTimeout, seconds_from_env
 
-#: Seconds one task may run (one parse chunk of <= 1,000 files, one remove_loops row group:
-#: seconds to a minute on one core); the default leaves a wide margin for a slow disk.
-TASK_TIMEOUT_S = 1800.0
+#: Seconds one chunk may run (parse: one task of <= 1,000 files; remove_loops: one row group;
+#: each takes seconds on one core); the default leaves a wide margin for a slow disk.
+CHUNK_TIMEOUT_S = 1800.0
 #: Chunks a worker holds at once: the one it runs and the next, so it never waits for the
-#: parent between chunks (as ``Pool`` workers did not: they took the next task from the queue).
+#: parent between chunks (neither did ``Pool`` workers: they took the next one from the shared queue).
 QUEUED_PER_WORKER = 2
 #: A chunk queued behind a running one must fit the pipe's buffer (Linux: >= 64 KiB), else
 #: sending it would block the parent until that worker is done.
@@ -162,9 +162,9 @@ class WorkerPool:
     """
 
     def __init__(self, fn: Callable[[Any], Any], workers: int, what: str, ctx=None,
-                 task_timeout_s: float | None = None):
+                 chunk_timeout_s: float | None = None):
         self.what = what
-        self.task_timeout_s = task_timeout_s or seconds_from_env("SKILLPIPE_TASK_TIMEOUT_S", TASK_TIMEOUT_S)
+        self.chunk_timeout_s = chunk_timeout_s or seconds_from_env("SKILLPIPE_CHUNK_TIMEOUT_S", CHUNK_TIMEOUT_S)
         self._procs: list = []
         self._pids: list[int] = []
         self._conns: list = []
@@ -239,7 +239,7 @@ class WorkerPool:
         while True:
             running = [(q[0][1], s) for s, q in enumerate(self._queues) if q]
             started, slot = min(running)
-            left = started + self.task_timeout_s - time.monotonic()
+            left = started + self.chunk_timeout_s - time.monotonic()
             ready = wait([self._conns[s] for _, s in running] + [p.sentinel for p in self._procs], timeout=max(left, 0))
             for _, s in running:
                 if self._conns[s] in ready:
@@ -277,9 +277,9 @@ class WorkerPool:
             time.sleep(0.5)
         except OSError:
             pass
-        return WaitTimeout(self.what, pid, self.task_timeout_s,
+        return WaitTimeout(self.what, pid, self.chunk_timeout_s,
                            f"no result for chunk {index} (its Python stack is on stderr above; "
-                           "raise $SKILLPIPE_TASK_TIMEOUT_S if the task is just slow)")
+                           "raise $SKILLPIPE_CHUNK_TIMEOUT_S if the chunk is just slow)")
 
     def close(self, graceful: bool = True) -> None:
         """Stop the workers: ``graceful`` tells idle workers to exit, else (or for a worker

@@ -84,7 +84,7 @@ def test_a_worker_killed_mid_task_fails_the_map_naming_its_pid():
 
 
 def test_a_task_past_its_deadline_fails_naming_the_worker_and_is_killed(capfd):
-    pool = WorkerPool(sleep_forever, 2, "test worker", task_timeout_s=1.0)
+    pool = WorkerPool(sleep_forever, 2, "test worker", chunk_timeout_s=1.0)
     pids = pool.pids
     t0 = time.monotonic()
     with pytest.raises(WaitTimeout) as info:
