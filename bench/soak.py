@@ -153,6 +153,31 @@ def summary(soak: Soak, a: argparse.Namespace) -> str:
             f"p99/p50={ratio:.2f} (target <= {P99_OVER_P50}) load_avg_1/5/15={'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+def make_tree(out: str, envs: int, seed: int) -> str:
+    """Generate the SkillRL tree of ``envs`` environments into ``out``; returns ``out``."""
+    subprocess.run([sys.executable, TOOL, out, "--envs", str(envs), "--seed", str(seed)], check=True,
+                   stdout=subprocess.DEVNULL, timeout=600)
+    return out
+
+
+def reliability_section(work: str, runs: int = 20, envs: int = 3000) -> tuple[str, str, str]:
+    """The soak section of ``bench/reliability.py``: ``runs`` watched runs on the default pool
+    size, generated tree of ``envs`` environments under ``work``; ``(title, Markdown table,
+    verdict line)``."""
+    a = argparse.Namespace(runs=runs, workers=0, limit_s=120.0, stacks=os.path.join(work, "stacks"))
+    soak = soak_runs(make_tree(os.path.join(work, "tree"), envs, 1), os.path.join(work, "root"), a)
+    p50, p99 = soak.percentile(0.5), soak.percentile(0.99)
+    ok = not soak.hangs and not soak.failures and not soak.leftovers and p99 <= P99_OVER_P50 * p50
+    table = ("| runs | hangs | failures | leftover processes | p50 s | p99 s | max s | p99/p50 |\n"
+             "|---|---|---|---|---|---|---|---|\n"
+             f"| {runs} | {len(soak.hangs)} | {len(soak.failures)} | {soak.leftovers} | {p50:.2f} | {p99:.2f} "
+             f"| {max(soak.times, default=0.0):.2f} | {p99 / p50 if p50 else 0.0:.2f} |")
+    hangs = f"; stacks: {', '.join(soak.hangs)}" if soak.hangs else ""
+    verdict = (f"{'OK' if ok else 'NOT OK'}: hangs={len(soak.hangs)} in {runs} runs, p99/p50={p99 / p50 if p50 else 0.0:.2f} "
+               f"(target <= {P99_OVER_P50}), load average {'/'.join(f'{x:.2f}' for x in os.getloadavg())}{hangs}")
+    return (f"5. soak: parse + remove_loops {runs} times on {envs * 4:,} files, each under a watchdog", table, verdict)
+
+
 def main() -> None:
     """Command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -166,11 +191,7 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="skillpipe-soak-") as work:
         a.stacks = a.stacks or os.path.join(tempfile.gettempdir(), "skillpipe-soak-stacks")
-        tree = a.tree
-        if not tree:
-            tree = os.path.join(work, "tree")
-            subprocess.run([sys.executable, TOOL, tree, "--envs", str(a.envs), "--seed", str(a.seed)], check=True,
-                           stdout=subprocess.DEVNULL, timeout=600)
+        tree = a.tree or make_tree(os.path.join(work, "tree"), a.envs, a.seed)
         soak = soak_runs(tree, os.path.join(work, "root"), a)
     print(summary(soak, a))
     print(soak.last_line(a.runs))

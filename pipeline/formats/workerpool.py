@@ -49,7 +49,7 @@ QUEUED_PER_WORKER = 2
 #: A chunk queued behind a running one must fit the pipe's buffer (Linux: >= 64 KiB), else
 #: sending it would block the parent until that worker is done.
 QUEUE_BYTES = 48 * 1024
-EXIT_TIMEOUT_S = 10.0   # a worker told to stop exits in milliseconds
+EXIT_TIMEOUT_S = 30.0   # a worker told to stop exits in milliseconds; 30 s leaves room for a loaded machine
 KILL_TIMEOUT_S = 5.0    # after SIGKILL: longer means the process is stuck in the kernel
 START_METHOD_ENV = "SKILLPIPE_START_METHOD"
 
@@ -76,12 +76,16 @@ def start_context():
     return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int | None) -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies; exit now if ``parent`` (the pid
+    that started it; ``None`` under ``forkserver``, whose server is the parent) is already gone."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):  # not Linux: the parent's teardown still stops the worker
-        pass
+        return
+    if parent is not None and os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
 
 
 def _worker_signals() -> None:
@@ -102,11 +106,11 @@ def _failure(index: int, e: BaseException) -> tuple:
     return index, False, (blob, type(e).__name__, str(e), "".join(traceback.format_exception(e)))
 
 
-def _serve(conn, fn: Callable[[Any], Any], inherited: list[int]) -> None:
+def _serve(conn, fn: Callable[[Any], Any], inherited: list[int], parent: int | None) -> None:
     """A worker's loop: receive ``(index, chunk)``, send back ``(index, True, [fn(x) ...])`` or
     :func:`_failure`; stop on ``None`` or when the parent's end closes."""
     _worker_signals()
-    _die_with_parent()
+    _die_with_parent(parent)
     for fd in inherited:  # the other workers' pipes (fork copies them): keep their EOF exact
         try:
             os.close(fd)
@@ -126,7 +130,9 @@ def _serve(conn, fn: Callable[[Any], Any], inherited: list[int]) -> None:
             reply = _failure(index, e)
         try:
             conn.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as e:  # a result that cannot be pickled
+        except (BrokenPipeError, ConnectionResetError):  # the parent is gone
+            return
+        except Exception as e:  # a result that cannot be pickled (nothing was sent)
             conn.send(_failure(index, e))
 
 
@@ -177,7 +183,9 @@ class WorkerPool:
             raise
 
     def _start(self, ctx, fn: Callable[[Any], Any], workers: int) -> None:
-        fork = ctx.get_start_method() == "fork"
+        method = ctx.get_start_method()
+        fork = method == "fork"
+        me = os.getpid() if method in ("fork", "spawn") else None  # the workers' parent (forkserver: its server)
         # a SIGTERM during fork would reach the child before it resets the handler: hold it until
         # the children are started (a forked child unblocks it in _worker_signals)
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT}) if fork else None
@@ -185,7 +193,7 @@ class WorkerPool:
             for slot in range(workers):
                 parent, child = ctx.Pipe(duplex=True)
                 inherited = [c.fileno() for c in self._conns] + [parent.fileno()] if fork else []
-                proc = ctx.Process(target=_serve, args=(child, fn, inherited), daemon=True,
+                proc = ctx.Process(target=_serve, args=(child, fn, inherited, me), daemon=True,
                                    name=f"{self.what} {slot}")
                 self._conns.append(parent)
                 proc.start()
