@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from pipeline.core.waits import WaitTimeout
-from pipeline.formats.parallel import ordered_map
-from pipeline.formats.workerpool import RemoteTraceback, WorkerDied, WorkerPool
+from pipeline.formats.parallel import ordered_map, worker_count
+from pipeline.formats.workerpool import RemoteTraceback, WorkerDied, WorkerPool, start_context
 
 
 def square_after(x: tuple[int, float]) -> int:
@@ -135,3 +135,19 @@ def test_many_pool_cycles_with_a_python_sigterm_handler_never_hang():
         signal.signal(signal.SIGTERM, previous)
     assert time.monotonic() - t0 < 60
     assert not psutil.Process().children()
+
+
+def test_pool_size_and_start_method_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SKILLPIPE_WORKERS", "3")
+    assert (worker_count(), worker_count(5)) == (3, 5)
+    for bad in ("0", "two"):
+        monkeypatch.setenv("SKILLPIPE_WORKERS", bad)
+        with pytest.raises(ValueError, match=rf"\$SKILLPIPE_WORKERS must be a whole number of worker processes >= 1, got '{bad}'"):
+            worker_count()
+    monkeypatch.delenv("SKILLPIPE_START_METHOD", raising=False)
+    assert start_context().get_start_method() == "fork"
+    monkeypatch.setenv("SKILLPIPE_START_METHOD", "spawn")
+    assert start_context().get_start_method() == "spawn"
+    monkeypatch.setenv("SKILLPIPE_START_METHOD", "thread")
+    with pytest.raises(ValueError, match=r"\$SKILLPIPE_START_METHOD must be one of fork, spawn, forkserver, got 'thread'"):
+        start_context()
