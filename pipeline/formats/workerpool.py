@@ -6,13 +6,18 @@ Why not ``multiprocessing.Pool``: its workers share one lock on the task queue, 
 left alive sleeps on it forever while the parent joins it without a deadline. A forked worker
 also inherited the CLI's Python SIGTERM handler; such a handler only sets a flag that the main
 thread acts on between bytecodes, so the SIGTERM that ``terminate`` sends was lost whenever it
-came in while the worker was already inside the lock's C wait (measured: one cycle in 2-70 of
-start/stop with that handler, none in 600 without; the stuck worker's ``Handlers[SIGTERM].tripped``
-was 1, read with gdb). ``Pool`` also waits forever for the result of a worker that the OOM
-killer ended mid-task.
+came in while the worker was not in an interruptible system call, and the worker went back to
+sleep in the lock's ``sem_wait`` (gdb on a stuck one-thread worker: ``Handlers[SIGTERM].tripped``
+= 1, ``is_tripped`` = 1, main thread in ``sem_wait``). Measured with that handler: a hang within
+2, 40 and 70 start/stop cycles in three trials; without it none in 600. ``Pool`` also waits forever for the result of a worker that the OOM
+killer ended mid-task. ``concurrent.futures.ProcessPoolExecutor`` notices a dead worker
+(``BrokenProcessPool``), but its shutdown joins the workers without a deadline and no error
+names a pid. On the 3,000-env tree (parse + remove_loops, 8 alternating runs each, load average
+3.6) the three took the same time: this pool 5.33 s, ``Pool`` 5.35 s, ``ProcessPoolExecutor``
+5.19 s.
 
 Here each worker has its own duplex pipe (nothing shared between workers, so no lock to be
-left held), runs one task at a time, and starts with SIGTERM at its default action (it dies at
+left held), runs one chunk at a time and holds the next, and starts with SIGTERM at its default action (it dies at
 once, whatever it is doing), SIGINT ignored (Ctrl-C reaches the whole process group; the parent
 decides) and SIGUSR1 dumping its Python stack to stderr (``faulthandler``, which works even
 while the main thread is blocked in C). Linux also SIGKILLs the workers when the parent dies
@@ -67,7 +72,15 @@ def start_context():
     """The ``multiprocessing`` context: ``$SKILLPIPE_START_METHOD`` (``fork``, ``forkserver``,
     ``spawn``) when set, else ``fork`` where available (no re-import per worker; the parent's
     pages are shared copy-on-write), else the platform default. Raises ``ValueError`` for a
-    method this platform lacks."""
+    method this platform lacks.
+
+    ``forkserver`` and ``spawn`` start workers that inherit no lock held by another thread of
+    this process, at a cost: on the 3,000-env tree, parse + remove_loops took 9.42 s and 10.53 s
+    against 8.58 s with ``fork`` (medians of 6 alternating runs, load average 5.2; the workers
+    import pyarrow and the stage modules again). ``fork`` stays the default: the hang this pool
+    replaced was not an inherited lock (it came back with one-thread workers), and at fork time
+    the CLI holds only its main thread and jemalloc's background thread (which blocks every
+    signal and whose locks jemalloc resets around fork)."""
     method = (os.environ.get(START_METHOD_ENV) or "").strip()
     if method:
         if method not in mp.get_all_start_methods():
