@@ -273,7 +273,7 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
                        check=True, capture_output=True, timeout=600)
     with contextlib.ExitStack() as stack:
         if a.upstream == "embedded":
-            upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192)), EMBEDDED_MODEL_ALIAS
+            upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192, model=EMBEDDED_MODEL_ALIAS)), EMBEDDED_MODEL_ALIAS
         elif a.upstream == "stub":
             upstream, model = stack.enter_context(SchemaStub()).base_url, "stub-model"
         else:

@@ -181,9 +181,10 @@ def skillpipe():
         from airflow.sdk import get_current_context
         state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
                                  params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
-        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
-        info = start_detached(state_dir)  # the alias makes stages record the embedded model's identity
-        return {"base_url": info["base_url"], "model": EMBEDDED_MODEL_ALIAS, "state_dir": state_dir}
+        # llm_model without llm_base_url names an embedded model ("" = the default teacher); the
+        # alias passed on makes the stages record the embedded model's identity
+        info = start_detached(state_dir, model=params["llm_model"] or "")
+        return {"base_url": info["base_url"], "model": info["model"], "state_dir": state_dir}
 
     @teardown
     @task

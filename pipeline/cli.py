@@ -32,8 +32,10 @@ from pipeline.stages import STAGES
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="skillpipe: turn agent rollout traces into a skill bank and SFT pairs (SkillRL method).")
 from pipeline.bank.cli import app as bank_app  # noqa: E402
+from pipeline.llm.cli import models_app  # noqa: E402
 
 app.add_typer(bank_app, name="bank", help="Versioned skill banks: list, show, diff, restore, export.")
+app.add_typer(models_app, name="models", help="Embedded teacher models: list, fetch (pinned, verified), verify.")
 
 #: Commands that live outside ``pipeline`` (``skillpipe sft ...``, ``skillpipe rl ...``,
 #: ``skillpipe eval``) register through this entry-point group in pyproject.toml, so that
@@ -573,12 +575,17 @@ def _load_config_option(path: Optional[str]):
 @app.command("serve-llm")
 def serve_llm(port: int = typer.Option(8080, help="loopback port"),
               ctx_size: int = typer.Option(8192, help="context window in tokens"),
+              model: str = typer.Option("", "--model", help="embedded model alias (default: the default teacher, "
+                                        "qwen2.5-coder-1.5b-instruct); see `skillpipe models list`"),
               check: bool = typer.Option(False, "--check", help="start the server on a free loopback port, "
                                          "ask one tiny completion, stop it; print the model and latency, "
                                          "exit 1 with the cause when it cannot answer")):
-    """Start the embedded OpenAI-compatible endpoint (SmolLM2-135M-Instruct) in the foreground."""
+    """Start the embedded OpenAI-compatible endpoint (a pinned local GGUF) in the foreground."""
+    from pipeline.llm.weights import MODELS
+    if model and model not in MODELS:
+        raise typer.BadParameter(f"unknown embedded model {model!r}; known: {', '.join(MODELS)}", param_hint="--model")
     if check:
-        _check_llm()
+        _check_llm(model)
         return
     from pipeline.llm.server import serve_foreground
     with socket.socket() as s:
@@ -587,17 +594,21 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
         except OSError as e:
             err.print(f"[bold red]error:[/] cannot listen on 127.0.0.1:{port}: {e.strerror}")
             raise typer.Exit(1)
-    rc = serve_foreground(port=port, ctx_size=ctx_size)
+    try:
+        rc = serve_foreground(port=port, ctx_size=ctx_size, model=model)
+    except RuntimeError as e:  # WeightsError: not installed or not verified
+        err.print(f"[bold red]error:[/] {escape(str(e))}")
+        raise typer.Exit(1)
     if rc not in (0, None, -2, -15):  # Ctrl-C / SIGTERM are normal stops
         err.print(f"[bold red]error:[/] the LLM server exited with code {rc} (is port {port} in use?)")
         raise typer.Exit(1)
 
 
-def _check_llm() -> None:
+def _check_llm(model: str = "") -> None:
     """``serve-llm --check`` (the install step runs it): one tiny completion or a named cause."""
     from pipeline.llm.server import check_embedded
     try:
-        r = check_embedded()
+        r = check_embedded(model=model)
     except (RuntimeError, TimeoutError, FileNotFoundError) as e:  # ServerDied is a RuntimeError
         err.print(f"[bold red]error:[/] the embedded LLM server cannot answer: {escape(str(e))}")
         raise typer.Exit(1)

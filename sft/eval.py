@@ -307,8 +307,9 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
         return GoldPolicy(), "", {"policy": "gold"}
     if spec == "embedded":
         from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
-        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
-        mid = embedded_model_id()
+        # the embedded policy is the small SmolLM2 (the student's base model), not the teacher
+        url = stack.enter_context(EmbeddedServer(log_dir=log_dir, model=EMBEDDED_MODEL_ALIAS))
+        mid = embedded_model_id(EMBEDDED_MODEL_ALIAS)
         return (OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", cfg.temperature, cfg.max_new_tokens, model_id=mid),
                 "", {"policy": mid})
     if spec == "endpoint":

@@ -122,9 +122,23 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
         "prompts": prompts,
         "model": model_id if stage.uses_llm else "",
         "code_version": __version__,
+        "stage_versions": stage_versions(stage.name),
         **({"shard": ctx.shard} if ctx.shard and stage.sharded else {}),
     }
     return content_hash(facts, n=32), facts
+
+
+def stage_versions(name: str) -> dict[str, str]:
+    """``{stage: version}`` of stage ``name`` and of every stage upstream of it (its inputs,
+    transitively): what a version bump invalidates is the stage and everything downstream."""
+    out: dict[str, str] = {}
+    todo = [name]
+    while todo:
+        s = get_stage(todo.pop())
+        if s.name not in out:
+            out[s.name] = s.version
+            todo += list(s.inputs)
+    return dict(sorted(out.items()))
 
 
 def _config_facts(config: PipelineConfig, stage: Stage) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Data-quality metrics of an exported SFT dataset, computed by stage ``export``.
 
-SkillRL issue #22 measured the reference's released WebShop SFT data: outputs almost never use
+Users of SkillRL measured its released WebShop SFT data: outputs almost never use
 the skills shown (1.1 %), every example carries the same skill block, many trajectories stop
 before the goal. These figures make such defects visible in every run (export manifest
 ``counters["quality_metrics"]`` and ``DATASET_CARD.md``). Inputs are plain rows:

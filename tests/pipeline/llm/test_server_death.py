@@ -37,7 +37,7 @@ SIGILL_MSG = "died with SIGILL (illegal instruction): rebuild llama-cpp-python, 
 
 def stub_command(script: list[dict]):
     """A ``server.server_command`` replacement that starts the stub with ``script``."""
-    def command(port: int, ctx_size: int, n_threads: int | None = None) -> list[str]:
+    def command(port: int, ctx_size: int, n_threads: int | None = None, model: str = "") -> list[str]:
         return [sys.executable, str(STUB), "--as", "llama_cpp.server", "--port", str(port),
                 "--script", json.dumps(script)]
     return command

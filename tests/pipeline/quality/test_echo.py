@@ -246,16 +246,25 @@ def test_skills_echo_junk_is_repaired_or_quarantined(tmp_path):
     assert counts["units_in"] == counts["units_out"] + counts["quarantined"]
 
 
-def test_skill_update_check_rejects_echo_and_one_word_titles():
-    from pipeline.bank.evolving import SkillBank, update_request
+def test_skill_update_rejects_echo_and_one_word_titles_item_by_item():
+    """An answer is repaired only when every skill breaks a rule; otherwise the bad skills are
+    dropped when the answer is applied, each with its rule, and the good ones are added."""
+    from pipeline.bank.evolving import SkillBank, apply_updates, update_request
+    from pipeline.llm.types import JSONResult
     req = update_request(SkillBank([]), "cooking", 0.25, 0.4, "- Task: cook", 2)
     good = {"title": "Slice Before Cooking", "principle": "Slice the ingredient with the knife before you cook it.",
             "when_to_apply": "A recipe lists a sliced ingredient."}
     assert req.check([good]) is None
-    assert req.check([good, dict(good, title="Cook")]) == (
-        "not_actionable: skills[1].title 'Cook' is one word; name the skill in 3 to 5 words")
+    assert req.check([good, dict(good, title="Cook")]) is None
+    assert req.check([dict(good, title="Cook")]) == (
+        "not_actionable: skills[0].title 'Cook' is one word; name the skill in 3 to 5 words")
     assert req.check([dict(good, principle="Write new skills for the category.")]).startswith(
         "echo_prompt: skills[0].principle 'Write new skills for the category.' repeats the prompt's own words")
+    up = apply_updates(SkillBank([]), [JSONResult("cooking", True, [good, dict(good, title="Cook")])],
+                       {"cooking": ["t1"]}, "m", max_new=2, cap=5, step=3)
+    assert [r["title"] for r in up.bank.rows] == ["Slice Before Cooking"]
+    assert [(q["reason"], q["item_id"]) for q in up.quarantine] == [("not_actionable", "cooking")]
+    assert json.loads(up.quarantine[0]["raw"])["title"] == "Cook"
 
 
 def test_think_is_action_flagged_only_when_listed_in_flag_rules(spray_store):

@@ -43,7 +43,7 @@ GROUNDED = {"contextual_description": "Cool a cup: found it on the countertop an
                                     "critical_observation": "On the countertop 2, you see a cup 3",
                                     "reasoning": "the cup is the object of the task"}],
             "planning_pattern": "Search [Location] for [Object] -> Take [Object] -> Go to [Target] -> Place [Object]"}
-# the issue's example: an action that never happened, at a step index that does not hold it
+# the 135M model's answer: an action that never happened, at a step index that does not hold it
 UNGROUNDED = dict(GROUNDED, refined_trajectory=[dict(GROUNDED["refined_trajectory"][0],
                                                      action="take toiletpaper 1 from toilet 1's trash can")])
 GOOD_FAILURE = {"contextual_description": "Cooling a vase failed: the agent never used the fridge.",

@@ -1,7 +1,7 @@
-"""What a new-user tryer met in ``skillpipe run`` (session 4): ``--stages`` naming a stage whose
-upstream is neither requested nor written (it ran the stages before it, then failed), an input
-that gives no trajectory (all zeros, exit 0, no word), and ``--root gs://`` without gcsfs (the
-storage hint "check the endpoint ..." that does not apply). Deterministic stages only, no LLM."""
+"""Checks ``skillpipe run`` makes before and after its stages: ``--stages`` naming a stage whose
+upstream is neither requested nor written (exit 2 before any stage runs), an input that gives no
+trajectory (one warning line, exit 0), and ``--root gs://`` without gcsfs (which package to
+install, no endpoint hint). Deterministic stages only, no LLM."""
 from __future__ import annotations
 
 import importlib.util
@@ -135,7 +135,7 @@ def test_on_object_storage_the_remote_run_is_what_counts(s3, tmp_path, monkeypat
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
-    root = f"s3://{s3.bucket}/tryer4"
+    root = f"s3://{s3.bucket}/run-checks"
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse")
     assert code == 0, out
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
