@@ -288,8 +288,9 @@ class WorkerPool:
         proc = self._procs[slot]
         proc.join(KILL_TIMEOUT_S)  # its sentinel is ready or its pipe broke: it is exiting
         task = f" while running chunk {index}" if index is not None else " while idle"
-        return WorkerDied(f"{self.what} (pid {proc.pid}) {_how_it_ended(proc.exitcode)}{task}; the stage fails "
-                          "(SIGKILL with no traceback is often the kernel's OOM killer: see dmesg)")
+        hint = " (a SIGKILL nobody sent is often the kernel's OOM killer: see dmesg)" \
+            if proc.exitcode == -signal.SIGKILL else " (its traceback, if any, is on stderr above)"
+        return WorkerDied(f"{self.what} (pid {proc.pid}) {_how_it_ended(proc.exitcode)}{task}; the stage fails{hint}")
 
     def _stuck(self, slot: int, index: int) -> WaitTimeout:
         pid = self._procs[slot].pid
@@ -315,6 +316,7 @@ class WorkerPool:
                     pass
         else:
             self._signal_all(signal.SIGTERM)
+            self._signal_all(signal.SIGCONT)  # a stopped worker (SIGSTOP, a debugger) acts on it now
         late = self._wait_exit(EXIT_TIMEOUT_S if graceful else KILL_TIMEOUT_S)
         if late:
             self._signal_all(signal.SIGKILL)
