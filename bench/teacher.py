@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from pipeline.core.waits import run_bounded  # noqa: E402
 from pipeline.llm.weights import MODELS  # noqa: E402
+
+RUN_TIMEOUT_S = 6 * 3600.0  # one teacher's data stages on the sample, on CPU: past this the run hangs
 
 LLM_STAGES = ("memory", "skills", "distill")
 
@@ -62,7 +64,7 @@ def run_teacher(alias: str, root: str, sample: str) -> dict:
     cmd = [sys.executable, "-m", "pipeline.cli", "run", "--input", sample, "--run-id", run_id, "--root", root,
            "--llm-model", alias]
     t0 = time.monotonic()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    done = run_bounded(cmd, RUN_TIMEOUT_S, f"skillpipe run with {alias}", cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     if done.returncode != 0:
         raise SystemExit(f"{alias}: skillpipe run exited {done.returncode}:\n{done.stderr[-3000:]}")

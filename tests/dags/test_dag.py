@@ -55,7 +55,8 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
             "print(json.dumps({'delay7': {t.task_id: t.retry_delay.total_seconds() for t in d7.tasks},"
             " 'bad': list(bad.values())}))\n"
             "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids), t.retries,"
-            " t.retry_delay.total_seconds()] for t in d.tasks}))"
+            " t.retry_delay.total_seconds(), t.execution_timeout and t.execution_timeout.total_seconds()]"
+            " for t in d.tasks}))"
             % ((os.path.join(ROOT, "dags"),) * 3))
     env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT,
                SKILLPIPE_RETRY_DELAY_S="")
@@ -70,9 +71,10 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     assert tasks["verify"][1] == ["plan", "remove_loops_all", "start_llm"]
     assert tasks["split"][1] == ["start_llm", "verify_all"] and tasks["skills"][1] == ["memory_all", "start_llm"]
     assert tasks["export"][1] == ["build_pairs_all", "start_llm"] and "Mapped" not in tasks["export"][0]
-    # stage and collect tasks retry after the object-storage lease of a killed worker has expired (120 s)
+    # stage and collect tasks retry after the object-storage lease of a killed worker has expired
+    # (120 s), and none runs without a deadline (48 h by default)
     for name in [*mapped, *(f"{m}_all" for m in mapped), "split", "skills", "export"]:
-        assert tasks[name][2:] == [2, 150.0], name
+        assert tasks[name][2:] == [2, 150.0, 172800.0], name
         assert overridden["delay7"][name] == 7.0, name  # the test-sized delay of the distributed kill test
     assert overridden["delay7"]["sft_fit"] == tasks["sft_fit"][3]  # tasks without retries keep Airflow's default
     assert len(overridden["bad"]) == 1 and "SKILLPIPE_RETRY_DELAY_S must be a number of seconds >= 0" \
