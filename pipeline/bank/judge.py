@@ -58,6 +58,7 @@ class ItemJudge:
             (``contradicts_success``; empty: not checked).
         category: the task category of a task-specific call ("" otherwise).
         bounds: ``{field: maxLength}`` of the answer schema (``cut_off``).
+        examples: the prompt's worked-example strings an item must not copy (``echo_prompt``).
     """
     kind: str
     qcfg: QualityConfig
@@ -67,6 +68,7 @@ class ItemJudge:
     successes: Sequence[Trajectory] = ()
     category: str = ""
     bounds: dict[str, int] = field(default_factory=dict)
+    examples: Sequence[str] = ()
 
     @property
     def key(self) -> str:
@@ -92,6 +94,7 @@ class ItemJudge:
             out.append(Violation("ngram_loop", f"{name} repeats {loop!r} {self.qcfg.loop_min_repeats}+ times "
                                                "across its fields; write it once"))
         out += echo.echo_violations(name, item, self.fields, self.vocab)
+        out += echo.example_violations([(f"{name}.{f}", str(item.get(f) or "")) for f in self.fields], self.examples)
         return out + echo.action_field_violations(name, item, list(self.actions))
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:

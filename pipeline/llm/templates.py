@@ -28,6 +28,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -115,3 +116,15 @@ def clip(text: str | None, limit: int) -> str:
     """``text`` cut to ``limit`` characters, marking the cut with `` ...`` (None -> "")."""
     text = (text or "").strip()
     return text if len(text) <= limit else text[: max(0, limit - 4)].rstrip() + " ..."
+
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.){20,})"')
+
+
+@lru_cache(maxsize=64)
+def example_texts(stage: str, env: str) -> tuple[str, ...]:
+    """The quoted strings of 20+ characters in the worked examples of ``stage`` for ``env`` (the
+    answers' field values, e.g. a memory's description): what a model must not copy into its own
+    answer (rule ``echo_prompt``, :func:`pipeline.quality.echo.example_violations`)."""
+    tpl = load(stage, env)
+    return tuple(dict.fromkeys(m.group(1) for text in tpl.examples.values() for m in _QUOTED.finditer(text)))

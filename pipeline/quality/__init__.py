@@ -106,6 +106,7 @@ class Tally:
         self.flag_rules = set(flag_rules)
         self.rejected: Counter = Counter()
         self.flagged: Counter = Counter()
+        self.repaired: Counter = Counter()  # fields fixed from the record (grounding.reground_steps)
 
     def gate(self, violations: Iterable[Violation]) -> str | None:
         """Count ``violations``; return the message of the first one whose rule quarantines, else None."""
@@ -122,9 +123,10 @@ class Tally:
 
     def record(self, items: int, quarantined: Counter) -> dict[str, Any]:
         """Manifest record: ``{items, quarantined: {reason: n}, rate: {reason: n / items},
-        rejected_answers: {...}, flagged: {...}}`` over the stage's ``items`` (rates rounded to 4
+        rejected_answers: {...}, flagged: {...}, repaired: {field: n}}`` over the stage's ``items`` (rates rounded to 4
         places; only content-rule reasons of ``quarantined`` are listed)."""
         q = {r: n for r, n in sorted(quarantined.items()) if r in REASONS}
         return {"items": items, "quarantined": q,
                 "rate": {r: round(n / items, 4) if items else 0.0 for r, n in q.items()},
-                "rejected_answers": dict(sorted(self.rejected.items())), "flagged": dict(sorted(self.flagged.items()))}
+                "rejected_answers": dict(sorted(self.rejected.items())), "flagged": dict(sorted(self.flagged.items())),
+                "repaired": dict(sorted(self.repaired.items()))}

@@ -242,3 +242,29 @@ def memory_actions(memories: Iterable[dict[str, Any]]) -> list[str]:
     seen = [s.get("action") or "" for m in memories for s in (m.get("refined_trajectory") or [])]
     seen += [x.get("bad_action") or "" for m in memories for x in (m.get("mistakes_to_avoid") or [])]
     return list(dict.fromkeys(a for a in seen if a.strip()))
+
+
+#: ``echo_prompt`` of a copied example: a field whose content words match one of the prompt's
+#: worked-example strings in order for at least this share (``difflib`` ratio). Seen with the
+#: 1.5B teacher: the WebShop failure example's description copied word for word into the memory
+#: of another failure (1.0), its second mistake copied into a cooling failure (0.93). Two real
+#: descriptions of one task type share at most ~0.6 ("Heat-and-place task: find the mug ...").
+EXAMPLE_COPY_RATIO = 0.8
+
+
+def example_violations(named: Iterable[tuple[str, str]], examples: Sequence[str]) -> list[Violation]:
+    """``echo_prompt`` for each ``(name, text)`` that copies one of the worked ``examples``
+    (:data:`EXAMPLE_COPY_RATIO`; texts of fewer than 4 content words are not judged)."""
+    from difflib import SequenceMatcher
+    refs = [(e, content_words(e)) for e in examples]
+    out = []
+    for name, text in named:
+        words = content_words(text)
+        if len(words) < 4:
+            continue
+        for e, ref in refs:
+            if ref and SequenceMatcher(None, words, ref, autojunk=False).ratio() >= EXAMPLE_COPY_RATIO:
+                out.append(Violation("echo_prompt", f"{name} {text[:60]!r} copies the prompt's worked example "
+                                                    f"{e[:60]!r}; write about this episode"))
+                break
+    return out

@@ -184,3 +184,44 @@ def missing_key_step(refined: Iterable[dict[str, Any]], traj: Trajectory) -> lis
     k, a = taken[-1]
     return [Violation("missing_key_step", f"the refined trajectory leaves out step {k} ({a!r}), the {key} step this "
                                           "task cannot succeed without; include it")]
+
+
+def reground_steps(refined: list[dict[str, Any]], traj: Trajectory, min_overlap: float,
+                   max_chars: int | None = None) -> dict[str, int]:
+    """Repair, in place, what a memory's refined steps got wrong about the record, from the record
+    itself (nothing is invented), and return the counts ``{"step_index": n, "critical_observation": m}``:
+
+    * a step whose action is not recorded at its ``step_index`` but is recorded at exactly one
+      step gets that index (the 1.5B teacher copies the action right and miscounts the step);
+    * a ``critical_observation`` that is no (near-)quote of the observation before or after its
+      step (:func:`span_coverage` < ``min_overlap``) becomes the observation the action produced,
+      cut at a sentence or word end within ``max_chars`` (the model paraphrased: "You put the mug
+      1 on the coffee machine." for "You put the mug 1 in/on the coffeemachine 1.").
+
+    A step whose action is recorded nowhere, or at several steps, is left for ``ungrounded_step``."""
+    fixed = {"step_index": 0, "critical_observation": 0}
+    n = len(traj.steps) - 1
+    for s in refined:
+        k, action = s.get("step_index"), str(s.get("action") or "")
+        if not (isinstance(k, int) and 1 <= k <= n and action_matches(action, traj.steps[k].action or "")):
+            at = [j for j in range(1, n + 1) if action_matches(action, traj.steps[j].action or "")]
+            if len(at) != 1:
+                continue
+            s["step_index"], k = at[0], at[0]
+            fixed["step_index"] += 1
+        crit = str(s.get("critical_observation") or "")
+        best = max(span_coverage(crit, traj.steps[k - 1].observation), span_coverage(crit, traj.steps[k].observation))
+        if best < min_overlap and (traj.steps[k].observation or "").strip():
+            s["critical_observation"] = _clip_quote(traj.steps[k].observation, max_chars or 200)
+            fixed["critical_observation"] += 1
+    return fixed
+
+
+def _clip_quote(text: str, max_chars: int) -> str:
+    """``text`` on one line, cut at the last sentence end (else word end) that fits ``max_chars``."""
+    text = " ".join((text or "").split())
+    if len(text) <= max_chars:
+        return text
+    head = text[:max_chars]
+    cut = max(head.rfind(". "), head.rfind("! "), head.rfind("? "))
+    return head[:cut + 1] if cut > max_chars // 3 else head[:head.rfind(" ")].rstrip(",;:")

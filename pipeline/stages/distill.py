@@ -126,6 +126,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
     out += alignment.think_violations(pairs, traj, {i: e["action"] for i, e in entries.items()})
+    out += echo.example_violations(named, _templates.example_texts(TEMPLATE, traj.env))
     if max_chars:
         out += [v for i, t in pairs for v in text.cut_off(f"think for step {i}", t, max_chars)]
     sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "

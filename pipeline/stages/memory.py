@@ -28,7 +28,7 @@ from pipeline.core.stage import StageContext, StageOutput
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema
 from pipeline.llm.types import JSONRequest
-from pipeline.quality import grounding, text, topic
+from pipeline.quality import echo, grounding, text, topic
 
 TEMPLATE = "memory"      # pipeline/templates/memory*.txt
 SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
@@ -69,16 +69,22 @@ def check_memory(outcome: str, traj: Trajectory | None = None, qcfg: QualityConf
     """A ``JSONRequest.check`` for ``outcome``: returns an error message or ``None``.
 
     Catches what a schema allows but a memory must not have: blank (whitespace-only) texts,
-    a success without a planning pattern, a failure without a usable mistake. With ``traj``, the
-    content rules of :func:`content_violations` too (gated by ``tally``'s policy; message
-    ``"<reason>: <detail>"``, so the quarantine row gets the rule's reason).
+    a success without a planning pattern, a failure without a usable mistake. With ``traj``, it
+    first repairs the refined steps from the record (a miscounted step index, a paraphrased
+    observation: :func:`pipeline.quality.grounding.reground_steps`, counted in ``tally.repaired``)
+    and then runs the content rules of :func:`content_violations` (gated by ``tally``'s policy;
+    message ``"<reason>: <detail>"``, so the quarantine row gets the rule's reason).
     """
     def check(value: dict[str, Any]) -> str | None:
         err = form(value)
         if err or traj is None:
             return err
         gate = tally or quality.Tally(qcfg.flag_rules if qcfg else ())
-        return gate.gate(content_violations(value, traj, qcfg or QualityConfig(), bounds=schema_bounds(schema)))
+        q, bounds = qcfg or QualityConfig(), schema_bounds(schema)
+        fixed = grounding.reground_steps(value.get("refined_trajectory") or [], traj, q.min_observation_overlap,
+                                         bounds.get("refined_trajectory.critical_observation"))
+        gate.repaired.update({k: n for k, n in fixed.items() if n})
+        return gate.gate(content_violations(value, traj, q, bounds=bounds))
 
     def form(value: dict[str, Any]) -> str | None:
         if not str(value.get("contextual_description", "")).strip():
@@ -116,7 +122,8 @@ def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityCon
                        ) -> list[quality.Violation]:
     """Content rules of one memory answer for ``traj`` (``pipeline.quality``), in this order:
     degenerate text (``no_words``, ``ngram_loop``) of every text field, ``cut_off`` against
-    ``bounds`` (:func:`schema_bounds`), grounding of the refined steps (``ungrounded_step``,
+    ``bounds`` (:func:`schema_bounds`), ``echo_prompt`` of a field copied from the template's
+    worked examples, grounding of the refined steps (``ungrounded_step``,
     ``ungrounded_observation``), ``missing_key_step`` of a success, then ``off_topic``: the
     description, the planning pattern and each mistake against the trajectory (its task, and its
     actions)."""
@@ -128,6 +135,7 @@ def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityCon
         named.append((f"mistakes_to_avoid[{j}]", mistake_text(m)))
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     out += [v for name, t in _bounded_fields(value) for v in text.cut_off(name, t, (bounds or {}).get(_bound_key(name)))]
+    out += echo.example_violations(_bounded_fields(value), _templates.example_texts(TEMPLATE, traj.env))
     out += grounding.memory_step_violations(value.get("refined_trajectory") or [], traj, qcfg.min_observation_overlap)
     if traj.success:
         out += grounding.missing_key_step(value.get("refined_trajectory") or [], traj)
@@ -137,11 +145,13 @@ def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityCon
 
 
 def _bounded_fields(value: dict[str, Any]) -> list[tuple[str, str]]:
-    """Every free-text field of a memory answer as ``(name, text)``: ``contextual_description``,
-    ``planning_pattern``, ``refined_trajectory[j].<f>``, ``mistakes_to_avoid[j].<f>``."""
+    """Every free-text field of a memory answer that ``cut_off`` judges, as ``(name, text)``:
+    ``contextual_description``, ``planning_pattern``, ``refined_trajectory[j].reasoning``,
+    ``mistakes_to_avoid[j].<f>``. A critical observation is a quote of the record (checked, or
+    replaced by it, before): a quote that stops at the bound is still true."""
     out = [(k, str(value.get(k) or "")) for k in ("contextual_description", "planning_pattern")]
     for j, s in enumerate(value.get("refined_trajectory") or []):
-        out += [(f"refined_trajectory[{j}].{f}", str(s.get(f) or "")) for f in ("critical_observation", "reasoning")]
+        out.append((f"refined_trajectory[{j}].reasoning", str(s.get("reasoning") or "")))
     for j, m in enumerate(value.get("mistakes_to_avoid") or []):
         out += [(f"mistakes_to_avoid[{j}].{f}", str(m.get(f) or "")) for f in MISTAKE_FIELDS]
     return out

@@ -197,7 +197,8 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
         schema = answer_schema(kind, n)
         judge = None if qcfg is None else ItemJudge(
             kind, qcfg, _prompt_vocab(), memory_sources(used), echo.memory_actions(used),
-            [t for t in successes or [] if not category or t.category == category], category, field_bounds(schema))
+            [t for t in successes or [] if not category or t.category == category], category, field_bounds(schema),
+            _templates.example_texts(NAME, env))
         verdicts: dict[str, list] = {}
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},

@@ -43,3 +43,28 @@ def test_cut_off_at_the_bound():
     assert text.cut_off("f", "Short and complete", 200) == []
     assert [v.reason for v in text.cut_off("skills[0].title", "Heat The Mug Before Putting It In", 33,
                                            sentence=False)] == ["cut_off"]
+
+
+def test_refined_steps_are_regrounded_from_the_record():
+    """The 1.5B teacher's toiletpaper memory cites step 4 for the put recorded at step 6, and its
+    heat-mug memory paraphrases an observation: both are fixed from the record, and counted."""
+    import dataclasses
+    traj = dataclasses.replace(HOT_APPLE, steps=[dataclasses.replace(s) for s in HOT_APPLE.steps])
+    traj.steps[2].observation = "You pick up the apple 1 from the countertop 1."
+    traj.steps[4].observation = "You heat the apple 1 using the microwave 1."
+    traj.steps[6].observation = "You put the apple 1 in/on the fridge 1. The fridge 1 is open."
+    steps = [dict(step(2, "take apple 1 from countertop 1"), critical_observation="You pick up the apple 1"),
+             dict(step(5, "heat apple 1 with microwave 1"), critical_observation="You heat the apple 1"),  # at 4
+             dict(step(6, "put apple 1 in/on fridge 1"), critical_observation="Apple stored successfully.")]
+    fixed = grounding.reground_steps(steps, traj, 0.6, max_chars=40)
+    assert [s["step_index"] for s in steps] == [2, 4, 6]
+    assert [s["critical_observation"] for s in steps] == [
+        "You pick up the apple 1", "You heat the apple 1", "You put the apple 1 in/on the fridge 1."]
+    assert fixed == {"step_index": 1, "critical_observation": 1}
+    assert grounding.memory_step_violations(steps, traj, 0.6) == []
+
+
+def test_an_action_recorded_nowhere_is_left_for_the_rule():
+    steps = [step(3, "take toiletpaper 1 from toilet 1")]
+    assert grounding.reground_steps(steps, HOT_APPLE, 0.6) == {"step_index": 0, "critical_observation": 0}
+    assert [v.reason for v in grounding.memory_step_violations(steps, HOT_APPLE, 0.6)] == ["ungrounded_step"]

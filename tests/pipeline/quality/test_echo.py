@@ -351,3 +351,15 @@ def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
         shares += [echo.echo_share(s.thought, prompt_vocab(t.env))[0] for t in trajs for s in t.steps
                    if (s.thought or "").strip()]
     assert len(shares) == 39 and max(shares) == pytest.approx(0.3)
+
+
+def test_a_field_copied_from_the_worked_examples_is_an_echo():
+    """The 1.5B teacher's memory of a WebShop failure copied the example's description verbatim."""
+    from pipeline.llm.templates import example_texts
+    examples = example_texts("memory", "webshop")
+    copied = ("contextual_description", "Apparel purchase that failed because the required size option was "
+                                        "never selected.")
+    own = ("contextual_description", "Chips purchase that failed because the price was over the limit of "
+                                     "30 dollars and no flavor option matched.")
+    got = echo.example_violations([copied, own], examples)
+    assert [(v.reason, v.detail.split(" ")[0]) for v in got] == [("echo_prompt", "contextual_description")]

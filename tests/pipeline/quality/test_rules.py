@@ -248,7 +248,7 @@ def test_tally_policy_and_record():
     assert t.gate([Violation("off_topic", "d4")]) is None
     rec = t.record(4, __import__("collections").Counter({"no_words": 1, "length": 2}))
     assert rec == {"items": 4, "quarantined": {"no_words": 1}, "rate": {"no_words": 0.25},
-                   "rejected_answers": {"no_words": 1}, "flagged": {"off_topic": 2}}
+                   "rejected_answers": {"no_words": 1}, "flagged": {"off_topic": 2}, "repaired": {}}
     assert quality.reason_of("check_failed", "ungrounded_step: x") == "ungrounded_step"
     assert quality.reason_of("check_failed", "contextual_description is blank") == "check_failed"
     assert quality.reason_of("", "") == "llm_failed"

@@ -70,7 +70,7 @@ def test_memory_ungrounded_step_is_repaired_and_an_off_topic_mistake_quarantined
         "is 'take cup 3 from countertop 2', not \"take toiletpaper 1 from toilet 1's trash can\"")
     assert res.manifest["counters"]["quality"] == {
         "items": 2, "quarantined": {"off_topic": 1}, "rate": {"off_topic": 0.5},
-        "rejected_answers": {"off_topic": 2, "ungrounded_step": 1}, "flagged": {}}
+        "rejected_answers": {"off_topic": 2, "ungrounded_step": 1}, "flagged": {}, "repaired": {}}
     assert res.manifest["llm"]["repairs"] == 2
 
 
@@ -210,7 +210,7 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
                                                               ("alfworld/mistake/", "off_topic")]
     assert res.manifest["counters"]["quality"] == {
         "items": 4, "quarantined": {"no_words": 1, "off_topic": 1}, "rate": {"no_words": 0.25, "off_topic": 0.25},
-        "rejected_answers": {"no_words": 2, "off_topic": 2}, "flagged": {}}
+        "rejected_answers": {"no_words": 2, "off_topic": 2}, "flagged": {}, "repaired": {}}
     assert stub.requests[1]["messages"][-1]["content"].startswith(
         "Your answer was rejected (check_failed): no_words: skills[0].title is not text")
     assert all(len(skill_text(r).split()) >= 3 for r in rows)
