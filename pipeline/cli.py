@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.confighelp import section_names
-from pipeline.report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
+from pipeline.report.runinfo import DEFAULT_PRICE_CACHED, DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
 from pipeline.stages import STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -183,6 +183,11 @@ def _show_uri(local_path: str, root: str) -> str:
     return f"{root.rstrip('/')}/{rel}"
 
 
+LLM_MODE_HELP = ("online (one concurrent call per request) or batch (each LLM stage as one job of the endpoint's "
+                 "Batch API: half price, answers within 24 h; a killed run resumes polling the same job); default: "
+                 "llm.mode of --config, else online")
+
+
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="trace file or folder (default: the run's previous input)"),
@@ -205,6 +210,7 @@ def run(
     llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),
     llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
+    llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help=LLM_MODE_HELP),
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
                                          help="split the input into N shards of whole folders, balanced by bytes; the "
@@ -222,17 +228,8 @@ def run(
     retried by the next plain run; no trajectory read: with a warning); 1 when a stage failed or
     another process holds the run; 2 for a usage error (also: --stages leaves out an upstream
     stage the run has not written, checked before any stage runs)."""
-    from pipeline.core.config import OptionError, run_config
-    from pipeline.core.runner import check_run_id
-
     root = _plain_path(root)
-    try:
-        check_run_id(run_id)
-        cfg = run_config(config, env, format, llm_base_url, llm_model, llm_api_key_env)
-    except OptionError as e:
-        raise typer.BadParameter(str(e), param_hint=e.option)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--run-id")
+    cfg = _checked_run_config(run_id, config, env, format, llm_base_url, llm_model, llm_api_key_env, llm_mode)
     names = _parse_stages(stages)
     reads_input = names is None or "parse" in names
     if input and not reads_input:
@@ -244,6 +241,21 @@ def run(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
                        dict(env=env, stages=names, force=force, shards=shards))
+
+
+def _checked_run_config(run_id: str, *options: str | None):
+    """The run's config (:func:`pipeline.core.config.run_config` of ``options``: config file,
+    env, format, LLM URL, model, key variable, mode) once ``run_id`` is valid; a usage error
+    (exit 2) naming the option otherwise."""
+    from pipeline.core.config import OptionError, run_config
+    from pipeline.core.runner import check_run_id
+    try:
+        check_run_id(run_id)
+        return run_config(*options)
+    except OptionError as e:
+        raise typer.BadParameter(str(e), param_hint=e.option)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--run-id")
 
 
 def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:
@@ -388,9 +400,10 @@ def print_summary(results, wall: float, root: str = ".") -> None:
     """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, and where
     each artifact is (its URI under an object-storage ``root``, with the local mirror named once)."""
     t = Table(title="skillpipe run summary", show_lines=False)
-    for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens", "wall s", "status"):
+    for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens (cached)", "wall s",
+                "status"):
         t.add_column(col)
-    calls = tokens = 0
+    calls = tokens = cached = 0
     for r in results:
         c = r.manifest.get("counts", {})
         llm = r.manifest.get("llm") or {}
@@ -402,7 +415,12 @@ def print_summary(results, wall: float, root: str = ".") -> None:
         if not r.skipped:
             calls += llm.get("calls", 0)
             tokens += tok
+            cached += llm.get("cached_prompt_tokens", 0)
         llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
+        if llm.get("cached_prompt_tokens"):
+            llm_s += f" ({llm['cached_prompt_tokens']})"
+        if llm.get("mode") == "batch":
+            llm_s += f", batch ({llm.get('batches', 0)} jobs)"
         if r.skipped and llm:
             llm_s = "0 (unchanged)"
         n_out = str(c.get("out", ""))
@@ -421,7 +439,8 @@ def print_summary(results, wall: float, root: str = ".") -> None:
     console.print("in (→N): the N units a stage expands its input into (build_pairs: candidate pairs); out (N used): "
                   "N inputs went into the output (skills: memories -> skills). Units in = used + quarantined.",
                   highlight=False)
-    console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
+    console.print(f"LLM calls this run: {calls}, tokens: {tokens} (cached prompt tokens: {cached}); wall time "
+                  f"{wall:.1f} s")
     for r in results:
         console.print(f"  {r.stage:12s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
     export = next((r for r in results if r.stage == "export"), None)
@@ -486,6 +505,9 @@ def report(
                                        help="USD per 1M prompt tokens, for the cost estimate (default: gpt-4o-mini)"),
     price_completion: float = typer.Option(DEFAULT_PRICE_COMPLETION, min=0,
                                            help="USD per 1M completion tokens, for the cost estimate"),
+    price_cached: float = typer.Option(DEFAULT_PRICE_CACHED, min=0,
+                                       help="USD per 1M cached prompt tokens (the endpoint's "
+                                            "prompt_tokens_details.cached_tokens), for the cost estimate"),
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
@@ -502,6 +524,7 @@ def report(
         _fail(_storage_failure(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
+                           price_cached=price_cached,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))
     except (FileNotFoundError, ValueError, OSError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")

@@ -296,6 +296,19 @@ class LLMClient:
         return list(work.result())
 
     # ---- one request ----------------------------------------------------------------------
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The response cache (``None`` when caching is off)."""
+        return self._cache
+
+    def open_sync(self) -> openai.OpenAI:
+        """A synchronous SDK client for the Files and Batches calls of batch mode (``AzureOpenAI``
+        for an Azure endpoint); the SDK retries those calls itself, ``llm.max_retries`` times."""
+        common = dict(api_key=self._api_key(), timeout=self.cfg.timeout_s, max_retries=self.cfg.max_retries)
+        if self.azure is None:
+            return openai.OpenAI(base_url=self.base_url, **common)
+        return openai.AzureOpenAI(azure_endpoint=self.base_url, api_version=self.azure["api_version"], **common)
+
     def _open(self) -> openai.AsyncOpenAI:
         """The async SDK client: ``AsyncAzureOpenAI`` for an Azure endpoint, else ``AsyncOpenAI``.
 
