@@ -13,7 +13,8 @@ of an expired or cancelled job is in the error file as
 Fault knobs (for tests): ``validating_s`` and ``line_s`` (seconds before the job starts and per
 line), ``expire_after`` (a list: the n-th job created expires after ``expire_after[n]`` lines;
 jobs beyond the list run to the end), ``line_error(custom_id, times_seen)`` (an HTTP status for
-that run of that line, or ``None`` to run it).
+that run of that line, or ``None`` to run it), ``hold_after`` (every job stops after that many
+lines until :attr:`BatchStore.release` is set: a test kills its client while the job runs).
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ class BatchStore:
 
     def __init__(self, run_line: Callable[[dict[str, Any]], dict[str, Any]], validating_s: float = 0.0,
                  line_s: float = 0.0, expire_after: list[int] | None = None,
-                 line_error: Callable[[str, int], int | None] | None = None):
+                 line_error: Callable[[str, int], int | None] | None = None, hold_after: int | None = None):
         self.run_line, self.validating_s, self.line_s = run_line, validating_s, line_s
+        self.hold_after, self.release = hold_after, threading.Event()
         self.expire_after = list(expire_after or [])
         self.line_error = line_error
         self.files: dict[str, dict[str, Any]] = {}
@@ -136,6 +138,8 @@ class BatchStore:
             self.jobs[bid]["request_counts"]["total"] = len(lines)
         out, err, ran = [], [], 0
         for line in lines:
+            if self.hold_after is not None and ran >= self.hold_after:
+                self.release.wait()
             if self.jobs[bid]["status"] == "cancelling" or (expire is not None and ran >= expire):
                 break
             self._run_one(bid, line, out, err)
