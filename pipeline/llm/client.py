@@ -545,7 +545,7 @@ class LLMClient:
             with attempt:
                 body = self.request_body(req, messages)
                 chars = self.prompt_chars(body["messages"], req)
-                self.bump(limit_wait_s=await self.budget.admit(self.budget.estimate(chars)))
+                self.bump(limit_wait_s=await self.budget.admit(chars))
                 self.bump(calls=1)
                 counter["calls"] += 1
                 try:
