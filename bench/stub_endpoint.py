@@ -18,7 +18,6 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import json
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,9 +26,8 @@ from urllib.parse import parse_qs, urlparse
 
 from bench.reliability_stub import answer_for
 from bench.stub_batches import BatchStore
-from bench.stub_limits import PrefixCache, RateLimits, prompt_text_pieces, tpm_cost
+from bench.stub_limits import PrefixCache, RateLimits, pieces, prompt_text_pieces, tpm_cost
 
-_COMPLETION_PIECES = re.compile(r"\w{1,5}|[^\w\s]|\s+")  # the stub tokenizer (stub_limits)
 
 
 def schema_answer(body: dict[str, Any]) -> tuple[str, str]:
@@ -177,14 +175,14 @@ class StubEndpoint:
     def complete(self, body: dict[str, Any], mode: str) -> dict[str, Any]:
         """Answer and bill one chat call (online or a batch line); returns the completion body."""
         content, finish = self.answer(body)
-        pieces = prompt_text_pieces(body)
-        cached = self.prefix.cached_tokens(pieces) if self.prefix else 0
-        usage = {"prompt_tokens": len(pieces), "completion_tokens": len(_COMPLETION_PIECES.findall(content))}
+        prompt = prompt_text_pieces(body)
+        cached = self.prefix.cached_tokens(prompt) if self.prefix else 0
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(pieces(content))}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if self.prefix:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         with self._lock:
-            self.bills.append({"mode": mode, "prompt": len(pieces), "cached": cached,
+            self.bills.append({"mode": mode, "prompt": len(prompt), "cached": cached,
                                "completion": usage["completion_tokens"], "messages": body.get("messages")})
         return {"id": f"chatcmpl-stub-{len(self.bills)}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "stub-model"),

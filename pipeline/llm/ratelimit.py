@@ -12,7 +12,7 @@ and count a call against TPM at admission as its prompt tokens plus ``max_tokens
 
 * two leaky buckets (``aiolimiter.AsyncLimiter``): one request per call from the request bucket,
   ``estimate(prompt chars)`` = prompt tokens (characters x a tokens-per-character ratio learned
-  from the answers' ``usage``, first 1/4) + ``max_tokens`` from the token bucket. Limits come from
+  from the answers' ``usage``, first 1/3) + ``max_tokens`` from the token bucket. Limits come from
   ``llm.rpm`` / ``llm.tpm``, else from the ``x-ratelimit-limit-*`` headers of the first answer
   (no header, no limit: the client behaves as before). The buckets drain at :data:`SAFETY` (95 %)
   of the limits and hold :data:`BURST_S` seconds of that rate (at least one call), so the client
@@ -41,7 +41,9 @@ BURST_S = 1.0  # a bucket holds this many seconds of its rate: no burst above th
 #: a 429 every few calls (measured: 1 call in 4 against bench/stub_endpoint.py); 5 % below, its
 #: bucket refills enough to absorb the jitter.
 SAFETY = 0.95
-FIRST_TOKENS_PER_CHAR = 0.25  # English BPE: ~4 characters per token, until answers say otherwise
+#: Tokens per character before any answer says otherwise: 1/3, above English BPE's ~1/4, so the
+#: first calls are overestimated (a little throughput lost) rather than underestimated (429s).
+FIRST_TOKENS_PER_CHAR = 1 / 3
 LEARN_WEIGHT = 0.2  # weight of each new answer in the learned tokens-per-character ratio
 MIN_PAUSE_S, MAX_PAUSE_S = 0.05, 120.0  # bounds of one hold-back after a 429 or a low 'remaining'
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
