@@ -3,7 +3,7 @@ hosted one (``bench/stub_endpoint.py``: real 429s and ``x-ratelimit-*`` headers 
 limit, cached prefix tokens billed as ``prompt_tokens_details.cached_tokens``, the Files + Batches
 API).
 
-**(a) Running at the rate limit.** ``--requests`` structured calls (a fixed ~1,500-character
+**(a) Running at the rate limit.** ``--requests`` structured calls (a fixed ~1,000-character
 instruction, then 1,000-5,000 characters of per-item text, ``max_tokens`` 256) through
 ``LLMClient`` at concurrency 16 against a stub in its own process that answers after 0.3 s and
 enforces a TPM limit over 2-second windows (OpenAI: limits "may be quantized"). Twice: with
