@@ -193,14 +193,14 @@ class BatchRunner:
                 if verdict is not None:
                     return "done", verdict
                 continue  # a repair: its line is the next to look for
-            why = self._no_answer(job, line)
-            if why[0] == "final" or rec["input_file_id"] not in self._mine:
-                if why[0] == "final":
-                    return "done", self.client.fail(item.req, "http_error", "", why[1], item.calls, item.usage)
+            reason, detail = self._no_answer(job, line)
+            if reason == "final":
+                return "done", self.client.fail(item.req, "http_error", "", detail, item.calls, item.usage)
+            if rec["input_file_id"] not in self._mine:
                 return "submit", body  # a job of an earlier process: send again, no try counted
             item.tries += 1
             if item.tries > self.cfg.max_retries:
-                return "done", self.client.fail(item.req, why[0], "", f"{why[1]} ({item.tries} jobs)", item.calls,
+                return "done", self.client.fail(item.req, reason, "", f"{detail} ({item.tries} jobs)", item.calls,
                                                 item.usage)
             self.client.bump(retries=1)
             return "submit", body
