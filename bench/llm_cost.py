@@ -28,7 +28,7 @@ and batch at x ``--batch-factor`` (0.5):
 It also checks that both runs wrote the same rows and that the client's manifests count the
 cached tokens the stub billed.
 
-Run: ``.venv/bin/python bench/llm_cost.py`` (about 3 minutes; ``--parts a`` or ``b`` for one).
+Run: ``.venv/bin/python bench/llm_cost.py`` (about 2 minutes; ``--parts a`` or ``b`` for one).
 The last line holds the ratios.
 """
 from __future__ import annotations
