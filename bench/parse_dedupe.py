@@ -4,12 +4,14 @@ Not a test (timings depend on the machine). Targets: wall time <= 0.5x the Skill
 scripts (``parse_alfworld.py`` + ``dedupe_repetitions.py``) on the same tree, peak RSS <= 300 MB
 and flat as the input grows 10x.
 
-The reference scripts are not available offline; :mod:`bench.reference_model` is our own
-re-implementation of their written description (one process, regex parse of every file, env
-selection, ``json.dump``, actions-only dedupe reading and writing JSON). Each repeat runs the
-reference (its two steps, as two processes, like the reference's shell script) and then ours
-(``parse`` + ``remove_loops`` through ``runner.run_stage`` with default settings: the stages'
-process pools use one worker per CPU this process may use), each in a fresh subprocess, on the
+The reference is either the real SkillRL scripts (``--reference-scripts DIR``: the reference
+repository's ``preprocess/`` folder; run as they are, with their default arguments, from a copy)
+or, without them, :mod:`bench.reference_model`, our own re-implementation of their written
+description (one process, regex parse of every file, env selection, ``json.dump``, actions-only
+dedupe reading and writing JSON). Each repeat runs the reference (its two steps, as two
+processes, like the reference's shell script) and ours (``parse`` + ``remove_loops`` through
+``runner.run_stage`` with default settings: the stages' process pools use one worker per CPU
+this process may use), alternating which goes first, each in a fresh subprocess, on the
 same tree, after one read of every file to warm the page cache. Pairing in one run matters on
 a shared machine: both sides see the same load.
 
@@ -18,6 +20,7 @@ Usage::
     python bench/parse_dedupe.py                       # generates --envs 3000 --seed 1 (182 MB), then deletes it
     python bench/parse_dedupe.py --envs 30000 --tmp /tmp   # 1.8 GB tree
     python bench/parse_dedupe.py --tree DIR --repeats 5    # reuse an existing tree
+    python bench/parse_dedupe.py --tree DIR --repeats 7 --reference-scripts PATH/preprocess  # the real scripts
     python bench/parse_dedupe.py --tree DIR --repeats 0    # ours only, once (no reference runs)
     python bench/parse_dedupe.py --tree DIR --phases       # ours phase by phase on one core (see phases())
 
@@ -51,6 +54,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pipeline.core.waits import run_bounded  # noqa: E402  (standard library only: no import cost here)
+
+CHILD_TIMEOUT_S = 3600.0  # one benchmark process (minutes on the 1.8 GB tree): past this it hangs
 # the project's synthetic rollout-tree generator, shipped with the tests (tests/fixtures/tools/SOURCE.md)
 TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures", "tools",
                     "make_skillrl_rollouts.py")
@@ -121,7 +128,7 @@ def measure(tree: str) -> None:
         wall, cpu = time.perf_counter() - t0, _rusage_cpu() - cpu0
     finally:
         stop.set()
-        sampler.join()
+        sampler.join(timeout=5.0)  # it wakes every 0.1 s
         shutil.rmtree(store_root, ignore_errors=True)
     self_ru, kids_ru = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     me, kids = self_ru.ru_maxrss / 1024, kids_ru.ru_maxrss / 1024
@@ -219,7 +226,7 @@ def _child(cmd: list[str]) -> tuple[dict[str, float], float]:
     """Run one benchmark process; ``(its key=value figures, its wall seconds seen from here)``.
     Raises ``CalledProcessError`` (with its output printed) when it fails."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run_bounded(cmd, CHILD_TIMEOUT_S, os.path.basename(cmd[1]), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode:
         print(proc.stdout + proc.stderr, file=sys.stderr)
@@ -240,6 +247,37 @@ def run_reference(tree: str) -> dict[str, float]:
     return {"wall_s": parse["wall_s"] + dedupe["wall_s"], "cpu_s": parse["cpu_s"] + dedupe["cpu_s"],
             "process_wall_s": p_wall + d_wall, "peak_rss_mb": max(parse["peak_rss_mb"], dedupe["peak_rss_mb"]),
             "kept_trajectories": parse["kept_trajectories"]}
+
+
+REAL_SCRIPTS = ("parse_alfworld.py", "dedupe_repetitions.py")
+
+
+def run_real_reference(tree: str, scripts: str) -> dict[str, float]:
+    """One run of the real SkillRL scripts in ``scripts`` (``preprocess/`` of the reference
+    repository), as its ``run_alfworld.sh`` runs them, with their default arguments, from a copy
+    in a temporary folder (nothing is written next to the originals). ``{wall_s, cpu_s,
+    process_wall_s, kept_trajectories}``: they time nothing themselves, so ``wall_s`` is the two
+    processes' wall time seen from here (their start-up is a few stdlib imports), ``cpu_s`` comes
+    from ``RUSAGE_CHILDREN``, and ``kept_trajectories`` is 0 (they select 100 environments by
+    default, so their output is not ours to compare; only the time is)."""
+    work = tempfile.mkdtemp(prefix="skillrl-real-")
+    try:
+        for name in REAL_SCRIPTS:
+            shutil.copy(os.path.join(scripts, name), work)
+        parsed, cleaned = os.path.join(work, "processed_trajectories.json"), os.path.join(work, "cleaned.json")
+        cpu0, t0 = _children_cpu(), time.perf_counter()
+        for cmd in ([os.path.join(work, REAL_SCRIPTS[0]), "--input_dir", tree, "--output_file", parsed],
+                    [os.path.join(work, REAL_SCRIPTS[1]), "--input_file", parsed, "--output_file", cleaned]):
+            run_bounded([sys.executable, *cmd], CHILD_TIMEOUT_S, os.path.basename(cmd[0]), capture_output=True, check=True)
+        wall = time.perf_counter() - t0
+        return {"wall_s": wall, "cpu_s": _children_cpu() - cpu0, "process_wall_s": wall, "kept_trajectories": 0}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_ours(tree: str) -> dict[str, float]:
@@ -268,14 +306,17 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def paired(tree: str, repeats: int) -> None:
-    """``repeats`` times: the reference, then ours, each in fresh processes; prints per-run
-    figures, medians and ratios (module docstring)."""
+def paired(tree: str, repeats: int, scripts: str = "") -> None:
+    """``repeats`` times: the reference (the real scripts in ``scripts`` when given, else
+    :mod:`bench.reference_model`) and ours, each in fresh processes, alternating which goes first;
+    prints per-run figures, medians and ratios (module docstring)."""
+    reference = (lambda t: run_real_reference(t, scripts)) if scripts else run_reference
     print(f"warmed page cache: {warm_page_cache(tree) / 2**20:.0f} MB; cores={len(os.sched_getaffinity(0))} "
           f"load_before={'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
     refs, ours = [], []
     for i in range(repeats):
-        for side, fn, runs in (("ref", run_reference, refs), ("ours", run_ours, ours)):
+        order = [("ref", reference, refs), ("ours", run_ours, ours)]
+        for side, fn, runs in order if i % 2 == 0 else order[::-1]:
             r = fn(tree)
             runs.append(r)
             print(f"{side} run {i + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
@@ -298,6 +339,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="paired runs (reference, ours); 0 = ours once, here")
     p.add_argument("--phases", action="store_true",
                    help="instead: ours phase by phase on one core (CPU seconds each), and the bound a faster reader could reach")
+    p.add_argument("--reference-scripts", default="", metavar="DIR",
+                   help="pair with the real SkillRL scripts (parse_alfworld.py, dedupe_repetitions.py) in DIR, "
+                        "e.g. the reference repository's preprocess/ folder, instead of bench/reference_model.py")
     p.add_argument("--tmp", default=None, help="where to generate the tree (default: system temp)")
     p.add_argument("--tool", default=TOOL, help="make_skillrl_rollouts.py")
     a = p.parse_args()
@@ -305,19 +349,22 @@ def main() -> None:
         if a.phases:
             phases(a.tree)
         else:
-            measure(a.tree) if a.repeats == 0 else paired(a.tree, a.repeats)
+            measure(a.tree) if a.repeats == 0 else paired(a.tree, a.repeats, a.reference_scripts)
         return
     tmp = tempfile.mkdtemp(prefix="skillrl-tree-", dir=a.tmp)
     try:
         t0 = time.monotonic()
-        subprocess.run([sys.executable, a.tool, tmp, "--envs", str(a.envs), "--seed", str(a.seed)], check=True)
+        subprocess.run([sys.executable, a.tool, tmp, "--envs", str(a.envs), "--seed", str(a.seed)], check=True,
+                       timeout=CHILD_TIMEOUT_S)
         print(f"generated --envs {a.envs} --seed {a.seed} in {time.monotonic() - t0:.1f}s")
         if a.phases:
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--phases"], check=True)
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--phases"], check=True,
+                           timeout=CHILD_TIMEOUT_S)
         elif a.repeats == 0:  # a fresh process, so the generator does not count in the child rusage
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--repeats", "0"], check=True)
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tmp, "--repeats", "0"], check=True,
+                           timeout=CHILD_TIMEOUT_S)
         else:
-            paired(tmp, a.repeats)
+            paired(tmp, a.repeats, a.reference_scripts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -8,10 +8,14 @@ Sections (``--sections``, default all), each printing one Markdown table and a v
 3. ``secrets``: an API key echoed by the endpoint must appear in no file, log or report; run ids
    and inputs that try to leave their folders (:mod:`bench.reliability_secrets`).
 4. ``storm``: the LLM fault storm below, on ``--trajectories`` generated SkillRL rollouts.
+5. ``soak``: ``--soak-runs`` (default 20) runs of parse + remove_loops on the 3,000-environment
+   tree (12,000 files), each a fresh process under a watchdog (:mod:`bench.soak`): a hang is a
+   run past 120 s, recorded with its stacks. Verdict: no hang, failure or leftover process, and
+   p99 <= 1.5 x p50 of the run times.
 
-Sections 1-3 run the CLI in subprocesses; every section talks to the schema stub
+Sections 1-3 and 5 run the CLI in subprocesses; sections 1-4 talk to the schema stub
 (:mod:`bench.reliability_stub`), never to a real model, unless ``--upstream`` says otherwise
-for the storm.
+for the storm (section 5 runs no LLM stage).
 
 The storm: a fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM
 client and an upstream (default: the schema stub; ``--upstream embedded`` for the embedded SmolLM2
@@ -43,8 +47,8 @@ quarantined, summed over stages, plus evolution requests neither answered nor qu
 be 0), stage failures and wall time.
 
 Run: ``.venv/bin/python bench/reliability.py [--sections kill,corrupt,secrets,storm] [--rates 0.3,0.6]
-[--seed 0] [--trajectories 200] [--kill-seeds 2] [--dag-kill] [--save docs/reliability.md]`` (about 10-15 minutes
-on 2 shared cores, most of it the kill matrix). The last line is ``wall_s=<seconds>``.
+[--seed 0] [--trajectories 200] [--kill-seeds 2] [--dag-kill] [--soak-runs 20] [--save docs/reliability.md]``
+(about 12-17 minutes on 2 shared cores, most of it the kill matrix; the soak takes ~2). The last line is ``wall_s=<seconds>``.
 """
 from __future__ import annotations
 
@@ -266,10 +270,10 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
         input_path = os.path.join(work, "rollouts")
         subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py"),
                         input_path, "--envs", str((a.trajectories + 3) // 4), "--tests", "4", "--seed", str(a.seed)],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, timeout=600)
     with contextlib.ExitStack() as stack:
         if a.upstream == "embedded":
-            upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192)), EMBEDDED_MODEL_ALIAS
+            upstream, model = stack.enter_context(EmbeddedServer(log_dir=work, ctx_size=8192, model=EMBEDDED_MODEL_ALIAS)), EMBEDDED_MODEL_ALIAS
         elif a.upstream == "stub":
             upstream, model = stack.enter_context(SchemaStub()).base_url, "stub-model"
         else:
@@ -281,7 +285,7 @@ def storm_section(work: str, a: argparse.Namespace) -> tuple[str, bool]:
     return table(rows), ok
 
 
-SECTIONS = ("kill", "corrupt", "secrets", "storm")
+SECTIONS = ("kill", "corrupt", "secrets", "storm", "soak")
 
 
 def kill_tasks_section(work: str, dag_kill: bool = False) -> tuple[str, str, str]:
@@ -338,6 +342,10 @@ def run_sections(work: str, a: argparse.Namespace) -> list[tuple[str, str, str]]
     if "storm" in chosen:
         text, ok = storm_section(os.path.join(work, "storm"), a)
         out.append(("4. LLM fault storm", text, "rows lost 0, calls reconciled" if ok else "see the table: NOT clean"))
+    if "soak" in chosen:
+        from bench.soak import reliability_section
+        os.makedirs(os.path.join(work, "soak"))
+        out.append(reliability_section(os.path.join(work, "soak"), runs=a.soak_runs))
     return out
 
 
@@ -352,6 +360,7 @@ def main() -> None:
     ap.add_argument("--trajectories", type=int, default=200,
                     help="storm: generated SkillRL rollouts to run (0 = data/samples)")
     ap.add_argument("--kill-seeds", type=int, default=2, help="kill matrix: random kill moments per stage")
+    ap.add_argument("--soak-runs", type=int, default=20, help="soak: watched parse + remove_loops runs (bench/soak.py)")
     ap.add_argument("--dag-kill", action="store_true",
                     help="kill matrix: also kill -9 a whole `airflow dags test` run and rerun it (minutes)")
     ap.add_argument("--save", default="", help="also write the tables to this Markdown file (docs/reliability.md)")
@@ -374,7 +383,7 @@ def save(path: str, sections: list[tuple[str, str, str]], a: argparse.Namespace,
     # outside a git checkout (e.g. a copy made with git archive, run while the checkout changes)
     # the caller names the commit in SKILLPIPE_COMMIT
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
+                            text=True, timeout=30).stdout.strip() or os.environ.get("SKILLPIPE_COMMIT", "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     saved = saved_sections(path)

@@ -1,11 +1,14 @@
 """Section 2 of the reliability suite: the corrupt-input matrix.
 
 Each kind is an input folder holding ``good.jsonl`` (three valid chat-format trajectories) and
-one bad item. ``skillpipe run --stages parse,remove_loops`` reads it (the stub is the LLM, never
-called: parse reads the input). Checks per kind: the run exits 0; the bad item is quarantined
-with a reason naming its file (or, for a kind that is legitimately readable, e.g. CRLF line
-ends, its records are read); units in = units out + quarantined; the three good trajectories and
-the good records inside the bad file all come out (nothing else lost).
+one bad item. ``skillpipe run --stages parse,remove_loops,verify`` reads it (the stub is the LLM,
+never called: parse reads the input). Checks per kind: the run exits 0; the bad item is
+quarantined with a reason naming its file (or, for a kind that is legitimately readable, e.g.
+CRLF line ends, its records are read); units in = units out + quarantined at every stage; the
+three good trajectories and the good records inside the bad file all come out (nothing else
+lost). The last kinds are readable trajectories that break their environment's rules or give a
+checker nothing to hold on to (no room description, no pages, no answer, garbage actions): verify
+must give each its expected verdict and never a ``verify_error``.
 
 Outcome ``ok``, ``FAIL`` (crash, loss, or a bad item that vanished without a quarantine row), or
 ``NOTE`` (passed, with a caveat written in the table, e.g. chmod 000 under root).
@@ -50,6 +53,7 @@ class Kind:
     build: Callable[[str], str | None]  # returns a caveat for the table, or None
     good_inside: int = 0
     expect: str = "quarantine"
+    verify: str = ""  # the verify verdict every trajectory of the bad item must get ("" = not checked)
 
 
 def _write(folder: str, name: str, data: bytes | str) -> None:
@@ -92,6 +96,34 @@ def _zero_step() -> str:
     return json.dumps({"messages": [{"role": "user", "content": "Your task is to: open the fridge."}]}) + "\n"
 
 
+def _episode(first: str, turns: list[tuple[str, str]]) -> str:
+    """One chat JSONL record: ``first`` user turn, then (action, observation) turns."""
+    msgs = [{"role": "user", "content": first}]
+    for action, obs in turns:
+        msgs += [{"role": "assistant", "content": f"Thought: next.\nAction: {action}"},
+                 {"role": "user", "content": f"Observation: {obs}"}]
+    return json.dumps({"messages": msgs}) + "\n"
+
+
+ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a diningtable 1, "
+        "a microwave 1, and a fridge 1.\n\nYour task is to: heat some egg and put it in diningtable.")
+VERIFY_KINDS = [
+    Kind("verify_impossible_alfworld", w(B, _episode(ROOM, [
+        ("go to dining table 1", "On the dining table 1, you see an egg 1."),
+        ("heat egg 1 with fridge 1", "You heat the egg 1 using the fridge 1."),
+        ("take \u00e9gg \u2603 from diningtable 1", "You pick up the egg."),
+        ("put egg 1 in/on diningtable 1", "You put the egg 1 in/on the diningtable 1.")])),
+         good_inside=1, expect="read", verify="demoted"),
+    Kind("verify_alfworld_without_room", w(B, _episode("Your task is to: heat some egg and put it in diningtable.",
+                                                       [("go to microwave 1", "")])),
+         good_inside=1, expect="read", verify="unchecked"),
+    Kind("verify_webshop_without_pages", w(B, _episode("WebShop Instruction: i want a red mug [Search]",
+                                                       [("click[Buy Now]", ""), ("search[]", "reward = 1.0")])),
+         good_inside=1, expect="read", verify="demoted"),
+    Kind("verify_garbage_actions", w(B, _episode(ROOM, [("[" * 500 + "\x07", "Nothing happens."),
+                                                        ("go to " + "x" * 20000, "?" * 5000)])),
+         good_inside=1, expect="read", verify="demoted"),
+]
 JUNK = bytes(random.Random(0).getrandbits(8) for _ in range(4096))
 GOOD2 = line("heat an egg and put it on the table", "go to microwave 1")
 KINDS: list[Kind] = [
@@ -129,6 +161,7 @@ KINDS: list[Kind] = [
          expect="either"),
     Kind("invalid_utf8_mid_file", w(B, GOOD2.encode() + b"\n" + b'{"messages": "\xff\xfe\xfa"}\n'), good_inside=1),
     Kind("fifo_in_input", _fifo, expect="either"),
+    *VERIFY_KINDS,
 ]
 
 
@@ -147,14 +180,14 @@ class CorruptResult:
 
 
 def check_kind(work: str, config: str, kind: Kind) -> CorruptResult:
-    """Build ``kind``'s input folder under ``work``, run parse+remove_loops on it, check it."""
+    """Build ``kind``'s input folder under ``work``, run parse, remove_loops and verify on it, check it."""
     folder = os.path.join(work, "in", kind.name)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     _write(folder, "good.jsonl", GOOD)
     note = kind.build(folder) or ""
     run_id = f"corrupt-{kind.name}"
-    res = run_cli(cli_args(work, run_id, config, input_path=folder, stages="parse,remove_loops"), timeout_s=120,
+    res = run_cli(cli_args(work, run_id, config, input_path=folder, stages="parse,remove_loops,verify"), timeout_s=120,
                   log_path=os.path.join(work, f"{run_id}.log"))
     state = run_state(work, run_id)
     out = rows(work, run_id, "parse")
@@ -176,10 +209,23 @@ def check_kind(work: str, config: str, kind: Kind) -> CorruptResult:
         problems.append("bad item vanished: no quarantine row names it")
     if kind.expect == "read" and (q or from_bad < kind.good_inside):
         problems.append("a readable file was not read")
+    problems += _verify_problems(work, run_id, kind)
     outcome = "FAIL" if problems else ("NOTE" if note else "ok")
     return CorruptResult(kind.name, res.returncode, ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "-",
                          len(out), expected_good, state.reconciled() and "parse" in state.counts, len(q), outcome,
                          "; ".join(problems + ([note] if note else [])))
+
+
+def _verify_problems(work: str, run_id: str, kind: Kind) -> list[str]:
+    """What is wrong with verify's handling of the bad item: a ``verify_error``, or a verdict
+    other than ``kind.verify`` for one of its trajectories."""
+    out = [f"verify_error: {q['detail']}" for q in quarantine_rows(work, run_id, "verify") if q["reason"] == "verify_error"]
+    if kind.verify:
+        got = sorted({json.loads(r["metadata"])["verify"]["verdict"] for r in rows(work, run_id, "verify")
+                      if not r["source_uri"].endswith("good.jsonl")})
+        if got != [kind.verify]:
+            out.append(f"verify verdicts {got}, expected [{kind.verify!r}]")
+    return out
 
 
 def matrix(work: str, base_url: str, kinds: list[Kind] | None = None, log=print) -> list[CorruptResult]:

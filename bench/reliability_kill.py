@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from bench.reliability_common import (STAGES, CallClasses, cache_keys, classify_calls, cli_args, md_table,
                                       request_key, run_cli, run_env, run_state, write_config, REPO)
 from bench.reliability_stub import SchemaStub
+from pipeline.core.waits import wait_exit
 
 POLL_S = 0.002
 
@@ -108,13 +109,14 @@ def kill_group(proc: subprocess.Popen) -> int:
     """SIGKILL the process group of ``proc``, reap it; returns how many of its processes were
     still alive 2 s later (0 expected)."""
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    wait_exit(proc, "killed skillpipe run", 30.0, killed=True)
     time.sleep(2.0)
     try:
         os.killpg(proc.pid, 0)
     except ProcessLookupError:
         return 0
-    return int(subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.count("\n"))
+    return int(subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True,
+                              timeout=30).stdout.count("\n"))
 
 
 def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay_s: float,

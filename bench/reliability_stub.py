@@ -27,10 +27,15 @@ ECHO_PAD = 270
 
 
 def phrase(name: str, seed: int, max_len: int | None, min_len: int = 1) -> str:
-    """A short English phrase for field ``name`` (``seed`` varies the words), cut to ``max_len``
-    characters and padded to ``min_len``."""
-    words = [WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(8)]
+    """A short English phrase for field ``name`` (``seed`` and the name vary the words, so the
+    fields of one item do not repeat each other), cut at a word to end well inside ``max_len``
+    characters (a complete sentence, as a real model writes, not one the grammar cut: content
+    rule ``cut_off``) and padded to ``min_len``."""
+    shift = seed * 7 + 6 * sum(map(ord, name))  # fields of one item start 6 words apart: no shared run
+    words = [WORDS[(shift + i * 3) % len(WORDS)] for i in range(6)]
     text = f"{name.replace('_', ' ')} {seed}: " + " ".join(words) + "."
+    while max_len and len(text) > max_len - 3 and " " in text:
+        text = text.rsplit(" ", 1)[0].rstrip(":") + "."
     text = text[: max_len] if max_len else text
     return text.ljust(min_len, "x")
 

@@ -44,8 +44,11 @@ from bench.reliability_common import (CallClasses, SAMPLES, STAGES, cache_keys, 
                                       request_key, run_env, write_config, REPO)
 from bench.reliability_kill import POLL_S, check_keys, kill_group
 from bench.reliability_stub import SchemaStub
+from pipeline.core.waits import wait_exit
 
 SHARDS = 3
+TASK_TIMEOUT_S = 900.0   # one task of data/samples takes seconds: past this it hangs
+DAG_TIMEOUT_S = 1800.0   # a whole airflow dags test run
 LEASE_S = 3.0
 CKPT_ANSWERS = 2
 TASK = "import json, sys; from pipeline.core.runner import run_task; run_task(**json.loads(sys.argv[1]))"
@@ -247,7 +250,7 @@ def reference(root: Root, config: str, stub: SchemaStub, targets: set[tuple[str,
         args = _task_args(root, "reference", config, stage, shard)
         if (stage, shard) in targets:
             proc = start_task(root, "main", args, os.path.join(root.work, "reference.log"))
-            if proc.wait() != 0:
+            if wait_exit(proc, f"reference task {label(stage, shard)}", TASK_TIMEOUT_S) != 0:
                 raise RuntimeError(f"reference task {label(stage, shard)} failed with rc {proc.returncode}")
         else:
             run_inline(root, "main", args)
@@ -311,7 +314,7 @@ def kill_one(root: Root, kind: str, config: str, stub: SchemaStub, point: tuple,
                              latency_s, lock)
     procs = kill_group(proc) if landed else 0
     if not landed:
-        proc.wait()
+        wait_exit(proc, f"task {label(stage, shard)} (the kill missed it)", TASK_TIMEOUT_S)
     hit = where_hit(killed_dir, stage, shard)
     stored = cache_keys(os.path.join(killed_dir, CACHE_FILE))  # the snapshot, before anything else runs
     visible = root.visible_keys(run_id, stage, shard)
@@ -319,7 +322,7 @@ def kill_one(root: Root, kind: str, config: str, stub: SchemaStub, point: tuple,
     if root.s3 is not None:
         time.sleep(LEASE_S + 0.5)  # the retry delay: the dead worker's lease expires
     retry = start_task(root, "retry" if root.s3 is not None else "main", dict(args), log_path)
-    retry_rc, finish_ok, diff = retry.wait(), True, []
+    retry_rc, finish_ok, diff = wait_exit(retry, f"retry of task {label(stage, shard)}", TASK_TIMEOUT_S), True, []
     try:
         for st, sh in order[at + 1:]:
             run_inline(root, "main", _task_args(root, run_id, config, st, sh))
@@ -403,7 +406,7 @@ def dag_kill(work: str, seed: int = 0, latency_s: float = 0.3, timeout_s: float 
         n_llm = sum(v[0] for v in ref.values())
         landed = wait_for_moment(proc, stub, "request", random.Random(f"dag-{seed}"), (n_llm, 0.0), "", "", latency_s)
         procs = kill_group(proc) if landed else 0
-        proc.wait()
+        wait_exit(proc, "airflow dags test", DAG_TIMEOUT_S)
         run_dir = local.run_dir("main", "dagkill")
         hit = run_state(local.uri, "dagkill").first_missing() or "task done"
         stored = cache_keys(os.path.join(run_dir, CACHE_FILE))

@@ -38,13 +38,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.reliability_stub import SchemaStub  # noqa: E402
 from pipeline.core.config import QUALITY_RULES  # noqa: E402
+from pipeline.core.waits import run_bounded  # noqa: E402
 from tests.dist.cluster import Cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKILLPIPE = os.path.join(os.path.dirname(sys.executable), "skillpipe")
 GENERATOR = os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py")
-MAP_STAGES = ("parse", "remove_loops", "memory", "distill")
+MAP_STAGES = ("parse", "remove_loops", "verify", "memory", "distill")
 LLM_STAGES = ("memory", "distill")
+STAGE_TIMEOUT_S = 4 * 3600.0  # one stage of the largest tree this bench makes, on the stub
 #: English text averages about 4 characters per BPE token (OpenAI's rule of thumb for its tokenizers)
 CHARS_PER_TOKEN = 4.0
 
@@ -52,7 +54,7 @@ CHARS_PER_TOKEN = 4.0
 def make_input(out: str, envs: int, tests: int, seed: int) -> str:
     """Write a synthetic SkillRL rollout tree of ``envs`` x ``tests`` trajectories to ``out``."""
     subprocess.run([sys.executable, GENERATOR, out, "--envs", str(envs), "--tests", str(tests),
-                    "--seed", str(seed)], check=True, capture_output=True)
+                    "--seed", str(seed)], check=True, capture_output=True, timeout=3600)
     return out
 
 
@@ -83,13 +85,13 @@ def shard_costs(work: str, tree: str, shards: int) -> dict:
     root, out = os.path.join(work, "cost"), {}
     with SchemaStub() as stub:
         config = write_config(os.path.join(work, "cost.yaml"), stub.base_url)
-        plan = ["parse", "remove_loops", "split", "memory", "skills", "distill", "build_pairs", "export"]
+        plan = ["parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export"]
         for stage in plan:
             before = len(stub.requests)
             cmd = [SKILLPIPE, "run", "--root", root, "--run-id", "cost", "-c", config, "--input", tree,
                    "--shards", str(shards), "--stages", stage]
             t0 = time.perf_counter()
-            res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+            res = run_bounded(cmd, STAGE_TIMEOUT_S, f"skillpipe run --stages {stage}", capture_output=True, text=True, cwd=REPO)
             if res.returncode:
                 raise SystemExit(f"skillpipe run --stages {stage} failed:\n{res.stderr[-3000:]}")
             if stage not in MAP_STAGES:
@@ -212,7 +214,7 @@ def main() -> None:
     try:
         tree = make_input(os.path.join(work, "traces"), a.envs, a.tests, seed=12)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=REPO).stdout.strip()
+                                cwd=REPO, timeout=30).stdout.strip()
         print(f"# bench/scale.py at {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
               f"{os.cpu_count()} CPUs; input {a.envs}x{a.tests} trajectories, {a.shards} shards", flush=True)
         costs = shard_costs(work, tree, a.shards)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU benchmark of the SFT fit job (issue 5 item 9): tokens/s and peak GPU memory of our job
+# GPU benchmark of the SFT fit job: tokens/s and peak GPU memory of our job
 # (python -m sft.train: pre-flight checks, manifest callback, same TRL SFTTrainer underneath)
 # against a plain TRL SFT script with the same model, data, batch, precision and LoRA setting.
 # Prints both and the ratios ours/plain (1.00 = no overhead).

@@ -3,7 +3,7 @@
 
 Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL method), one task per stage.
 `plan` cuts the input into shards (param `shards`, 0 = one per 256 MB); the map stages (parse,
-remove_loops, memory, distill, build_pairs) run as one mapped task per shard, each followed by
+remove_loops, verify, memory, distill, build_pairs) run as one mapped task per shard, each followed by
 `<stage>_all`, which collects the shards (for parse: the cross-shard duplicate and cap pass);
 split, skills and export run once over all shards. Clearing one shard's task reruns that shard.
 Every task calls `pipeline.core.runner.run_task`, the same entry point as `skillpipe run --stages X`,
@@ -63,9 +63,25 @@ def retry_delay_s() -> float:
     return delay
 
 
+ENV_STAGE_TIMEOUT = "SKILLPIPE_STAGE_TIMEOUT_S"
+DEFAULT_STAGE_TIMEOUT_S = 48 * 3600.0
+
+
+def stage_timeout_s() -> float:
+    """Seconds a stage or collect task may run before Airflow fails it (``execution_timeout``;
+    the failed try is retried like any other): ``$SKILLPIPE_STAGE_TIMEOUT_S`` when set (read when
+    the DAG file is parsed), else :data:`DEFAULT_STAGE_TIMEOUT_S`, sized for an LLM stage of one
+    shard on CPU. The stages' own waits have shorter deadlines; this one catches anything else
+    that would hold a worker slot and the run's lease forever. Raises ``ValueError`` (a DAG import
+    error) for anything but a number of seconds > 0."""
+    from pipeline.core.waits import seconds_from_env
+    return seconds_from_env(ENV_STAGE_TIMEOUT, DEFAULT_STAGE_TIMEOUT_S)
+
+
 #: Stage and collect tasks are retried (a killed or lost worker, an endpoint outage): a retry
 #: reuses every committed shard and every cached or checkpointed LLM answer.
-STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=retry_delay_s()))
+STAGE_RETRIES = dict(retries=2, retry_delay=timedelta(seconds=retry_delay_s()),
+                     execution_timeout=timedelta(seconds=stage_timeout_s()))
 
 
 def stage_task(name: str):
@@ -167,9 +183,10 @@ def skillpipe():
         from airflow.sdk import get_current_context
         state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
                                  params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
-        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
-        info = start_detached(state_dir)  # the alias makes stages record the embedded model's identity
-        return {"base_url": info["base_url"], "model": EMBEDDED_MODEL_ALIAS, "state_dir": state_dir}
+        # llm_model without llm_base_url names an embedded model ("" = the default teacher); the
+        # alias passed on makes the stages record the embedded model's identity
+        info = start_detached(state_dir, model=params["llm_model"] or "")
+        return {"base_url": info["base_url"], "model": info["model"], "state_dir": state_dir}
 
     @teardown
     @task

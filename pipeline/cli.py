@@ -32,8 +32,10 @@ from pipeline.stages import STAGES
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="skillpipe: turn agent rollout traces into a skill bank and SFT pairs (SkillRL method).")
 from pipeline.bank.cli import app as bank_app  # noqa: E402
+from pipeline.llm.cli import models_app  # noqa: E402
 
 app.add_typer(bank_app, name="bank", help="Versioned skill banks: list, show, diff, restore, export.")
+app.add_typer(models_app, name="models", help="Embedded teacher models: list, fetch (pinned, verified), verify.")
 
 #: Commands that live outside ``pipeline`` (``skillpipe sft ...``, ``skillpipe rl ...``,
 #: ``skillpipe eval``) register through this entry-point group in pyproject.toml, so that
@@ -214,7 +216,7 @@ def run(
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
                                          help="split the input into N shards of whole folders, balanced by bytes; the "
-                                              "map stages (parse, remove_loops, memory, distill, build_pairs) run per "
+                                              "map stages (parse, remove_loops, verify, memory, distill, build_pairs) run per "
                                               "shard, one after another (under Airflow: in parallel), into "
                                               "<stage>/shard-NNNNN/, and an unchanged shard is skipped; the export is "
                                               "the same as with one shard. 0 = one shard per 256 MB of input; never "
@@ -237,8 +239,7 @@ def run(
                   f"{run_id}'s artifacts (add parse to --stages to read {input})", highlight=False, markup=False)
     input_path = _input_path(input, root, run_id, reads_input)
     _check_upstreams(root, run_id, names, input_path)
-    # SIGTERM (timeout, Slurm, Kubernetes, systemd) unwinds like Ctrl-C: the embedded server stops
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()
     _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
                        dict(env=env, stages=names, force=force, shards=shards))
 
@@ -256,6 +257,31 @@ def _checked_run_config(run_id: str, *options: str | None):
         raise typer.BadParameter(str(e), param_hint=e.option)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--run-id")
+
+
+_fork_hook_registered = False
+
+
+def _exit_143(signum, frame):
+    sys.exit(128 + signum)
+
+
+def _default_sigterm_in_child() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (timeout, Slurm, Kubernetes, systemd, Airflow) unwind like Ctrl-C, exit
+    status 143: ``finally`` blocks run, the embedded server and the pool workers are stopped.
+
+    A process forked from this one (a pool worker) gets SIGTERM's default action back: a Python
+    handler only sets a flag that the main thread acts on between bytecodes, so a child blocked
+    in C (a lock, a pipe) would never act on it and would outlive its parent's ``terminate``."""
+    global _fork_hook_registered
+    signal.signal(signal.SIGTERM, _exit_143)
+    if not _fork_hook_registered:  # os.register_at_fork hooks cannot be removed: register once
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _fork_hook_registered = True
 
 
 def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:
@@ -441,6 +467,9 @@ def print_summary(results, wall: float, root: str = ".") -> None:
                   highlight=False)
     console.print(f"LLM calls this run: {calls}, tokens: {tokens} (cached prompt tokens: {cached}); wall time "
                   f"{wall:.1f} s")
+    verify = next((r for r in results if r.stage == "verify"), None)
+    if verify is not None:
+        print_verify(verify.manifest.get("counters") or {}, _show_uri(verify.uri, root))
     for r in results:
         console.print(f"  {r.stage:12s} {_show_uri(r.uri, root)}", highlight=False, soft_wrap=True)
     export = next((r for r in results if r.stage == "export"), None)
@@ -454,6 +483,26 @@ def print_summary(results, wall: float, root: str = ".") -> None:
         console.print(f"  local mirror: {os.path.dirname(results[0].uri.rstrip(os.sep))} "
                       "(a working copy; read remote artifacts with skillpipe inspect URI)",
                       highlight=False, soft_wrap=True)
+
+
+
+def print_verify(counters: dict, uri: str) -> None:
+    """The verify stage's counts: one table by source (verdicts, findings per rule), one by rule."""
+    from pipeline.verify import summary
+    t = Table(title="verify: environment rules by source", show_lines=False)
+    for col in ("source", *summary.COLUMNS, "findings (steps per rule)"):
+        t.add_column(col)
+    for r in summary.source_rows(counters):
+        t.add_row(r["source"], *(str(r[k]) for k in summary.COLUMNS), r["rules"])
+    console.print(t)
+    rules = Table(title="verify: findings by rule", show_lines=False)
+    for col in ("checker.rule", "steps", "trajectories"):
+        rules.add_column(col)
+    for r in summary.rule_rows(counters):
+        rules.add_row(r["rule"], str(r["steps"]), str(r["trajectories"]))
+    console.print(rules)
+    console.print(summary.headline(counters) + f"; why each demoted success left the SFT path: skillpipe inspect "
+                  f"{uri} --quarantine", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -572,12 +621,17 @@ def _load_config_option(path: Optional[str]):
 @app.command("serve-llm")
 def serve_llm(port: int = typer.Option(8080, help="loopback port"),
               ctx_size: int = typer.Option(8192, help="context window in tokens"),
+              model: str = typer.Option("", "--model", help="embedded model alias (default: the default teacher, "
+                                        "qwen2.5-coder-1.5b-instruct); see `skillpipe models list`"),
               check: bool = typer.Option(False, "--check", help="start the server on a free loopback port, "
                                          "ask one tiny completion, stop it; print the model and latency, "
                                          "exit 1 with the cause when it cannot answer")):
-    """Start the embedded OpenAI-compatible endpoint (SmolLM2-135M-Instruct) in the foreground."""
+    """Start the embedded OpenAI-compatible endpoint (a pinned local GGUF) in the foreground."""
+    from pipeline.llm.weights import MODELS
+    if model and model not in MODELS:
+        raise typer.BadParameter(f"unknown embedded model {model!r}; known: {', '.join(MODELS)}", param_hint="--model")
     if check:
-        _check_llm()
+        _check_llm(model)
         return
     from pipeline.llm.server import serve_foreground
     with socket.socket() as s:
@@ -586,17 +640,21 @@ def serve_llm(port: int = typer.Option(8080, help="loopback port"),
         except OSError as e:
             err.print(f"[bold red]error:[/] cannot listen on 127.0.0.1:{port}: {e.strerror}")
             raise typer.Exit(1)
-    rc = serve_foreground(port=port, ctx_size=ctx_size)
+    try:
+        rc = serve_foreground(port=port, ctx_size=ctx_size, model=model)
+    except RuntimeError as e:  # WeightsError: not installed or not verified
+        err.print(f"[bold red]error:[/] {escape(str(e))}")
+        raise typer.Exit(1)
     if rc not in (0, None, -2, -15):  # Ctrl-C / SIGTERM are normal stops
         err.print(f"[bold red]error:[/] the LLM server exited with code {rc} (is port {port} in use?)")
         raise typer.Exit(1)
 
 
-def _check_llm() -> None:
+def _check_llm(model: str = "") -> None:
     """``serve-llm --check`` (the install step runs it): one tiny completion or a named cause."""
     from pipeline.llm.server import check_embedded
     try:
-        r = check_embedded()
+        r = check_embedded(model=model)
     except (RuntimeError, TimeoutError, FileNotFoundError) as e:  # ServerDied is a RuntimeError
         err.print(f"[bold red]error:[/] the embedded LLM server cannot answer: {escape(str(e))}")
         raise typer.Exit(1)

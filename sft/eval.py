@@ -306,10 +306,11 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
     if spec == "gold":
         return GoldPolicy(), "", {"policy": "gold"}
     if spec == "embedded":
-        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
-        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
-        mid = embedded_model_id()
-        return (OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", cfg.temperature, cfg.max_new_tokens, model_id=mid),
+        from pipeline.llm.provider import embedded_endpoint
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
+        # the embedded policy is the small SmolLM2 (the student's base model), not the teacher
+        url, alias, mid = embedded_endpoint(stack, log_dir, EMBEDDED_MODEL_ALIAS)
+        return (OpenAIPolicy(url, alias, "", cfg.temperature, cfg.max_new_tokens, model_id=mid),
                 "", {"policy": mid})
     if spec == "endpoint":
         if not base_url or not model:

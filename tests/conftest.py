@@ -15,6 +15,11 @@ import pytest
 
 from tests.helpers.paths import REPO
 
+# The tests start the embedded server many times: they use the small SmolLM2 (1 s to load, fast
+# and weak), not the default 1.5B teacher, unless a test names a model itself. Subprocesses
+# (the CLI, Airflow) inherit the variable.
+os.environ.setdefault("SKILLPIPE_LLM_MODEL", "smollm2-135m-instruct")
+
 
 @pytest.fixture()
 def sample_input(tmp_path):

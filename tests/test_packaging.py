@@ -5,7 +5,7 @@ the prompt templates (``pipeline/templates/``) and the accelerate configs. The t
 wheel, installs it into a new virtual environment whose only other packages are the project's
 already-installed dependencies (a ``.pth`` line pointing at this interpreter's site-packages; the
 ``.pth`` files in there, the editable install among them, are not executed that way), then runs
-``skillpipe run --stages parse,remove_loops,memory`` with the embedded LLM from an empty folder and
+``skillpipe run --stages parse,remove_loops,verify,memory`` with the embedded LLM from an empty folder and
 checks that the modules came from the wheel, not from the clone.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_installed_wheel_runs_llm_stages_from_another_folder(tmp_path, wheel):
     (work / "small.yaml").write_text("llm:\n  max_tokens: 128\n  timeout_s: 900\n  max_retries: 1\n")
     skillpipe = tmp_path / "venv" / "bin" / "skillpipe"
     res = subprocess.run([str(skillpipe), "run", "--input", "in", "--run-id", "w", "--root", "out",
-                          "--config", "small.yaml", "--stages", "parse,remove_loops,memory"], cwd=work, env=env,
+                          "--config", "small.yaml", "--stages", "parse,remove_loops,verify,memory"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     manifest = json.loads((work / "out" / "runs" / "w" / "memory" / "_manifest.json").read_text())

@@ -31,6 +31,9 @@ from pipeline.core.llmstage import failure_row
 from pipeline.llm import templates
 from pipeline.llm.schemas import schema_path
 from pipeline.llm.types import JSONRequest
+from pipeline import quality
+from pipeline.bank.judge import ItemJudge, blocking, field_bounds
+from pipeline.core.config import QualityConfig
 from pipeline.quality import echo
 
 #: The updater prompt (``pipeline/templates/skill_update.txt``).
@@ -104,28 +107,38 @@ def answer_schema(max_new: int) -> dict[str, Any]:
     return schema
 
 
+def item_judge(category: str, qcfg: QualityConfig | None = None) -> ItemJudge:
+    """The content rules an evolved skill of ``category`` must pass: those of the skills stage
+    (:class:`pipeline.bank.judge.ItemJudge`) against the updater prompt's fixed words and the
+    answer schema's bounds (no memories, so neither ``off_topic`` nor ``contradicts_success``)."""
+    return ItemJudge("task_specific", qcfg or QualityConfig(), PROMPT_WORDS, category=category,
+                     bounds=field_bounds({"items": answer_schema(1)["items"]}))
+
+
 def update_request(bank: SkillBank, category: str, rate: float, threshold: float, failures: str,
-                   max_new: int) -> JSONRequest:
+                   max_new: int, qcfg: QualityConfig | None = None) -> JSONRequest:
     """The LLM request for new skills of ``category`` (request key = the category).
 
     ``rate``/``threshold``: the category's success rate and the target (fractions);
     ``failures``: the failed episodes as text; ``max_new``: skills the answer may hold. The
     answer is checked against :func:`answer_schema` and rejected (then repaired by the client)
-    when a title repeats one of the bank or of the answer, or a skill breaks the echo rules
-    (``echo_prompt``/``not_actionable`` of :func:`pipeline.quality.echo.echo_violations`, against
-    the updater prompt's fixed text); the failed call is then quarantined with that reason."""
+    when a title repeats one of the bank or of the answer, or when every skill breaks a content
+    rule of the skills stage (:func:`item_judge`); the failed call is then quarantined with that
+    reason. :func:`apply_updates` drops the skills of an accepted answer that break a rule."""
     titles = sorted({(r.get("title") or r.get("description") or "").strip() for r in bank.rows} - {""})
     existing = {t.lower() for t in titles}
+    judge = item_judge(category, qcfg)
 
     def check(value: list[dict]) -> str | None:
         seen = set()
-        for i, s in enumerate(value):
+        for s in value:
             key = s["title"].strip().lower()
             if key in existing or key in seen:
                 return f"the title {s['title']!r} already exists: write a different skill"
             seen.add(key)
-            if bad := echo.echo_violations(f"skills[{i}]", s, SKILL_FIELDS, PROMPT_WORDS):
-                return bad[0].message()
+        per_item = judge.judge(value)
+        if value and all(blocking(v, quality.Tally(judge.qcfg.flag_rules)) for v in per_item):
+            return per_item[0][0].message()
         return None
 
     user = TEMPLATE.render("user", env=bank.env, category=category, rate=rate, threshold=threshold,
@@ -168,7 +181,7 @@ class Update:
 
 
 def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[str]], model: str,
-                  max_new: int, cap: int, step: int) -> Update:
+                  max_new: int, cap: int, step: int, qcfg: QualityConfig | None = None) -> Update:
     """Apply the answers of :func:`update_request` calls to a copy of ``bank``.
 
     Args:
@@ -177,7 +190,9 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
         sources: category -> trajectory ids of the failures shown (``source_trajectory_ids``).
         model: the updater's model id (recorded on each new row); ``max_new``: skills kept per
             answer; ``cap``: evolved skills per category (:func:`insert_skills`); ``step``: the
-            training step (in quarantine details).
+            training step (in quarantine details); ``qcfg``: the content rules' thresholds and
+            policy (:func:`item_judge`; default ``QualityConfig()``). A skill that breaks a rule
+            is not added; it gets a quarantine record with its reason.
     """
     new = bank.copy()
     out = Update(new, False, [], [], [], [])
@@ -188,8 +203,19 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
             out.quarantine.append(failure_row("skill_evolution", res, f"skill update for category {c} at step "
                                               f"{step} failed: {res.detail}", c).__dict__)
             continue
+        answer = res.value[:max_new]
+        judge = item_judge(c, qcfg)
+        kept = []
+        for s, verdict in zip(answer, judge.judge(answer)):
+            bad = blocking(verdict, quality.Tally(judge.qcfg.flag_rules))
+            if bad is None:
+                kept.append(s)
+            else:  # the rest of the answer is still used; this skill is kept aside with its rule
+                out.quarantine.append({"stage": "skill_evolution", "reason": bad.reason, "detail": f"skill update "
+                                       f"for category {c} at step {step}: {bad.message()}", "item_id": c,
+                                       "raw": json.dumps(s, ensure_ascii=False)})
         rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=model, prompt_sha=PROMPT_SHA,
-                                   env=bank.env) for s in res.value[:max_new]]
+                                   env=bank.env) for s in kept]
         rows = [r for r in rows if r["skill_id"] not in {x["skill_id"] for x in new.rows}]
         new.rows, new.dynamic, evicted = insert_skills(new, c, rows, cap)
         out.added += [r["skill_id"] for r in rows if r["skill_id"] not in evicted]

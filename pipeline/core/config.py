@@ -153,13 +153,17 @@ class LLMConfig:
     ``skillpipe config --show``). An LLM stage's fingerprint covers only ``model``,
     ``temperature``, ``max_tokens`` and ``seed``."""
     base_url: str = _f("", "OpenAI-compatible endpoint; empty = start the embedded llama.cpp server")
-    model: str = _f("", "model name sent to the endpoint; empty = the embedded SmolLM2-135M-Instruct")
+    model: str = _f("", "model name sent to the endpoint; without base_url an embedded model's alias: "
+                        "qwen2.5-coder-1.5b-instruct (the default teacher; empty = it, or $SKILLPIPE_LLM_MODEL) "
+                        "or smollm2-135m-instruct (fast, weak: for tests and plumbing)")
     api_key_env: str = _f("", "name of the environment variable holding the API key ('' = no key)")
     structured_output: str = _f("auto", "auto | json_schema (OpenAI, vLLM) | json_object (llama.cpp) | none",
                                  choices=("auto", "json_schema", "json_object", "none"))
     temperature: float = _f(0.0, "sampling temperature (0 = greedy, reproducible)", min=0)
-    max_tokens: int = _f(768, "max completion tokens per call; a 'length' finish is a failure", min=1)
-    timeout_s: float = _f(120.0, "per-request timeout in seconds", min=0)
+    max_tokens: int = _f(1536, "max completion tokens per call; a 'length' finish is a failure (the schemas bound "
+                                "every answer below it)", min=1)
+    timeout_s: float = _f(600.0, "per-request timeout in seconds (a 1.5B model on 2 CPU cores can take minutes "
+                                 "for one long answer; the openai client's own default is 600)", min=0)
     max_retries: int = _f(4, "transport retries (429/5xx/timeout/connection) with exponential backoff",
                           min=0)
     max_repairs: int = _f(1, "extra calls that feed a schema-validation error back to the model",
@@ -170,6 +174,8 @@ class LLMConfig:
                                                "this fraction of its items got no answer from the endpoint",
                                                min=0, max=1)
     ctx_size: int = _f(8192, "embedded server only: context window in tokens", min=1)
+    threads: int = _f(0, "embedded server only: generation threads (0 = llama-cpp-python's default, half the "
+                         "cores: with the other core busy, 2 threads generated ~10x slower than 1 here)", min=0)
     retry_failed: bool = _f(True, "a stage whose LLM requests failed (raw output quarantined) is recorded as "
                                   "incomplete, so a plain rerun resends exactly those requests; false records it "
                                   "complete (the failures stay quarantined; --force still retries them). With the "
@@ -217,6 +223,34 @@ class RemoveLoopsConfig:
 
 
 @dataclass
+class VerifyConfig:
+    """YAML section ``verify:``: what the verify stage does with a trajectory that breaks its
+    environment's rules (``pipeline.verify``; field help: ``skillpipe config --show``)."""
+    on_flagged: str = _f("demote", "a success with an impossible step or an unreached goal: demote = it leaves the "
+                                   "SFT path (outcome failure, outcome_source verified) and goes on to memory and "
+                                   "skills as a failure, one row in verify/_quarantine saying why; quarantine = "
+                                   "drop it (a quarantined unit); flag = only record the findings (it stays a "
+                                   "success: trains on impossible actions)", choices=("demote", "quarantine", "flag"))
+    rejected_steps: str = _f("cut", "steps the environment refused and the record shows refused ('Invalid action!', "
+                                    "'Nothing happens.', an action outside the admissible list) in a success: cut = "
+                                    "remove each with its observation (the state did not change), when the rest "
+                                    "then checks clean; demote = treat like an impossible step (on_flagged). "
+                                    "Why cut is the default: README, section Verify",
+                             choices=("cut", "demote"))
+    repair_names: bool = _f(False, "replace a receptacle name the game rejects by the one room name it matches "
+                                   "without spaces ('dining table 1' -> 'diningtable 1'); each repair is recorded "
+                                   "in metadata verify.repairs and counted")
+    disabled_rules: list = _f([], "rules not checked, as 'rule' (every checker) or 'checker.rule', e.g. "
+                                  "[alfworld.observation_contradicts]; names: README, section Verify")
+    flag_rules: list = _f([], "rules recorded in metadata verify.flags but never acted on (same names as "
+                              "disabled_rules)")
+    qa_min_f1: float = _f(1.0, "Search/QA with a gold answer: an answer that is not an exact match counts as right "
+                               "when its token F1 reaches this (1.0 = exact match only)", min=0, max=1)
+    textworld_replay: bool = _f(True, "replay TextWorld trajectories in the TextWorld Express engine (needs Java); "
+                                      "false = count them unchecked")
+
+
+@dataclass
 class MemoryConfig:
     """YAML section ``memory:``: the memory prompt's budget (field help: ``skillpipe config --show``)."""
     max_trajectory_chars: int = _f(6000, "rendered trajectory budget per memory prompt (older steps elided)",
@@ -241,7 +275,8 @@ class DistillConfig:
     each think comes from (field help: ``skillpipe config --show``)."""
     max_steps_per_call: int = _f(8, "long trajectories are split into chunks of this many actions",
                                  min=1)
-    max_think_chars: int = _f(200, "max characters of one reasoning", min=1)
+    max_think_chars: int = _f(300, "max characters of one reasoning (a think that reaches it is quarantined as "
+                                   "cut_off)", min=1)
     synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn")
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
     source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
@@ -304,7 +339,9 @@ class BuildPairsConfig:
 #: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
 QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
                  "ungrounded_observation", "future_leak", "ungrounded_think", "unknown_source_memory",
-                 "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable")
+                 "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable", "cut_off",
+                 "restated_action", "contradicts_success", "duplicate_mistake", "missing_key_step",
+                 "think_misaligned", "narration")
 
 
 @dataclass
@@ -357,6 +394,7 @@ class PipelineConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     remove_loops: RemoveLoopsConfig = field(default_factory=RemoveLoopsConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
@@ -413,6 +451,7 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     for f in dataclasses.fields(cfg):
         check_fields(getattr(cfg, f.name), f.name)
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
+    check_verify_rules(cfg.verify)
     unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
     if unknown:
         raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
@@ -421,6 +460,18 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
         raise ConfigError("build_pairs.empty_think: must be flag with distill.reasoning: none (every think is "
                           "empty; quarantine drops every pair and the export has none)")
     return cfg
+
+
+def check_verify_rules(vcfg: VerifyConfig) -> None:
+    """Raise :class:`ConfigError` for a name in ``verify.disabled_rules``/``flag_rules`` that no
+    checker (:func:`pipeline.verify.rule_names`) has, as ``rule`` or ``checker.rule``."""
+    from pipeline.verify import rule_names
+    known = rule_names()
+    names = {r for rules in known.values() for r in rules} | {f"{c}.{r}" for c, rules in known.items() for r in rules}
+    for key in ("disabled_rules", "flag_rules"):
+        unknown = sorted(set(map(str, getattr(vcfg, key))) - names)
+        if unknown:
+            raise ConfigError(f"verify.{key}: unknown rules {unknown}; known: {', '.join(sorted(names))}")
 
 
 #: Config sections renamed with their stages (old name -> new); old names are accepted for one
@@ -498,7 +549,8 @@ def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_
     ``None`` keeps the file's value). ``env`` (``auto`` or a registered env) is only checked.
 
     Raises :class:`OptionError` naming the option: an unreadable or invalid file (``--config``),
-    an unknown env (``--env``) or format (``--format``)."""
+    an unknown env (``--env``) or format (``--format``), a model that is no embedded model's
+    alias when no endpoint is given (``--llm-model``)."""
     import yaml
     try:
         cfg = load_config(path)
@@ -515,6 +567,11 @@ def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_
     for key, value in (("base_url", llm_base_url), ("model", llm_model), ("api_key_env", llm_api_key_env)):
         if value is not None:
             setattr(cfg.llm, key, value)
+    if not cfg.llm.base_url and cfg.llm.model:
+        from pipeline.llm.weights import MODELS
+        if cfg.llm.model not in MODELS:
+            raise OptionError("--llm-model", f"{cfg.llm.model!r} is not an embedded model ({', '.join(MODELS)}); "
+                                             "to use another model give its endpoint with --llm-base-url")
     if llm_mode is not None:
         if llm_mode not in ("online", "batch"):
             raise OptionError("--llm-mode", f"unknown LLM mode {llm_mode!r}; choose from online, batch")

@@ -113,15 +113,29 @@ class LLMRun:
 
 
 def send(llm: Any, jobs: list[Job], desc: str) -> None:
-    """Send the requests of every job in one ``llm.complete_json_many`` batch (job order, then
-    request order) and store each job's results on it. ``llm`` follows the client contract of
+    """Send the requests of every job in one ``llm.complete_json_many`` batch, grouped by their
+    system message (groups in order of first appearance; job order, then request order, within a
+    group), and store each job's results on it, in request order. ``llm`` follows the client contract of
     :mod:`pipeline.llm.types`; it is not called when no job has a request. Raises what the
     client raises (``server.ServerDied``); a bad answer or a failed request is an ``ok=False``
     result, never an exception."""
     requests = [r for j in jobs for r in j.requests]
-    results = iter(llm.complete_json_many(requests, desc=desc) if requests else [])
+    # sent grouped by system message (stable): consecutive requests then share their longest
+    # prefix, which a llama.cpp server reuses from its KV cache and hosted APIs bill as cached
+    first_seen: dict[str, int] = {}
+    for k, r in enumerate(requests):
+        first_seen.setdefault(_system_text(r), k)
+    order = sorted(range(len(requests)), key=lambda k: first_seen[_system_text(requests[k])])
+    answered = llm.complete_json_many([requests[k] for k in order], desc=desc) if requests else []
+    by_index = dict(zip(order, answered))
+    results = iter(by_index[k] for k in range(len(requests)))
     for j in jobs:
         j.results = [next(results) for _ in j.requests]
+
+
+def _system_text(request: JSONRequest) -> str:
+    first = request.messages[0] if request.messages else {}
+    return first.get("content", "") if first.get("role") == "system" else ""
 
 
 def failure_row(stage: str, result: JSONResult, detail: str, item_id: str, source_uri: str = "",

@@ -434,17 +434,40 @@ class CacheCheckpointer:
             self.cache.close()
 
 
+#: Seconds a unit waits for another process's pull into the same mirror ($SKILLPIPE_MIRROR_LOCK_S).
+MIRROR_LOCK_S = 1800.0
+
+
 @contextlib.contextmanager
-def mirror_lock(local_run_dir: str) -> Iterator[None]:
+def mirror_lock(local_run_dir: str, timeout_s: float | None = None) -> Iterator[None]:
     """Exclusive ``flock`` on ``<local_run_dir>/.mirror.lock`` while a unit pulls into the mirror:
     worker processes of one machine share the mirror, so the second waits and then finds the
     folders up to date (and leaves them untouched) instead of rewriting them while the first
-    reads them."""
+    reads them. The holder writes its pid into the file; a waiter gives up after ``timeout_s``
+    (default :data:`MIRROR_LOCK_S`) with :class:`~pipeline.core.waits.WaitTimeout` naming it."""
     import fcntl
+    from pipeline.core.waits import WaitTimeout, seconds_from_env
+    timeout_s = timeout_s or seconds_from_env("SKILLPIPE_MIRROR_LOCK_S", MIRROR_LOCK_S)
     os.makedirs(local_run_dir, exist_ok=True)
-    with open(os.path.join(local_run_dir, ".mirror.lock"), "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    path = os.path.join(local_run_dir, ".mirror.lock")
+    with open(path, "a+") as f:
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    f.seek(0)
+                    holder = f.read().strip()
+                    raise WaitTimeout(f"the pull holding {path}", int(holder) if holder.isdigit() else None,
+                                      timeout_s, "another process of this machine is still pulling this run into "
+                                      "the mirror; raise $SKILLPIPE_MIRROR_LOCK_S if it is just large") from None
+                time.sleep(0.2)
         try:
+            f.truncate(0)
+            f.write(str(os.getpid()))
+            f.flush()
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)

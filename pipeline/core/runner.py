@@ -123,9 +123,23 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
         "prompts": prompts,
         "model": model_id if stage.uses_llm else "",
         "code_version": __version__,
+        "stage_versions": stage_versions(stage.name),
         **({"shard": ctx.shard} if ctx.shard and stage.sharded else {}),
     }
     return content_hash(facts, n=32), facts
+
+
+def stage_versions(name: str) -> dict[str, str]:
+    """``{stage: version}`` of stage ``name`` and of every stage upstream of it (its inputs,
+    transitively): what a version bump invalidates is the stage and everything downstream."""
+    out: dict[str, str] = {}
+    todo = [name]
+    while todo:
+        s = get_stage(todo.pop())
+        if s.name not in out:
+            out[s.name] = s.version
+            todo += list(s.inputs)
+    return dict(sorted(out.items()))
 
 
 def _config_facts(config: PipelineConfig, stage: Stage) -> dict[str, Any]:
@@ -250,7 +264,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     else:
         out.reasons.update(q.reason for q in out.quarantine)
         manifest, extra = finish(len(out.rows), len(out.quarantine))
-        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine,
+        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine + out.demoted,
                               manifest, extra, split_files=stage.split_files, shard=ctx.shard)
     _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
     return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)

@@ -7,7 +7,7 @@ the others are train. A drawn instance's split depends only on its own name, the
 ``export.val_fraction`` (see :func:`split_instances`).
 
 The assignment is an artifact of its own, written by the ``split`` stage right after
-``remove_loops`` (one row per instance, :data:`~pipeline.core.records.SPLIT_SCHEMA`), and read by
+``verify`` (one row per instance, :data:`~pipeline.core.records.SPLIT_SCHEMA`), and read by
 ``skills`` and ``export`` (:func:`read_assignment`). Why before the bank: the skill bank is
 distilled from memories, and a skill can quote its source memory almost verbatim (a WebShop skill
 naming the very product a session searched for). If memories of val instances fed the bank,

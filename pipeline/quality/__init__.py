@@ -10,13 +10,16 @@ an answer that still violates a rule is quarantined with the rule's reason and t
 Modules (one concept each):
 
 * :mod:`.text` - degenerate text in any field: ``no_words``, ``not_a_phrase``, ``ngram_loop``,
-  ``reused_think``;
+  ``reused_think``, ``cut_off``;
 * :mod:`.grounding` - facts checked against the recorded trajectory or the memory artifact:
   ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``ungrounded_think``,
-  ``unknown_source_memory``,
+  ``missing_key_step``, ``unknown_source_memory``,
   ``category_mismatch``;
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
+* :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
+  ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
+* :mod:`.alignment` - thinks that speak of another step, or narrate: ``think_misaligned``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
 
 Policy: every rule quarantines unless it is listed in ``quality.flag_rules`` (config), in which
@@ -52,6 +55,17 @@ REASONS: dict[str, str] = {
                        "action-shaped command",
     "echo_prompt": "a skill or mistake field, or a think, is >= 80% words of the prompt template's fixed text",
     "not_actionable": "a skill title of one word, or a principle or how-to-avoid with < 2 content words",
+    "cut_off": "a field stops at its schema length bound mid-sentence (the grammar cut it)",
+    "restated_action": "a skill's principle is one command in other words (one action verb, no order, "
+                       "condition or reason)",
+    "contradicts_success": "a skill or mistake prescribes an order of actions (or an appliance) that every "
+                           "successful train episode of its kind contradicts",
+    "duplicate_mistake": "a common mistake whose cause or fix is near-identical to an earlier one's",
+    "missing_key_step": "a success memory's refined steps leave out the step the task cannot succeed without "
+                        "(heat/cool/clean/use, a WebShop purchase) that the trajectory took",
+    "think_misaligned": "a think speaks of another step: an action on an entity or object other than its own "
+                        "action's and the goal's, or an event that has not happened yet",
+    "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done",
 }
 
 

@@ -52,7 +52,7 @@ let lets and or then now next first finally also just
 """.split())
 
 #: ``think_is_action``: a think restates an action string when it adds no content word of its own
-#: and drops at most this many of the action's. With 1 the issue's examples fire ("put spraybottle
+#: and drops at most this many of the action's. With 1 the 135M model's examples fire ("put spraybottle
 #: on toilet 2" has exactly the words of "put spraybottle 2 in/on toilet 2"; "go to cabinet 2"
 #: equals the admissible and earlier action "go to cabinet 2"; "take the spraybottle" lacks only
 #: "cabinet" of "take spraybottle 2 from cabinet 2"), while any word of its own lets a think pass
@@ -64,14 +64,14 @@ NEAR_ACTION_SLACK = 1
 #: ``echo_prompt``: share of a field's content words that are prompt words. Measured on the 162
 #: skills and mistakes of the SkillRL ALFWorld, WebShop and Search banks (tests/fixtures), every
 #: field: the highest share is 0.67 against the skills prompt and against the skill-update prompt
-#: (3-word titles: "Grab When Seen", "Prevent Action Loops"); the issue's junk scores 1.0
+#: (3-word titles: "Grab When Seen", "Prevent Action Loops"); the 135M model's junk scores 1.0
 #: ("Mistakes seen in failed episodes", "Learn from what worked and failed to fail.", "When to
 #: apply this skill."). 0.8: a title of 4 or 5 words must be all or 4/5 echo. Thinks: the 30
 #: recorded thoughts of the ReAct/ETO samples reach at most 0.3 against their distill prompt.
 ECHO_SHARE = 0.8
 #: ``echo_prompt`` judges only fields with at least this many content words: one or two shared
 #: words say nothing ("Verify Task" shares "task" with every prompt; the reference bank's terse
-#: "No memory." shares both its words with the skills prompt). The issue's junk has 3 to 5.
+#: "No memory." shares both its words with the skills prompt). The 135M model's junk has 3 to 5.
 MIN_ECHO_WORDS = 3
 #: ``not_actionable``: content words a principle (a mistake's how-to-avoid) needs: at least a verb
 #: and what it acts on ("Reread the goal", "Track visits."). In the good banks the shortest

@@ -162,3 +162,25 @@ def skill_source_violations(row: dict[str, Any], memories: dict[str, dict[str, A
             return [Violation("category_mismatch", f"task-specific skill {row.get('skill_id')} of category "
                                                    f"{row.get('category')!r} comes from memories of {cats}")]
     return []
+
+
+def missing_key_step(refined: Iterable[dict[str, Any]], traj: Trajectory) -> list[Violation]:
+    """``missing_key_step`` when a success memory's refined steps leave out the action its task
+    cannot succeed without and that the trajectory took: the category's key verb (ALFWorld heat,
+    cool, clean, or use for look-at-in-light: :data:`pipeline.quality.actions.KEY_VERB`), or a
+    WebShop purchase (``click[Buy Now]``). "Put a hot apple in fridge" remembered without
+    ``heat apple 1 with microwave 1`` teaches a plan that fails."""
+    from pipeline.quality import actions as act
+    key = "buy" if traj.env == "webshop" else act.KEY_VERB.get(traj.category)
+    if not key:
+        return []
+    taken = [(k, a) for k, a in enumerate(traj.actions, start=1)
+             if (m := act.command_mention(a)) is not None and m.concept == key]
+    if not taken:
+        return []
+    cited = {s.get("step_index") for s in refined}
+    if any(k in cited for k, _ in taken):
+        return []
+    k, a = taken[-1]
+    return [Violation("missing_key_step", f"the refined trajectory leaves out step {k} ({a!r}), the {key} step this "
+                                          "task cannot succeed without; include it")]

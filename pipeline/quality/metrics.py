@@ -1,6 +1,6 @@
 """Data-quality metrics of an exported SFT dataset, computed by stage ``export``.
 
-SkillRL issue #22 measured the reference's released WebShop SFT data: outputs almost never use
+Users of SkillRL measured its released WebShop SFT data: outputs almost never use
 the skills shown (1.1 %), every example carries the same skill block, many trajectories stop
 before the goal. These figures make such defects visible in every run (export manifest
 ``counters["quality_metrics"]`` and ``DATASET_CARD.md``). Inputs are plain rows:
@@ -9,7 +9,7 @@ before the goal. These figures make such defects visible in every run (export ma
   ``category``, ``trajectory_id``, ``step_index``, ``synthetic``, ``skill_ids_used``,
   ``instruction``, ``output``);
 * ``skills``: ``{skill_id: text}`` of the bank (``_skillmerge.skill_text``);
-* ``trajs``: ``{trajectory_id: Trajectory}`` (the remove_loops artifact).
+* ``trajs``: ``{trajectory_id: Trajectory}`` (the verify artifact).
 
 Each function defines its metric in its docstring; all are deterministic.
 """

@@ -167,3 +167,22 @@ def reused(thinks: Iterable[tuple[int, str]], task: str = "") -> list[Violation]
                                                  "explain each step on its own"))
         seen.append((i, toks))
     return out
+
+
+#: Characters a complete sentence or phrase may end with; a field at its length bound that ends
+#: otherwise was cut by the grammar (``rule cut_off``).
+_ENDINGS = ".!?)\"'”’]"
+
+
+def cut_off(name: str, text: str, max_chars: int | None, sentence: bool = True) -> list[Violation]:
+    """``cut_off`` when ``text`` reaches its schema bound ``max_chars`` (within 2 characters) and,
+    for a ``sentence`` field, does not end as a sentence ends: a grammar endpoint stops a string at
+    its ``maxLength``, mid-word ("apply when the mug is in the micro"). A title (``sentence=False``)
+    at its bound is cut whatever its last character."""
+    text = (text or "").rstrip()
+    if not max_chars or len(text) < max_chars - 2:
+        return []
+    if sentence and text.endswith(tuple(_ENDINGS)):
+        return []
+    return [Violation("cut_off", f"{name} stops at its {max_chars}-character bound mid-sentence "
+                                 f"({text[-30:]!r}); say it in fewer words")]

@@ -83,6 +83,30 @@ def reasons(rows: list[dict[str, Any]]) -> bytes | None:
     return _png(fig)
 
 
+def verify(counters: dict[str, Any] | None) -> bytes | None:
+    """Stacked horizontal bars: the verify stage's findings per source (steps), one colour per
+    rule (the ``by_source`` counters of verify's manifest)."""
+    by_source = {s: c.get("rules") or {} for s, c in ((counters or {}).get("by_source") or {}).items()}
+    by_source = {s: r for s, r in by_source.items() if r}
+    if not by_source:
+        return None
+    names = sorted({k for r in by_source.values() for k in r})
+    sources = sorted(by_source)
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(sources)))
+    left = [0] * len(sources)
+    for i, name in enumerate(names):
+        vals = [by_source[s].get(name, 0) for s in sources]
+        ax.barh(sources, vals, left=left, label=name, color=cmap(i % 20))
+        left = [a + v for a, v in zip(left, vals)]
+    ax.set_xlabel("steps with a finding")
+    _integer(ax, axis="x")
+    ax.invert_yaxis()
+    ax.set_title("verify: environment-rule findings per source and rule", fontsize=10)
+    _legend(ax, 7, outside=True)
+    return _png(fig)
+
+
 def llm(usage: dict[str, Any]) -> bytes | None:
     """Two panels per LLM stage: tokens (prompt/completion, stacked) and calls/cache hits/failures."""
     rows = usage["rows"]

@@ -64,7 +64,7 @@ def entries(run_dir: str, limit: int = 200) -> tuple[list[dict[str, Any]], str]:
     pairs = pairs[:limit]
     wanted = {p["trajectory_id"] for p in pairs}
     trajs = {}
-    for s in ("parse", "remove_loops"):  # remove_loops last: its rows (loops removed) win
+    for s in ("parse", "remove_loops", "verify"):  # verify last: its rows (loops removed, rejected steps cut) win
         trajs.update({t["trajectory_id"]: t for t in read_rows(run_dir, s, where=("trajectory_id", wanted))})
     mem_ids = {m for p in pairs for m in p.get("memory_ids") or []}
     mems = {m["memory_id"]: m for m in read_rows(run_dir, "memory", where=("memory_id", mem_ids))}

@@ -19,7 +19,7 @@ from pipeline.core.fsutil import atomic_write
 from pipeline.report import bankinfo, charts, explorer, runinfo, training
 
 #: The report's sections: (id of the <h2>, title). Tests and the nav bar use these ids.
-SECTIONS = (("funnel", "Funnel"), ("llm", "LLM"), ("skill-bank", "Skill bank"),
+SECTIONS = (("funnel", "Funnel"), ("verify", "Environment rules"), ("llm", "LLM"), ("skill-bank", "Skill bank"),
             ("data-quality", "Data quality"), ("training", "Training"), ("lineage", "Lineage explorer"))
 
 
@@ -77,9 +77,11 @@ def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_P
     funnel = runinfo.funnel(stages)
     samples = {s["stage"]: runinfo.quarantine_samples(s["path"], sample_rows) for s in stages}
     export = next((s["manifest"] for s in stages if s["stage"] == "export"), None)
+    verified = next((s["manifest"] for s in stages if s["stage"] == "verify"), None)
     lineage, lineage_note = explorer.entries(run_dir)
     return {
         "run_id": run_id, "run_dir": run_dir, "notes": notes, "funnel": funnel, "samples": samples,
+        "verify": runinfo.verify_facts(verified),
         "llm": runinfo.llm_usage(stages, price_prompt, price_completion, price_cached),
         "bank": _bank_facts(root, run_id, run_dir, stages),
         "quality": training.quality_metrics(export),
@@ -94,6 +96,7 @@ def draw(facts: dict[str, Any]) -> dict[str, bytes]:
     todo: dict[str, Callable[[], bytes | None]] = {
         "funnel": lambda: charts.funnel(facts["funnel"]),
         "reasons": lambda: charts.reasons(facts["funnel"]),
+        "verify": lambda: charts.verify(facts["verify"]["counters"]),
         "llm": lambda: charts.llm(facts["llm"]),
         "bank": lambda: charts.bank(facts["bank"]["composition"]),
         "usage": lambda: charts.usage(facts["bank"]["usage"]),

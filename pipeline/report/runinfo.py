@@ -97,6 +97,17 @@ def funnel(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def verify_facts(manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The verify stage's counts for the report (:mod:`pipeline.verify.summary`): ``counters``
+    (``None`` when the run has no verify manifest), ``sources`` and ``rules`` rows, ``headline``."""
+    from pipeline.verify import summary
+    counters = (manifest or {}).get("counters") if manifest else None
+    if not isinstance(counters, dict) or "by_source" not in counters:
+        return {"counters": None, "sources": [], "rules": [], "headline": "", "columns": summary.COLUMNS}
+    return {"counters": counters, "sources": summary.source_rows(counters), "rules": summary.rule_rows(counters),
+            "headline": summary.headline(counters), "columns": summary.COLUMNS}
+
+
 def quarantine_samples(stage_dir: str, per_reason: int = 3, max_chars: int = 300) -> dict[str, list[dict]]:
     """Up to ``per_reason`` quarantined rows per reason (``detail``/``raw`` cut to ``max_chars``).
 

@@ -7,7 +7,7 @@ accept the old names for one release.
 """
 from __future__ import annotations
 
-STAGES = ("parse", "remove_loops", "split", "memory", "skills", "distill", "build_pairs", "export")
+STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export")
 RENAMED_STAGES = {"dedupe": "remove_loops", "aggregate": "skills", "validate": "build_pairs"}
 
 

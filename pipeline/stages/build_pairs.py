@@ -1,6 +1,6 @@
 """Stage ``build_pairs``: expand distilled trajectories into SFT pairs and check every pair.
 
-Inputs: ``remove_loops`` (trajectories), ``skills`` (skill bank rows), ``distill`` (one row per
+Inputs: ``verify`` (trajectories), ``skills`` (skill bank rows), ``distill`` (one row per
 trajectory with a think per recorded action, plus the synthetic ``done`` think for ALFWorld).
 Each distilled trajectory becomes one candidate pair per action (+ the synthetic turn); a unit of
 the count invariant is one candidate pair (a distill row that cannot be expanded counts as one).
@@ -220,7 +220,7 @@ def reject_webshop(traj: Trajectory, results: list[tuple[Candidate, dict | None,
 class BuildPairs(Stage):
     """Expand distilled trajectories into SFT pairs and check each one (module docstring)."""
     name = NAME
-    inputs = ("remove_loops", "skills", "distill")
+    inputs = ("verify", "skills", "distill")
     schema = SFT_PAIR_SCHEMA
     config_sections = ("build_pairs", "prompt", "distill", "quality")
     sharded = True  # one trajectory at a time: runs per shard
@@ -235,7 +235,7 @@ class BuildPairs(Stage):
         for a policy that is not one of its choices."""
         cfg = ctx.config
         check_fields(cfg.build_pairs, "build_pairs")  # a config built in code skipped load_config's check
-        trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("remove_loops").read_rows()}
+        trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in ctx.upstream("verify").read_rows()}
         bank = ctx.upstream("skills").read_rows()
         distilled = ctx.upstream("distill").read_rows()
         rows, quarantine, units = [], [], 0
@@ -265,7 +265,7 @@ def _expand(d: dict[str, Any], traj: Trajectory | None, bank: list[dict[str, Any
     tid = d["trajectory_id"]
     missing = sorted(set(d.get("skill_ids_used") or []) - {r["skill_id"] for r in bank})
     if traj is None:
-        return [], [reject(NAME, "missing_trajectory", f"trajectory {tid} is not in the remove_loops artifact",
+        return [], [reject(NAME, "missing_trajectory", f"trajectory {tid} is not in the verify artifact",
                            tid)]
     if missing:
         return [], [reject(NAME, "missing_skills", f"skills {missing} are not in the skills artifact", tid,

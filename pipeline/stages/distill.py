@@ -43,7 +43,7 @@ from pipeline.core.stage import StageContext, StageOutput, reject
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
-from pipeline.quality import echo, grounding, text, topic
+from pipeline.quality import alignment, echo, grounding, text, topic
 
 TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
@@ -103,15 +103,18 @@ def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dic
 
 
 def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, Any]], traj: Trajectory,
-                     qcfg: QualityConfig, encoder: topic.Encoder | None = None) -> list[quality.Violation]:
+                     qcfg: QualityConfig, encoder: topic.Encoder | None = None, max_chars: int | None = None
+                     ) -> list[quality.Violation]:
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
     step), ``ungrounded_think`` (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
-    :func:`prompt_vocab`), then ``off_topic`` against the step
-    (observation as shown + action) and the task."""
+    :func:`prompt_vocab`), ``narration`` and ``think_misaligned``
+    (:func:`pipeline.quality.alignment.think_violations`), ``cut_off`` at ``max_chars`` (the
+    schema bound of an LLM think; ``None`` for a recorded thought), then ``off_topic`` against
+    the step (observation as shown + action) and the task."""
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
@@ -122,6 +125,9 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
+    out += alignment.think_violations(pairs, traj, {i: e["action"] for i, e in entries.items()})
+    if max_chars:
+        out += [v for i, t in pairs for v in text.cut_off(f"think for step {i}", t, max_chars)]
     sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "
                 f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
     return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)
@@ -135,11 +141,12 @@ def prompt_vocab(env: str) -> frozenset[str]:
     return echo.prompt_words([*tpl.sections.values(), tpl.env_rules])
 
 
-def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally):
+def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally,
+                  max_chars: int | None = None):
     """The ``content`` callable of :func:`check_thinks` for one chunk: :func:`think_violations`
     gated by ``tally`` (policy and counts)."""
     by_index = {e["step_index"]: e for e in entries}
-    return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg))
+    return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg, max_chars=max_chars))
 
 
 def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally
@@ -216,7 +223,7 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
                                               {"role": "user", "content": user}],
                                     schema=thinks_schema(indices, max_chars), schema_name="reasoning",
                                     check=check_thinks(indices, max_chars, content_check(
-                                        chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules))
+                                        chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars)
                                         if qcfg else None)))
     return requests
 
@@ -260,9 +267,10 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 
 
 class DistillStage(LLMStage):
-    """One row of thinks per successful trajectory of ``remove_loops`` (module docstring)."""
+    """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    inputs = ("remove_loops", "memory", "skills")
+    version = "2"  # think_misaligned, narration and cut_off
+    inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
     sharded = True  # one trajectory at a time: runs per shard
@@ -275,7 +283,7 @@ class DistillStage(LLMStage):
     def requests(self, run: LLMRun) -> list[Job]:
         """One job per trajectory (:func:`episode_job`); notes the memories of each trajectory
         and the bank version for the rows."""
-        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("verify").read_rows()]
         memory_ids: dict[str, list[str]] = {}
         for m in run.ctx.upstream("memory").read_rows():
             memory_ids.setdefault(m["trajectory_id"], []).append(m["memory_id"])

@@ -12,7 +12,8 @@ files below are not mistaken for splits), plus these files in the stage folder:
 * ``dataset_info.json``: LLaMA-Factory registration of both files, once as alpaca and once as
   OpenAI-style ``messages`` (sharegpt formatting with role/content tags);
 * ``skill_bank.json``: the bank in SkillRL's JSON layout (``pipeline.bank.rows.to_skillrl_json``);
-* ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags.
+* ``DATASET_CARD.md``: counts by split/env/category, sources, bank versions, models, flags, the
+  data-quality figures and the verify stage's counts by source and rule.
 
 The split is per ``env_instance`` (the reference split nothing and merged sibling
 trajectories), so every pair of one task instance lands in the same split. It is the ``split`` artifact
@@ -33,6 +34,7 @@ from pipeline.quality import metrics as qmetrics
 from pipeline.core.records import SFT_PAIR_SCHEMA, Trajectory
 from pipeline.core.stage import Stage, StageContext, StageOutput
 from pipeline.core.artifacts import ArtifactError
+from pipeline.verify import summary as verify_summary
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 #: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
@@ -106,15 +108,21 @@ def dataset_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], ru
 def quality_metrics(ctx: StageContext, rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]]
                     ) -> dict[str, Any]:
     """``pipeline.quality.metrics.all_metrics`` of the exported pairs. The trajectories come from
-    the run's ``remove_loops`` artifact when it exists (an ancestor of build_pairs, so its changes already
+    the run's ``verify`` artifact when it exists (an ancestor of build_pairs, so its changes already
     reach this stage's fingerprint); without it the trajectory-based figures see no trajectory."""
     from pipeline.bank.merge import skill_text
-    loops_removed = ctx.store.load("remove_loops")
+    verified = ctx.store.load("verify")
     wanted = {r["trajectory_id"] for r in rows}
-    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (loops_removed.read_rows() if loops_removed else [])
+    trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in (verified.read_rows() if verified else [])
              if r["trajectory_id"] in wanted}
     skills = {r["skill_id"]: skill_text(r) for r in bank_rows}
     return qmetrics.all_metrics(rows, skills, trajs, ctx.config.quality.skill_use_min_shared)
+
+
+def _verify_counters(ctx: StageContext) -> dict[str, Any] | None:
+    """The verify stage's counters (an ancestor of build_pairs, so already in the fingerprint)."""
+    art = ctx.store.load("verify")
+    return art.manifest.get("counters") if art else None
 
 
 def _counts(ctx: StageContext, stage: str) -> dict[str, Any]:
@@ -206,7 +214,8 @@ class Export(Stage):
             "dataset_info.json": json.dumps(dataset_info(), indent=2) + "\n",
             **skill_bank_files(bank_rows, rows),
             "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
-            + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill")),
+            + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill"))
+            + "\n" + verify_summary.card_section(_verify_counters(ctx)),
         }
         split_counts = Counter(r["split"] for r in rows)
         return StageOutput(rows=rows, quarantine=[], rows_in=len(pairs), units_in=len(pairs),

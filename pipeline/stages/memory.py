@@ -65,7 +65,7 @@ def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
 
 
 def check_memory(outcome: str, traj: Trajectory | None = None, qcfg: QualityConfig | None = None,
-                 tally: quality.Tally | None = None):
+                 tally: quality.Tally | None = None, schema: dict[str, Any] | None = None):
     """A ``JSONRequest.check`` for ``outcome``: returns an error message or ``None``.
 
     Catches what a schema allows but a memory must not have: blank (whitespace-only) texts,
@@ -78,7 +78,7 @@ def check_memory(outcome: str, traj: Trajectory | None = None, qcfg: QualityConf
         if err or traj is None:
             return err
         gate = tally or quality.Tally(qcfg.flag_rules if qcfg else ())
-        return gate.gate(content_violations(value, traj, qcfg or QualityConfig()))
+        return gate.gate(content_violations(value, traj, qcfg or QualityConfig(), bounds=schema_bounds(schema)))
 
     def form(value: dict[str, Any]) -> str | None:
         if not str(value.get("contextual_description", "")).strip():
@@ -98,12 +98,28 @@ def check_memory(outcome: str, traj: Trajectory | None = None, qcfg: QualityConf
     return check
 
 
+def schema_bounds(schema: dict[str, Any] | None) -> dict[str, int]:
+    """``{field: maxLength}`` of a memory answer schema: top-level strings by name, the fields of
+    refined steps and mistakes as ``refined_trajectory.<f>`` / ``mistakes_to_avoid.<f>``."""
+    out: dict[str, int] = {}
+    for name, node in ((schema or {}).get("properties") or {}).items():
+        if "maxLength" in node:
+            out[name] = node["maxLength"]
+        for f, sub in ((node.get("items") or {}).get("properties") or {}).items():
+            if "maxLength" in sub:
+                out[f"{name}.{f}"] = sub["maxLength"]
+    return out
+
+
 def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityConfig,
-                       encoder: topic.Encoder | None = None) -> list[quality.Violation]:
+                       encoder: topic.Encoder | None = None, bounds: dict[str, int] | None = None
+                       ) -> list[quality.Violation]:
     """Content rules of one memory answer for ``traj`` (``pipeline.quality``), in this order:
-    degenerate text (``no_words``, ``ngram_loop``) of every text field, grounding of the refined
-    steps (``ungrounded_step``, ``ungrounded_observation``), then ``off_topic``: the description,
-    the planning pattern and each mistake against the trajectory (its task, and its actions)."""
+    degenerate text (``no_words``, ``ngram_loop``) of every text field, ``cut_off`` against
+    ``bounds`` (:func:`schema_bounds`), grounding of the refined steps (``ungrounded_step``,
+    ``ungrounded_observation``), ``missing_key_step`` of a success, then ``off_topic``: the
+    description, the planning pattern and each mistake against the trajectory (its task, and its
+    actions)."""
     named = [("contextual_description", str(value.get("contextual_description") or "")),
              ("planning_pattern", str(value.get("planning_pattern") or ""))]
     for j, s in enumerate(value.get("refined_trajectory") or []):
@@ -111,10 +127,30 @@ def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityCon
     for j, m in enumerate(value.get("mistakes_to_avoid") or []):
         named.append((f"mistakes_to_avoid[{j}]", mistake_text(m)))
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
+    out += [v for name, t in _bounded_fields(value) for v in text.cut_off(name, t, (bounds or {}).get(_bound_key(name)))]
     out += grounding.memory_step_violations(value.get("refined_trajectory") or [], traj, qcfg.min_observation_overlap)
+    if traj.success:
+        out += grounding.missing_key_step(value.get("refined_trajectory") or [], traj)
     sources = [traj.task, "; ".join(s.action or "" for s in traj.steps[1:])]
     topical = [(n, t) for n, t in named if not n.startswith("refined_trajectory")]
     return out + topic.off_topic(topical, [sources] * len(topical), qcfg.off_topic_threshold, encoder)
+
+
+def _bounded_fields(value: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every free-text field of a memory answer as ``(name, text)``: ``contextual_description``,
+    ``planning_pattern``, ``refined_trajectory[j].<f>``, ``mistakes_to_avoid[j].<f>``."""
+    out = [(k, str(value.get(k) or "")) for k in ("contextual_description", "planning_pattern")]
+    for j, s in enumerate(value.get("refined_trajectory") or []):
+        out += [(f"refined_trajectory[{j}].{f}", str(s.get(f) or "")) for f in ("critical_observation", "reasoning")]
+    for j, m in enumerate(value.get("mistakes_to_avoid") or []):
+        out += [(f"mistakes_to_avoid[{j}].{f}", str(m.get(f) or "")) for f in MISTAKE_FIELDS]
+    return out
+
+
+def _bound_key(name: str) -> str:
+    """``refined_trajectory[2].reasoning`` -> ``refined_trajectory.reasoning`` (a :func:`schema_bounds` key)."""
+    head, _, tail = name.partition("[")
+    return f"{head}.{tail.split('.', 1)[1]}" if tail else head
 
 
 def mistake_text(m: dict[str, Any]) -> str:
@@ -161,11 +197,11 @@ def build_request(traj: Trajectory, cfg: MemoryConfig, qcfg: QualityConfig | Non
     user = tpl.render("user", env_name=_templates.env_name(traj.env), task=traj.task,
                       outcome=outcome.capitalize(),
                       trajectory=render_trajectory(traj, cfg.max_trajectory_chars))
+    schema = memory_schema(outcome, len(traj.steps) - 1)
     return JSONRequest(key=traj.trajectory_id,
                        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                       schema=memory_schema(outcome, len(traj.steps) - 1),
-                       schema_name=f"memory_{outcome}",
-                       check=check_memory(outcome, traj if qcfg else None, qcfg, tally))
+                       schema=schema, schema_name=f"memory_{outcome}",
+                       check=check_memory(outcome, traj if qcfg else None, qcfg, tally, schema))
 
 
 def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str, Any]:
@@ -185,9 +221,10 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 
 
 class MemoryStage(LLMStage):
-    """One memory per trajectory of ``remove_loops`` (module docstring)."""
+    """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
-    inputs = ("remove_loops",)
+    version = "2"  # missing_key_step and cut_off
+    inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")
     sharded = True  # one trajectory at a time: runs per shard
@@ -200,7 +237,7 @@ class MemoryStage(LLMStage):
     def requests(self, run: LLMRun) -> list[Job]:
         """One job per trajectory, one request each (:func:`build_request`)."""
         cfg = run.ctx.config
-        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("remove_loops").read_rows()]
+        trajs = [Trajectory.from_row(r) for r in run.ctx.upstream("verify").read_rows()]
         return [Job(t, t.trajectory_id, [build_request(t, cfg.memory, cfg.quality, run.tally)], t.source_uri,
                     t.source_line) for t in trajs]
 

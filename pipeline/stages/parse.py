@@ -240,7 +240,7 @@ def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None) -> 
     per_chunk = min(CHUNK_FILES, max(16, -(-len(files) // (workers * TASKS_PER_WORKER)))) if workers > 1 \
         else CHUNK_FILES
     tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(iter(file_groups(files)), per_chunk))
-    return ordered_map(read_chunk, tasks, workers, chunk=1)
+    return ordered_map(read_chunk, tasks, workers, chunk=1, what="parse worker")
 
 
 def _drop_rows(parts: list[EncodedPart], dropped: dict[int, tuple[str, str]]

@@ -364,7 +364,7 @@ class RemoveLoops(Stage):
 
         def stream():
             for kept, qrows, n_in, shortened, removed in ordered_map(remove_loops_group, tasks, workers, chunk=1,
-                                                                     shrink=True):
+                                                                     shrink=True, what="remove_loops worker"):
                 out.rows_in += n_in
                 counts["trajectories_shortened"] += shortened
                 counts["steps_removed"] += removed

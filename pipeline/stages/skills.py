@@ -31,26 +31,27 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
 
 from pipeline import quality
 from pipeline.bank import merge as _skillmerge
+from pipeline.bank.judge import ItemJudge, blocking, field_bounds
 from pipeline.bank import rows as skillbank
 from pipeline.bank.store import BankStore
 from pipeline.core.artifacts import parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
 from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row
-from pipeline.core.records import SKILL_SCHEMA, QuarantineRow
+from pipeline.core.records import SKILL_SCHEMA, QuarantineRow, Trajectory
 from pipeline.core.split import read_assignment
 from pipeline.core.stage import StageContext, StageOutput, reject
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest
 from pipeline.prompts import category_label
-from pipeline.quality import echo, grounding, text, topic
+from pipeline.quality import echo, grounding, topic
 
 NAME = "skills"          # stage name, and pipeline/templates/skills*.txt
 
@@ -68,6 +69,7 @@ class Call:
     memories: list[dict[str, Any]]
     request: JSONRequest
     prompt_sha: str
+    verdicts: dict[str, list] = field(default_factory=dict)  # answer JSON -> per-item violations (check_answer)
 
 
 def dedupe_items(items: list[tuple[str, str]], cap: int) -> tuple[list[tuple[str, int]], set[str]]:
@@ -113,55 +115,47 @@ def answer_schema(kind: str, n: int) -> dict[str, Any]:
 
 
 def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfig | None = None,
-                 tally: quality.Tally | None = None, actions: list[str] | None = None):
+                 tally: quality.Tally | None = None, actions: list[str] | None = None,
+                 judge: ItemJudge | None = None, verdicts: dict[str, list] | None = None):
     """``JSONRequest.check``: every field of every item must have non-blank text; with ``qcfg``,
-    then the content rules of :func:`skill_violations` against ``sources`` (:func:`memory_sources`
-    of the memories fed to the call) and ``actions`` (:func:`pipeline.quality.echo.memory_actions`
-    of them), gated by ``tally`` (policy and counts)."""
+    then each item's content rules (:class:`pipeline.bank.judge.ItemJudge`: ``judge``, or one
+    built from ``sources``, ``actions`` and the prompt's words). The answer is rejected (and
+    repaired) only when *every* item breaks a quarantining rule; otherwise the verdicts are kept
+    in ``verdicts`` (keyed by the answer's JSON) for :func:`call_rows`, which quarantines the bad
+    items one by one."""
     key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
+    if qcfg is not None and judge is None:
+        judge = ItemJudge(kind, qcfg, _prompt_vocab(), sources or [], actions or [])
 
     def check(value: dict[str, Any]) -> str | None:
-        for i, item in enumerate(value.get(key) or []):
+        items = value.get(key) or []
+        for i, item in enumerate(items):
             blank = [f for f in fields if not str(item.get(f, "")).strip()]
             if blank:
                 return f"{key}[{i}] has blank {', '.join(blank)}"
-        if qcfg is None:
+        if judge is None:
             return None
-        gate = tally or quality.Tally(qcfg.flag_rules)
-        items = value.get(key) or []
-        restated = [v for i, it in enumerate(items) for v in echo.action_field_violations(f"{key}[{i}]", it, actions or [])]
-        return gate.gate(skill_violations(kind, items, sources or [], qcfg) + restated)
+        gate = tally or quality.Tally(judge.qcfg.flag_rules)
+        per_item = judge.judge(items)
+        if verdicts is not None:
+            verdicts[json.dumps(value, sort_keys=True)] = per_item
+        if items and all(blocking(v, gate) for v in per_item):
+            return gate.gate(per_item[0])
+        return None
     return check
 
 
 def skill_violations(kind: str, items: list[dict[str, Any]], sources: list[str], qcfg: QualityConfig,
                      encoder: topic.Encoder | None = None) -> list[quality.Violation]:
-    """Content rules of one answer's skills (or mistakes): ``no_words``/``ngram_loop`` of every
-    field, ``not_a_phrase`` of a title, ``ngram_loop`` of the item's fields joined, then
-    ``echo_prompt``/``not_actionable`` (:func:`pipeline.quality.echo.echo_violations`, against the
-    fixed text of ``pipeline/templates/skills.txt``), then ``off_topic``
-    (:func:`pipeline.quality.topic.off_domain`): each field of an item (title,
-    principle, when to apply; mistakes: description, why, how) scored separately against
-    ``sources``, the task and description of each memory fed to the call. No sources, or
-    ``quality.off_topic_threshold <= -1``: not checked."""
-    key, fields = ("mistakes", MISTAKE_FIELDS) if kind == "mistake" else ("skills", SKILL_FIELDS)
-    vocab = echo.prompt_words(_templates.load(NAME, "").sections.values())
-    out = []
-    for i, item in enumerate(items):
-        for f in fields:
-            out += text.field_violations(f"{key}[{i}].{f}", str(item.get(f) or ""), qcfg)
-        if "title" in fields:
-            out += text.title_violations(f"{key}[{i}].title", str(item.get("title") or ""), qcfg)
-        # a loop can straddle fields ("eat the same thing" once or twice in each of three fields)
-        whole = " ".join(str(item.get(f) or "") for f in fields)
-        if (loop := text.ngram_loop(whole, qcfg.loop_ngram, qcfg.loop_min_repeats)) is not None:
-            out.append(quality.Violation("ngram_loop", f"{key}[{i}] repeats {loop!r} {qcfg.loop_min_repeats}+ times "
-                                                       "across its fields; write it once"))
-        out += echo.echo_violations(f"{key}[{i}]", item, fields, vocab)
-    if qcfg.off_topic_threshold <= -1:
-        return out
-    named = [[(f"{key}[{i}].{f}", str(item.get(f) or "")) for f in fields] for i, item in enumerate(items)]
-    return out + topic.off_domain(named, [sources] * len(named), encoder=encoder)
+    """Every content rule's violations of one answer's items, flattened (the per-item verdicts of
+    :class:`pipeline.bank.judge.ItemJudge` against ``sources``, the prompt's fixed words and no
+    recorded actions or trajectories)."""
+    judge = ItemJudge(kind, qcfg, _prompt_vocab(), sources)
+    return [v for per in judge.judge(items) for v in per]
+
+
+def _prompt_vocab() -> frozenset[str]:
+    return echo.prompt_words(_templates.load(NAME, "").sections.values())
 
 
 def memory_sources(memories: list[dict[str, Any]]) -> list[str]:
@@ -187,9 +181,11 @@ def source_check(rows: list[dict[str, Any]], memories: list[dict[str, Any]], tal
 
 
 def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg: QualityConfig | None = None,
-               tally: quality.Tally | None = None) -> list[Call]:
+               tally: quality.Tally | None = None, successes: list[Trajectory] | None = None) -> list[Call]:
     """The calls for the memories of one env, in a fixed order: general, categories, mistakes;
-    with ``qcfg``, each call's check runs the content rules (:func:`check_answer`)."""
+    with ``qcfg``, each call's check runs the content rules item by item (:func:`check_answer`),
+    ``contradicts_success`` against ``successes`` (the env's successful train trajectories; a
+    task-specific call sees those of its category)."""
     tpl = _templates.load(NAME, env)
     system = tpl.render("system")
     succ = [m for m in memories if m["outcome"] == "success" and m["planning_pattern"].strip()]
@@ -198,12 +194,17 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
 
     def add(kind: str, category: str, fed: set[str], section: str, n: int, **values: Any) -> None:
         used = [m for m in memories if m["memory_id"] in fed]
+        schema = answer_schema(kind, n)
+        judge = None if qcfg is None else ItemJudge(
+            kind, qcfg, _prompt_vocab(), memory_sources(used), echo.memory_actions(used),
+            [t for t in successes or [] if not category or t.category == category], category, field_bounds(schema))
+        verdicts: dict[str, list] = {}
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},
                                         {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
-                              schema=answer_schema(kind, n), schema_name=f"skills_{kind}",
-                              check=check_answer(kind, memory_sources(used), qcfg, tally, echo.memory_actions(used)))
-        calls.append(Call(env, kind, category, used, request, tpl.sha))
+                              schema=schema, schema_name=f"skills_{kind}",
+                              check=check_answer(kind, tally=tally, judge=judge, verdicts=verdicts))
+        calls.append(Call(env, kind, category, used, request, tpl.sha, verdicts))
 
     patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)
     if patterns:
@@ -223,14 +224,26 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
     return calls
 
 
-def call_rows(call: Call, value: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    """Skill rows of a successful call's answer ``value``, in answer order, with the call's source ids."""
+def call_rows(call: Call, value: dict[str, Any], model: str, tally: quality.Tally | None = None
+              ) -> tuple[list[dict[str, Any]], list[QuarantineRow]]:
+    """Skill rows of a successful call's answer ``value``, in answer order, with the call's source
+    ids, and one quarantine row per item that breaks a quarantining content rule (the verdicts
+    its check recorded; counted in ``tally``). Without verdicts every item is kept."""
     key = "mistakes" if call.kind == "mistake" else "skills"
     mem_ids = [m["memory_id"] for m in call.memories]
     traj_ids = [m["trajectory_id"] for m in call.memories]
-    return [skillbank.make_row(call.kind, call.category, {k: v.strip() for k, v in item.items()},
-                               mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha, env=call.env)
-            for item in value[key]]
+    per_item = call.verdicts.get(json.dumps(value, sort_keys=True)) or [[] for _ in value[key]]
+    rows, dropped = [], []
+    for item, verdict in zip(value[key], per_item):
+        row = skillbank.make_row(call.kind, call.category, {k: v.strip() for k, v in item.items()},
+                                 mem_ids, traj_ids, model=model, prompt_sha=call.prompt_sha, env=call.env)
+        err = (tally or quality.Tally()).gate(verdict)
+        if err is None:
+            rows.append(row)
+        else:
+            dropped.append(reject(NAME, quality.reason_of("check_failed", err), f"{call.kind} call "
+                                  f"{call.request.key}: {err}", row["skill_id"], raw=json.dumps(item, ensure_ascii=False)))
+    return rows, dropped
 
 
 def call_failure_row(call: Call, result, item_id: str) -> QuarantineRow:
@@ -275,11 +288,19 @@ def _categories(env: str, memories: list[dict[str, Any]]) -> list[str]:
     return known + [c for c in dict.fromkeys(m["category"] for m in memories) if c not in known]
 
 
+def train_successes(ctx: StageContext, trajectory_ids: set[str]) -> list[Trajectory]:
+    """The successful trajectories among ``trajectory_ids`` (those of the train memories), read
+    from the verify artifact (verified outcomes): what ``contradicts_success`` checks a prescribed
+    order against."""
+    rows = ctx.upstream("verify").read_rows()
+    return [Trajectory.from_row(r) for r in rows if r["trajectory_id"] in trajectory_ids and r["outcome"] == "success"]
+
+
 def trajectory_instances(ctx: StageContext) -> dict[str, str]:
-    """``{trajectory_id: env_instance}`` of the remove_loops artifact (two columns are read:
+    """``{trajectory_id: env_instance}`` of the verify artifact (two columns are read:
     the steps are not needed here)."""
     out: dict[str, str] = {}
-    for part in parquet_parts(ctx.upstream("remove_loops").path):
+    for part in parquet_parts(ctx.upstream("verify").path):
         t = pq.read_table(part, columns=["trajectory_id", "env_instance"])
         out.update(zip(t.column("trajectory_id").to_pylist(), t.column("env_instance").to_pylist()))
     return out
@@ -339,7 +360,8 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    inputs = ("remove_loops", "memory", "split")  # remove_loops: only for each memory's env_instance
+    version = "2"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off
+    inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")
 
@@ -358,15 +380,21 @@ class SkillsStage(LLMStage):
         by_env: dict[str, list[dict[str, Any]]] = {}
         for m in memories:
             by_env.setdefault(m["env"], []).append(m)
-        run.notes.update(all_memories=all_memories, memories=memories, held_out=held_out, by_env=by_env)
+        run.notes.update(all_memories=all_memories, memories=memories, held_out=held_out, by_env=by_env,
+                         dropped_items=[])
+        wins = train_successes(ctx, {m["trajectory_id"] for m in memories})
         calls = [c for env, mems in by_env.items()
-                 for c in plan_calls(mems, env, ctx.config.skills, ctx.config.quality, run.tally)]
+                 for c in plan_calls(mems, env, ctx.config.skills, ctx.config.quality, run.tally,
+                                     [t for t in wins if t.env == env])]
         return [Job(c, c.request.key, [c.request]) for c in calls]
 
     def format_output(self, item: Call, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
         """See :meth:`LLMStage.format_output`: the skill rows of one call's answer (:func:`call_rows`),
-        before merging and source checks (:meth:`env_banks`)."""
-        return call_rows(item, values[0], run.model)
+        before merging and source checks (:meth:`env_banks`); the items it quarantined are noted
+        for :meth:`collect`."""
+        rows, dropped = call_rows(item, values[0], run.model, run.tally)
+        run.notes["dropped_items"] += dropped
+        return rows
 
     def env_banks(self, run: LLMRun) -> tuple[list[dict[str, Any]], dict[str, tuple[list, list]]]:
         """Per env, the rows of its successful calls, merged (``skills.merge_threshold``) and
@@ -399,16 +427,19 @@ class SkillsStage(LLMStage):
         run.notes.update(version=version, parent=parent)
         return StageOutput(rows=rows, quarantine=quarantine + run.notes["held_out"], rows_in=n, units_in=n,
                            units_out=len(used), extra_files=bank_files(banks, run.ctx.env, version, parent, run.model),
-                           request_quarantine=request_rows + run.notes["bad_sources"])
+                           request_quarantine=request_rows + run.notes["dropped_items"] + run.notes["bad_sources"])
 
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
-        """Calls (and failed ones) by kind, skills by kind, merges, the bank version and parent,
-        then the content-rule record over the calls (a skill dropped for its sources counts once
-        more: it is not a call)."""
+        """Calls (and failed ones) by kind, skills by kind, items answered and quarantined, merges,
+        the bank version and parent, then the content-rule record over the calls (an item
+        quarantined by a rule, or dropped for its sources, counts too: it is not a call)."""
         kinds = [j.item.kind for j in run.jobs]
         merges = run.notes["merges"]
         return {"calls": dict(Counter(kinds)), "calls_failed": dict(Counter(j.item.kind for j in run.jobs if j.failed)),
                 "skills": dict(Counter(r["kind"] for r in out.rows)),
+                "items_answered": sum(len(j.values[0].get("mistakes" if j.item.kind == "mistake" else "skills") or [])
+                                      for j in run.jobs if not j.failed),
+                "items_quarantined": dict(Counter(q.reason for q in run.notes["dropped_items"])),
                 "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": run.notes["version"], "bank_parent": run.notes["parent"],

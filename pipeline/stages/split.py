@@ -1,6 +1,6 @@
 """Stage ``split``: the train/val assignment of every environment instance, as its own artifact.
 
-Reads the ``env_instance`` and ``outcome`` columns of ``remove_loops`` (not the steps) and writes
+Reads the ``env_instance`` and ``outcome`` columns of ``verify`` (not the steps) and writes
 one row per instance (:data:`~pipeline.core.records.SPLIT_SCHEMA`): its split, the rule that put
 it there and the ``export.val_fraction`` / ``export.seed`` of the draw. The rule is in
 :mod:`pipeline.core.split`; ``skills`` (which keeps val instances' memories out of the bank) and
@@ -36,14 +36,14 @@ def instance_outcomes(trajectories: StageArtifact) -> tuple[list[str], set[str],
 class Split(Stage):
     """Assign every environment instance of the run to train or val (module docstring)."""
     name = "split"
-    inputs = ("remove_loops",)
+    inputs = ("verify",)
     schema = SPLIT_SCHEMA
     config_sections = ("export",)
 
     def run(self, ctx: StageContext) -> StageOutput:
         """One row per instance; counts: in = trajectories read, units = instances."""
         ecfg = ctx.config.export
-        instances, succeeded, n_trajectories = instance_outcomes(ctx.upstream("remove_loops"))
+        instances, succeeded, n_trajectories = instance_outcomes(ctx.upstream("verify"))
         rows = split_rows(instances, succeeded, ecfg.val_fraction, ecfg.seed)
         sides = Counter(r["split"] for r in rows)
         return StageOutput(rows=rows, quarantine=[], rows_in=n_trajectories, units_in=len(rows),

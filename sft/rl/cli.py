@@ -35,9 +35,11 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
     if noise:
         raise typer.BadParameter("--noise applies to --policy gold only", param_hint="--noise")
     if policy == "embedded":
-        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, EmbeddedServer, embedded_model_id
-        url = stack.enter_context(EmbeddedServer(log_dir=log_dir))
-        return OpenAIPolicy(url, EMBEDDED_MODEL_ALIAS, "", temperature, max_tokens, model_id=embedded_model_id())
+        from pipeline.llm.provider import embedded_endpoint
+        from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
+        # the embedded policy is the small SmolLM2 (the student's base model), not the teacher
+        url, alias, mid = embedded_endpoint(stack, log_dir, EMBEDDED_MODEL_ALIAS)
+        return OpenAIPolicy(url, alias, "", temperature, max_tokens, model_id=mid)
     if policy == "endpoint":
         if not base_url or not model:
             raise typer.BadParameter("--policy endpoint needs --base-url and --model")

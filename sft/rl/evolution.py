@@ -73,6 +73,19 @@ def build_request(bank: SkillBank, category: str, rate: float, failures: list[Ep
     return update_request(bank, category, rate, cfg.update_threshold, digest, cfg.max_new_skills)
 
 
+def bank_diff(old: SkillBank, new: SkillBank) -> list[str]:
+    """The change from ``old`` to ``new`` as lines a reader can check: ``+ [category] Title:
+    principle`` for each skill added, ``- ...`` for each one evicted."""
+    before = {r["skill_id"]: r for r in old.rows}
+    after = {r["skill_id"]: r for r in new.rows}
+
+    def line(sign: str, r: dict) -> str:
+        return f"{sign} [{r.get('category') or r.get('kind')}] {r.get('title') or r.get('description')}: " \
+               f"{r.get('principle') or r.get('how_to_avoid') or ''}"
+    return [line("+", r) for k, r in after.items() if k not in before] + \
+        [line("-", r) for k, r in before.items() if k not in after]
+
+
 def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Episode], client, cfg,
            step: int) -> EvolutionResult:
     """One evolution round (module docstring). ``client`` follows ``pipeline.llm.types``'s contract
@@ -92,7 +105,8 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
     up = apply_updates(bank, [r for j in jobs for r in j.results], sources, model, cfg.max_new_skills,
                        cfg.max_dynamic_skills, step)
     record = {"step": step, "version": up.bank.version, "parent_version": bank.version, "rates": rates,
-              "low_categories": low, "added": up.added, "evicted": up.evicted, "failure_trajectory_ids": sources,
+              "low_categories": low, "added": up.added, "evicted": up.evicted, "diff": bank_diff(bank, up.bank),
+              "failure_trajectory_ids": sources,
               "calls": up.calls, "quarantine": up.quarantine, "model": model, "prompt_sha": PROMPT_SHA}
     if up.changed:
         up.bank.history.append({k: record[k] for k in ("step", "version", "parent_version", "added", "evicted",

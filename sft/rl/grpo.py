@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import random
 import time
 from dataclasses import dataclass, field
@@ -165,14 +166,13 @@ class _Log:
 
 
 def _updater(cfg: GRPOConfig, stack: contextlib.ExitStack):
-    """The skill-updater LLM client (``pipeline.llm``); starts the embedded server when no URL is set."""
-    from pipeline.llm.client import LLMClient
-    base_url = cfg.llm_base_url
-    if not base_url:
-        from pipeline.llm.server import EmbeddedServer
-        base_url = stack.enter_context(EmbeddedServer(log_dir=cfg.output_dir))
-    llm = LLMConfig(base_url=base_url, model=cfg.llm_model, api_key_env=cfg.llm_api_key_env, max_tokens=512)
-    return LLMClient(llm, cache_path=os.path.join(cfg.output_dir, "llm_cache.sqlite"), base_url=base_url)
+    """The skill-updater LLM client, opened as the data stages open theirs
+    (:func:`pipeline.llm.provider.llm_factory`): the same default teacher, started as an embedded
+    server when no URL is set, the same ``llm`` settings and limits, a response cache in the
+    output folder."""
+    from pipeline.llm.provider import llm_factory
+    llm = LLMConfig(base_url=cfg.llm_base_url, model=cfg.llm_model, api_key_env=cfg.llm_api_key_env)
+    return llm_factory(llm, cfg.output_dir, stack)()
 
 
 def starting_policy(cfg: GRPOConfig) -> str:
@@ -319,6 +319,9 @@ def _validate(run: _Run, step: int, envs: list[Any], val_tasks: list[Any], stack
         run.client = run.client or _updater(cfg, stack)
         res = evolve(run.bank, val, run.recent_train, run.client, cfg, step)
         entry["evolution"] = res.record
+        for line in [f"[grpo] step {step}: skill bank {res.record['parent_version']} -> {res.record['version']}"
+                     if res.record["diff"] else f"[grpo] step {step}: skill bank unchanged", *res.record["diff"]]:
+            print(line, file=sys.stderr, flush=True)
         if res.changed:
             run.bank = res.bank
             run.bank.save(os.path.join(cfg.output_dir, "banks", f"{run.bank.version}.json"))

@@ -74,7 +74,7 @@ def test_action_only_control_trains_on_every_step_without_an_llm(tmp_path):
     cfg = PipelineConfig()
     cfg.quality.off_topic_threshold = -1
     main = run_pipeline(str(tmp_path), "o", str(tmp_path / "traces" / "o"), cfg, env="textworld",
-                        stages=("parse", "remove_loops", "split"), log=lambda m: None)
+                        stages=("parse", "remove_loops", "verify", "split"), log=lambda m: None)
     store = ArtifactStore(str(tmp_path), "o")
     from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
     store.write("memory", to_table([], MEMORY_SCHEMA), [], {"fingerprint": "m"})

@@ -90,13 +90,25 @@ def test_corrupt_kinds_are_quarantined_and_good_rows_kept(tmp_path):
     }
 
 
+def test_trajectories_that_break_their_rules_reach_verify_and_get_a_verdict_not_a_crash(tmp_path):
+    """Readable but malformed trajectories (impossible ALFWorld steps, no room description, no
+    WebShop pages, garbage actions): parse keeps them, verify gives each its verdict, no
+    verify_error, counts reconcile at every stage, the good trajectories come out."""
+    with SchemaStub() as stub:
+        res = reliability_corrupt.matrix(str(tmp_path), stub.base_url, reliability_corrupt.VERIFY_KINDS,
+                                         log=lambda s: None)
+    assert {r.kind: (r.rc, r.good_out, r.reconciled, r.outcome, r.note) for r in res} == {
+        "verify_impossible_alfworld": (0, 4, True, "ok", ""), "verify_alfworld_without_room": (0, 4, True, "ok", ""),
+        "verify_webshop_without_pages": (0, 4, True, "ok", ""), "verify_garbage_actions": (0, 4, True, "ok", "")}
+
+
 def test_suite_has_at_least_25_corrupt_kinds():
     assert len(KINDS) >= 25 and len(KINDS) == len(reliability_corrupt.KINDS)
 
 
 @pytest.mark.parametrize("echo", ["answer", "error"])
 def test_api_key_echoed_by_the_endpoint_is_nowhere_in_the_run(tmp_path, echo):
-    res = reliability_secrets.secret_case(str(tmp_path), echo, stages="parse,remove_loops,split,memory")
+    res = reliability_secrets.secret_case(str(tmp_path), echo, stages="parse,remove_loops,verify,split,memory")
     assert res.rc == 0 and res.key_sent
     assert res.calls >= 17 + (17 if echo == "error" else 0)  # every request failed once in "error"
     assert res.quarantined >= 1  # cut answers ("answer") or the request that always failed ("error"), raw kept

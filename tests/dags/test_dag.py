@@ -55,7 +55,8 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
             "print(json.dumps({'delay7': {t.task_id: t.retry_delay.total_seconds() for t in d7.tasks},"
             " 'bad': list(bad.values())}))\n"
             "print(json.dumps({t.task_id: [type(t).__name__, sorted(t.upstream_task_ids), t.retries,"
-            " t.retry_delay.total_seconds()] for t in d.tasks}))"
+            " t.retry_delay.total_seconds(), t.execution_timeout and t.execution_timeout.total_seconds()]"
+            " for t in d.tasks}))"
             % ((os.path.join(ROOT, "dags"),) * 3))
     env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=ROOT,
                SKILLPIPE_RETRY_DELAY_S="")
@@ -63,15 +64,17 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     overridden, tasks = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     mapped = [t for t, (kind, *_) in tasks.items() if "Mapped" in kind]
-    assert mapped == ["parse", "remove_loops", "memory", "distill", "build_pairs"]
+    assert mapped == ["parse", "remove_loops", "verify", "memory", "distill", "build_pairs"]
     for name in mapped:
-        assert "plan" in tasks[name][1] and tasks[f"{name}_all"][1] == [name, "start_llm"]
+        assert "plan" in tasks[name][1] and tasks[f"{name}_all"][1] == sorted([name, "start_llm"])
     assert tasks["remove_loops"][1] == ["parse_all", "plan", "start_llm"]  # after the cross-shard pass
-    assert tasks["split"][1] == ["remove_loops_all", "start_llm"] and tasks["skills"][1] == ["memory_all", "start_llm"]
+    assert tasks["verify"][1] == ["plan", "remove_loops_all", "start_llm"]
+    assert tasks["split"][1] == ["start_llm", "verify_all"] and tasks["skills"][1] == ["memory_all", "start_llm"]
     assert tasks["export"][1] == ["build_pairs_all", "start_llm"] and "Mapped" not in tasks["export"][0]
-    # stage and collect tasks retry after the object-storage lease of a killed worker has expired (120 s)
+    # stage and collect tasks retry after the object-storage lease of a killed worker has expired
+    # (120 s), and none runs without a deadline (48 h by default)
     for name in [*mapped, *(f"{m}_all" for m in mapped), "split", "skills", "export"]:
-        assert tasks[name][2:] == [2, 150.0], name
+        assert tasks[name][2:] == [2, 150.0, 172800.0], name
         assert overridden["delay7"][name] == 7.0, name  # the test-sized delay of the distributed kill test
     assert overridden["delay7"]["sft_fit"] == tasks["sft_fit"][3]  # tasks without retries keep Airflow's default
     assert len(overridden["bad"]) == 1 and "SKILLPIPE_RETRY_DELAY_S must be a number of seconds >= 0" \
@@ -164,7 +167,7 @@ def test_airflow_dags_test_runs_every_stage(tmp_path, tiny_sample):
     # lineage: one exported SFT pair back to its source file and line, memory and skills
     pair = store.load("export").read_rows()[0]
     report = lineage_report(store.stage_dir("export"), pair["pair_id"])
-    traj = next(t for t in store.load("remove_loops").read_rows() if t["trajectory_id"] == pair["trajectory_id"])
+    traj = next(t for t in store.load("verify").read_rows() if t["trajectory_id"] == pair["trajectory_id"])
     assert f"source        {os.path.join(input_dir, traj['source_uri'])}" in report
     assert f"first line {traj['source_line']}" in report and pair["step_id"] in report
     assert all(m in report for m in pair["memory_ids"]) and pair["memory_ids"]

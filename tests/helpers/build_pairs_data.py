@@ -23,10 +23,10 @@ def distilled(traj, thinks, synthetic=False, skills=()):
 
 
 def run_validate(tmp_path, trajs, drows, flag_rules=(), **validate_cfg):
-    """Write remove_loops/skills/distill artifacts, run build_pairs with ``validate_cfg`` as its
+    """Write verify/skills/distill artifacts, run build_pairs with ``validate_cfg`` as its
     config (and ``flag_rules`` as ``quality.flag_rules``), return (rows, quarantine, manifest)."""
     store = ArtifactStore(str(tmp_path), "r1")
-    for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
+    for stage, rows, schema in (("verify", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
                                 ("skills", [SKILL], SKILL_SCHEMA), ("distill", drows, DISTILLED_SCHEMA)):
         store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
     cfg = PipelineConfig()

@@ -70,11 +70,11 @@ def write_upstream(store: ArtifactStore, stage: str, rows: list[dict], schema, f
 
 
 def write_trajectories(store: ArtifactStore, trajs: list[Trajectory], val_fraction: float = 0.0) -> None:
-    """``trajs`` as the ``remove_loops`` artifact, and the ``split`` artifact the split stage
+    """``trajs`` as the ``verify`` artifact, and the ``split`` artifact the split stage
     would write for them with ``export.val_fraction = val_fraction`` (default 0: all train)."""
     from pipeline.core.records import SPLIT_SCHEMA
     from pipeline.core.split import split_rows
-    write_upstream(store, "remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA)
+    write_upstream(store, "verify", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA)
     succeeded = {t.env_instance for t in trajs if t.outcome == "success"}
     write_upstream(store, "split", split_rows([t.env_instance for t in trajs], succeeded, val_fraction, 0),
                    SPLIT_SCHEMA)

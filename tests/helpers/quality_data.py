@@ -16,15 +16,19 @@ from tests.helpers.paths import REPO
 
 
 def parsed_sample(tmp_path, sample: str, dest: str) -> tuple[ArtifactStore, list[Trajectory]]:
-    """parse + remove_loops of ``data/samples/<sample>`` (copied to ``<tmp_path>/in/<dest>``: trajectory
+    """parse + remove_loops + verify of ``data/samples/<sample>`` (copied to ``<tmp_path>/in/<dest>``: trajectory
     ids hash the path) into a store under ``tmp_path``; returns the store and the trajectories."""
     inp = tmp_path / "in"
     shutil.copytree(os.path.join(REPO, "data", "samples", sample), inp / dest)
     store = ArtifactStore(str(tmp_path / "root"), "r1")
-    ctx = StageContext(store, PipelineConfig(), input_path=str(inp))
-    for stage in ("parse", "remove_loops"):
+    cfg = PipelineConfig()
+    # these tests are about the LLM content rules: verify only records its findings here (the
+    # synthetic SkillRL sample takes objects its admissible lists do not offer)
+    cfg.verify.on_flagged, cfg.verify.rejected_steps = "flag", "demote"
+    ctx = StageContext(store, cfg, input_path=str(inp))
+    for stage in ("parse", "remove_loops", "verify"):
         run_stage(stage, ctx, log=lambda s: None)
-    return store, [Trajectory.from_row(r) for r in store.require("remove_loops").read_rows()]
+    return store, [Trajectory.from_row(r) for r in store.require("verify").read_rows()]
 
 
 def answer(value):

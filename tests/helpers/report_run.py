@@ -94,6 +94,10 @@ def _write_data_stages(root: str, store: ArtifactStore) -> list[dict]:
     store.write("parse", to_table(traj_rows, TRAJECTORY_SCHEMA), [bad],
                 _manifest("parse", 3, 2, {"unreadable_file": 1}, input_path=os.path.join(root, "input")))
     store.write("remove_loops", to_table(traj_rows, TRAJECTORY_SCHEMA), [], _manifest("remove_loops", 2, 2, {}))
+    store.write("verify", to_table(traj_rows, TRAJECTORY_SCHEMA), [], _manifest("verify", 2, 2, {}, counters={
+        "valid": 1, "demoted": 1, "by_source": {"alfworld/skillrl_txt": {"trajectories": 2, "valid": 1, "demoted": 1,
+                                                                      "rules": {"not_admissible": 2}}},
+        "by_rule": {"skillrl_admissible.not_admissible": {"steps": 2, "trajectories": 1}}}))
     mem = row(MEMORY_SCHEMA, memory_id="mem-cool", trajectory_id="traj-cool-1", env="alfworld", category="cool",
               outcome="success", task=trajs[0].task, contextual_description="Cooling an apple with the fridge.")
     failed = QuarantineRow("memory", "http_error", "HTTP 503 after 3 retries", "traj-heat-1",

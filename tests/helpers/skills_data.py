@@ -1,5 +1,5 @@
 """Shared pieces of the skills tests and of the tests that need a skills upstream: memory rows
-(``MEMORIES``), the remove_loops/split artifacts skills reads instances from, and a skills run
+(``MEMORIES``), the verify/split artifacts skills reads instances from, and a skills run
 with a validation instance."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ MEMORIES = [mem("mem-1", "cool", "success", COOL), mem("mem-2", "heat", "success
 
 
 def write_dedupe(store: ArtifactStore, instances: dict[str, str], val_fraction: float = 0.0) -> None:
-    """The remove_loops artifact skills reads env_instance from: one trajectory per id, placed in
+    """The verify artifact skills reads env_instance from: one trajectory per id, placed in
     the given instance (the steps do not matter to skills), and its split artifact."""
     write_trajectories(store, [dataclasses.replace(cool_apple(tid=tid), env_instance=inst)
                                for tid, inst in instances.items()], val_fraction)

@@ -55,7 +55,7 @@ def test_unknown_stage_and_missing_input_fail_with_a_message(tmp_path):
 
 def test_later_stage_without_upstream_artifact_exits_2_before_running(tmp_path):
     res = run("run", "--run-id", "empty", "--root", str(tmp_path), "--stages", "build_pairs")
-    assert res.exit_code == 2 and ("build_pairs reads remove_loops, skills, distill, which --stages does not include "
+    assert res.exit_code == 2 and ("build_pairs reads verify, skills, distill, which --stages does not include "
                                    "and run empty has not written yet") in " ".join(res.output.split())
 
 

@@ -9,7 +9,7 @@ from pipeline.cli import app
 from pipeline.core.config import load_config, to_dict
 
 cli = CliRunner()
-SECTIONS = ["llm", "parse", "remove_loops", "memory", "skills", "distill", "prompt", "build_pairs", "export",
+SECTIONS = ["llm", "parse", "remove_loops", "verify", "memory", "skills", "distill", "prompt", "build_pairs", "export",
             "quality"]
 
 

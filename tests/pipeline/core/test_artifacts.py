@@ -143,7 +143,7 @@ def test_corrupt_manifest_or_missing_part_is_a_clear_error(tmp_path):
 
 
 def test_parquet_readers_see_the_rows_and_not_the_quarantine(tmp_path):
-    """Issue 14 hole 11: quarantine parts inside the stage folder were read as data by every
+    """Quarantine parts inside the stage folder were read as data by every
     Parquet dataset reader (pd.read_parquet returned good and quarantined rows mixed)."""
     import pandas as pd
     import pyarrow.dataset as ds

@@ -116,7 +116,7 @@ def test_retry_failed_off_records_the_stage_complete(tmp_path):
 def test_with_a_greedy_embedded_model_only_transport_failures_are_retried():
     """The embedded llama.cpp server at temperature 0 answers a request the same way every time:
     a request whose answer failed (length, not_json, schema, content rules) is final, and the
-    stage is incomplete only for transport failures (the tryer's rerun of make run re-sent 28
+    stage is incomplete only for transport failures (a rerun of make run used to re-send 28
     such requests, ~13 min, to get the same failures)."""
     from pipeline.core.config import LLMConfig
     from pipeline.core.stage import StageOutput

@@ -23,7 +23,7 @@ from tests.helpers.llm_stub import ChatStub
 from tests.helpers.paths import REPO
 from tests.helpers.remote_upstream import commit_cool_apple_upstream
 
-STAGES = ["parse", "remove_loops", "split", "memory"]
+STAGES = ["parse", "remove_loops", "verify", "split", "memory"]
 
 
 # fixtures s3 and env: tests/pipeline/core/conftest.py
@@ -43,7 +43,7 @@ def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, t
         cfg = PipelineConfig(llm=stub_llm_config(stub, concurrency=4, timeout_s=10, max_repairs=0, retry_failed=False))
         local = run_pipeline(str(tmp_path / "local"), "r1", sample, cfg, stages=stages, log=quiet, shards=shards)
         remote = run_pipeline(env.uri("e2e"), "r1", sample, cfg, stages=stages, log=quiet, shards=shards)
-        calls = 2 * 17 if "memory" in stages else 0  # 17 trajectories, one request each, every run
+        calls = 2 * 19 if "memory" in stages else 0  # 19 trajectories, one request each, every run
         assert len(stub.requests) == calls
         for a, b in zip(local, remote, strict=True):
             assert (b.stage, b.fingerprint, b.manifest["content_sha256"], b.manifest["counts"]) == \
@@ -53,7 +53,7 @@ def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, t
             uri = env.uri(f"e2e/runs/r1/{stage}")
             assert read_table(uri).to_pylist() == store.require(stage).read_table().to_pylist()
             assert read_table(uri, quarantine=True).to_pylist() == store.require(stage).read_table(True).to_pylist()
-        assert read_table(env.uri("e2e/runs/r1/remove_loops")).num_rows == 17
+        assert read_table(env.uri("e2e/runs/r1/remove_loops")).num_rows == 19
         monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # another machine: empty mirror
         again = run_pipeline(env.uri("e2e"), "r1", sample, cfg, stages=stages, log=quiet)
         assert [r.skipped for r in again] == [True] * len(stages)
@@ -137,16 +137,16 @@ def test_cli_run_on_an_s3_root_then_again_from_a_fresh_worker(env, tmp_path, mon
     from typer.testing import CliRunner
     from pipeline.cli import app
     args = ["run", "--input", os.path.join(REPO, "data", "samples"), "--root", env.uri("cli"), "--run-id", "r1",
-            "--stages", "parse,remove_loops,split"]
+            "--stages", "parse,remove_loops,verify,split"]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
-    assert again.output.count("unchanged (fingerprint") == 3  # every stage skipped
-    assert read_table(env.uri("cli/runs/r1/split")).num_rows == 15
+    assert again.output.count("unchanged (fingerprint") == 4  # every stage skipped
+    assert read_table(env.uri("cli/runs/r1/split")).num_rows == 17
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker3"))  # an Airflow task on a third worker
     ref = run_task("remove_loops", root=env.uri("cli"), run_id="r1", log=quiet)
-    assert ref == {"uri": env.uri("cli/runs/r1/remove_loops"), "rows": 17,
+    assert ref == {"uri": env.uri("cli/runs/r1/remove_loops"), "rows": 19,
                    "fingerprint": json.loads(env.fs().cat_file(f"{env.bucket}/cli/runs/r1/remove_loops/_manifest.json"))
                    ["fingerprint"]}

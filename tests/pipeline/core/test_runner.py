@@ -149,10 +149,10 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     shutil.copytree(os.path.join(root, "data", "samples", "react-webshop"), a)
     shutil.copytree(os.path.join(root, "data", "samples", "reflexion-fewshot-failures"), b)
     quiet = dict(log=lambda m: None)
-    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
+    run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops", "verify"], **quiet)
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
     with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
-                                            r"--stages remove_loops,split,memory,skills,distill,build_pairs,export"):
+                                            r"--stages remove_loops,verify,split,memory,skills,distill,build_pairs,export"):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
@@ -199,7 +199,7 @@ def test_stage_reads_only_declared_config_sections(name):
 
 
 def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
-    """Issue 14 hole 8: fingerprints held the absolute paths of upstream artifacts, so a run
+    """Fingerprints once held the absolute paths of upstream artifacts, so a run
     folder moved (or read through another --root) reran every stage. Real parse + dedupe."""
     import os
     import shutil
@@ -250,3 +250,28 @@ def test_the_contract_example_in_stage_py_runs_as_written(tmp_path, monkeypatch)
     assert res.manifest["counts"]["quarantine_reasons"] == {"too_long": long}
     assert (res.rows, res.manifest["counts"]["quarantined"]) == (len(upstream) - long, long)
     assert res.uri.endswith("/shorten") and run_stage("shorten", ctx, log=lambda m: None).skipped
+
+
+def test_a_stage_version_bump_reruns_it_and_everything_downstream_only(tmp_path, monkeypatch):
+    """A stage's ``version`` is in its own fingerprint and in every downstream stage's: bumping
+    remove_loops reruns remove_loops and verify (whose input rows are byte-identical), not parse."""
+    import os
+    import shutil
+    from pipeline.core.runner import run_pipeline, stage_versions
+    from pipeline.stages import get_stage
+    shutil.copytree(os.path.join(REPO, "data", "samples", "react-webshop"), tmp_path / "input")
+    stages = ["parse", "remove_loops", "verify"]
+
+    def run():
+        return run_pipeline(str(tmp_path), "r", str(tmp_path / "input"), PipelineConfig(), stages=stages,
+                            log=lambda m: None)
+    first = run()
+    assert [r.skipped for r in first] == [False, False, False] and [r.skipped for r in run()] == [True] * 3
+    assert stage_versions("verify") == {"parse": "1", "remove_loops": "1", "verify": "1"}
+    monkeypatch.setattr(type(get_stage("remove_loops")), "version", "2")
+    bumped = run()
+    assert [r.skipped for r in bumped] == [True, False, False]
+    assert bumped[0].fingerprint == first[0].fingerprint
+    assert bumped[2].fingerprint != first[2].fingerprint
+    assert ArtifactStore(str(tmp_path), "r").require("verify").manifest["stage_versions"] == \
+        {"parse": "1", "remove_loops": "2", "verify": "1"}

@@ -2,7 +2,7 @@
 a local root, ``--root s3://...`` against moto's S3 server on loopback, ``inspect`` and
 ``report`` on such a run, and the one-line errors of what a user gets wrong (a shard count the
 input cannot take, a replanned run read by a later stage, an unreachable endpoint, Ctrl-C).
-No LLM stage runs here: parse, remove_loops and split only (a few seconds in all)."""
+No LLM stage runs here: parse, remove_loops, verify and split only (a few seconds in all)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.s3_server import free_port
 
 SAMPLES = os.path.join(REPO, "data", "samples")
-NO_LLM = "parse,remove_loops,split"
+NO_LLM = "parse,remove_loops,verify,split"
 
 
 def cli(*args: str):
@@ -39,8 +39,8 @@ def test_help_says_what_the_scale_out_options_do_and_their_defaults():
 
 def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(tmp_path):
     root = str(tmp_path)
-    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse,remove_loops",
-                       "--shards", "50")
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages",
+                       "parse,remove_loops,verify", "--shards", "50")
     assert code == 0, out
     assert "[plan] 6 shard(s)" in out and "50 asked, but a folder is never split" in out  # 6 folders in the sample
     assert sorted(os.listdir(tmp_path / "runs" / "r" / "parse"))[-1] == "shard-00005"
@@ -58,13 +58,13 @@ def test_shard_count_above_the_folders_and_a_replanned_run_give_clear_messages(t
     assert ("error: stage 'remove_loops' shard-00000 of run r is stale: it was built from 'parse' shard-00000, "
             "which the run no longer has ('parse' was rerun with another shard count); rerun from 'remove_loops' "
             "on") in out
-    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,split")
-    assert code == 0 and "[remove_loops] in=17 out=17" in out
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,verify,split")
+    assert code == 0 and "[remove_loops] in=19 out=19" in out
     # the same local root written as a file:// URI: the recorded input is found, inspect reads it
     code, out, _ = cli("run", "--root", f"file://{root}", "--run-id", "r", "--stages", "parse")
     assert code == 0 and "[parse] unchanged" in out
     code, out, _ = cli("inspect", f"file://{root}/runs/r/split", "--rows", "0")
-    assert code == 0 and out.startswith(f"artifact: {root}/runs/r/split rows: 15 ")
+    assert code == 0 and out.startswith(f"artifact: {root}/runs/r/split rows: 17 ")
 
 
 def test_a_suggested_command_names_the_root_given(tmp_path):
@@ -124,7 +124,7 @@ def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(en
     assert out.count("unchanged (fingerprint") == 2  # both parse shards: the recorded input, unchanged
     code, out, _ = cli("inspect", f"{root}/runs/r", "--rows", "0")
     assert code == 0 and out.startswith(f"run: {root}/runs/r (local mirror ")
-    assert "split in=17 out=15 quarantined=0" in out
+    assert "split in=19 out=17 quarantined=0" in out
     code, out, _ = cli("inspect", f"{root}/runs/r/parse/shard-00001", "--rows", "0")
     assert code == 0 and out.startswith(f"artifact: {root}/runs/r/parse/shard-00001 rows: ")
     code, out, _ = cli("inspect", f"{root}/runs/r/split", "--html", str(tmp_path / "split.html"))
@@ -159,7 +159,7 @@ def test_a_stage_uri_stays_readable_after_its_shards_are_rewritten_twice(env):
     for extra in ([], ["--force"], ["--force"]):
         code, out, _ = cli(*args, *extra)
         assert code == 0, out
-    assert read_table(f"{root}/runs/r/parse").num_rows == 17
+    assert read_table(f"{root}/runs/r/parse").num_rows == 19
     code, out, _ = cli("inspect", f"{root}/runs/r/parse", "--rows", "0", "--quarantine")
     assert code == 0 and out.startswith(f"artifact: {root}/runs/r/parse (quarantine) rows: 0 ")
 
@@ -186,7 +186,7 @@ def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
     from pipeline.core.config import QUALITY_RULES, PipelineConfig
     from pipeline.core.runner import run_pipeline
     src = tmp_path / "in"
-    for name in ("eto-alfworld", "react-alfworld"):  # two folders: two shards, 5 trajectories
+    for name in ("eto-alfworld", "react-alfworld"):  # two folders: two shards, 7 trajectories
         os.makedirs(src / name)
         for f in os.listdir(os.path.join(SAMPLES, name)):
             if f.endswith((".json", ".txt")) and not f.startswith(("SOURCE", "README")):
@@ -200,8 +200,8 @@ def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
                              log=lambda m: None)[-1].manifest["llm"]
         sent = len(stub.requests)
         forced = run_pipeline(str(tmp_path), "r", "", cfg, stages=["memory"], force=True, log=lambda m: None)[0]
-    assert sent == first["calls"] == 5 and len(stub.requests) == sent  # the forced run sent nothing
-    assert (forced.skipped, forced.manifest["llm"]["calls"], forced.manifest["llm"]["cache_hits"]) == (False, 0, 5)
+    assert sent == first["calls"] == 7 and len(stub.requests) == sent  # the forced run sent nothing
+    assert (forced.skipped, forced.manifest["llm"]["calls"], forced.manifest["llm"]["cache_hits"]) == (False, 0, 7)
     assert len(forced.manifest["shards"]) == 2
 
 

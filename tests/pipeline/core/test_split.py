@@ -49,7 +49,7 @@ def test_split_stage_writes_one_row_per_instance(tmp_path):
     trajs = [dataclasses.replace(cool_apple(tid=f"traj-{i}"), env_instance=f"env{i % 4:03d}") for i in range(8)]
     trajs.append(dataclasses.replace(cool_apple("failure", "traj-f"), env_instance="fail-only"))
     store = ArtifactStore(str(tmp_path), "r")
-    write_upstream(store, "remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA)
+    write_upstream(store, "verify", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA)
     cfg = PipelineConfig()
     cfg.export.val_fraction = 0.25
     res = run_stage("split", StageContext(store, cfg), log=lambda m: None)

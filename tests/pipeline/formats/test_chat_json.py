@@ -7,7 +7,7 @@ ETO = "data/samples/eto-alfworld/alfworld_sft_sample.json"
 
 
 def test_eto_record_exact():
-    a, b = list(read_file(ETO))
+    a, b, c, d = list(read_file(ETO))
     assert a.env_instance == ("data/json_2.1.1/train/pick_and_place_simple-ToiletPaper-None-ToiletPaperHanger-406/"
                               "trial_T20190908_122807_136741")
     assert (a.task, a.category, a.outcome, a.reward, len(a.steps)) == (
@@ -20,6 +20,8 @@ def test_eto_record_exact():
     assert [s.line for s in a.steps[:2]] == [16, 20]
     assert json.loads(a.metadata)["outcome_source"] == "assumed"
     assert (b.task, b.category, len(b.steps) - 1) == ("heat some egg and put it in diningtable.", "heat", 7)
+    assert (c.task, c.category, len(c.steps) - 1) == ("heat some mug and put it in coffeemachine.", "heat", 6)
+    assert (d.task, d.category, len(d.steps) - 1) == ("look at statue under the desklamp.", "look_at_obj_in_light", 3)
 
 
 def test_gamefile_wins_over_text(tmp_path):

@@ -53,7 +53,7 @@ def test_folder_of_links_to_datasets_reads_them_and_quarantines_dangling(tmp_pat
                      str(tmp_path / "webshop" / "webshop_react_episodes_sample.txt")]
     got = [[(i.reason, i.line) if isinstance(i, QuarantineRow) else i.source_format for i in read_file(p)]
            for p in files]
-    assert got == [["chat_json"] * 2, [("unreadable_file", None)], ["react_webshop_log"] * 4]
+    assert got == [["chat_json"] * 4, [("unreadable_file", None)], ["react_webshop_log"] * 4]
     (q,) = list(read_file(files[1]))
     assert q.detail.startswith("FileNotFoundError: [Errno 2] No such file or directory")
 
@@ -140,7 +140,7 @@ def test_read_file_feeds_the_digest_whole_and_streamed(monkeypatch):
 
 
 BOM_SOURCES = {  # one file per reader that opens files itself -> its exact trajectories, quarantine rows
-    "data/samples/eto-alfworld/alfworld_sft_sample.json": (2, []),
+    "data/samples/eto-alfworld/alfworld_sft_sample.json": (4, []),
     "data/samples/react-alfworld/alfworld_3prompts_react_sample.json": (3, []),
     "data/samples/react-webshop/webshop_react_episodes_sample.txt": (4, []),
     "data/samples/reflexion-fewshot-failures/webshop_reflection_few_shot_examples.txt": (2, []),

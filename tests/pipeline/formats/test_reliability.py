@@ -1,9 +1,10 @@
-"""Issue 14 holes 1 and 2: readers never lose records silently and never accept non-finite rewards.
+"""Readers never lose records silently and never accept non-finite rewards.
 
-Hole 1: content after a JSON file's top-level value used to be dropped unseen (the reader stopped
-at the closing bracket), and one JSONL line nested 100k deep ended the file as one line-less
-``reader_error`` (every later line lost). Hole 2: a reward/score of NaN or inf decided the
-outcome silently (NaN -> failure, inf -> success). Inputs are the shipped samples, edited.
+Silent loss: content after a JSON file's top-level value used to be dropped unseen (the reader
+stopped at the closing bracket), and one JSONL line nested 100k deep ended the file as one
+line-less ``reader_error`` (every later line lost). Non-finite numbers: a reward/score of NaN or
+inf decided the outcome silently (NaN -> failure, inf -> success). Inputs are the shipped
+samples, edited.
 """
 import json
 import re
@@ -32,7 +33,7 @@ def write(tmp_path, name, text):
     return str(p)
 
 
-# ---------------------------------------------------------------- hole 1: silent loss in readers
+# ---------------------------------------------------------------- silent loss in readers
 
 def test_jsonl_line_nested_too_deeply_costs_only_that_line(tmp_path):
     p = write(tmp_path, "a.jsonl", "\n".join([json.dumps(chat("put a mug on desk", "go to desk 1")), DEEP,
@@ -99,7 +100,7 @@ def test_bad_members_of_a_json_list_cost_only_themselves(tmp_path):
     assert (items[3].record_index, items[3].steps[1].action) == (3, "go to desk 2")
 
 
-# ---------------------------------------------------------------- hole 2: non-finite numbers
+# ---------------------------------------------------------------- non-finite numbers
 
 @pytest.mark.parametrize("reward", ["NaN", "Infinity", "-Infinity", "1e999999"])
 def test_chat_record_reward_must_be_finite(tmp_path, reward):

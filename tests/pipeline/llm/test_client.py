@@ -254,7 +254,7 @@ def test_an_endpoint_that_refuses_every_connection_is_not_asked_for_each_request
     """A real closed loopback port (connection refused): once max(2, concurrency) requests have
     failed with connection_error after their retries and nothing was answered, the rest of the
     batch is not sent. Each still gets its own connection_error result, so the stage's endpoint
-    check fails it as before (the tryer waited 2 min 41 s for 18 refused memory requests)."""
+    check fails it as before (18 refused memory requests once took 2 min 41 s)."""
     import socket
     with socket.socket() as s:  # a port nobody listens on once the socket is closed
         s.bind(("127.0.0.1", 0))

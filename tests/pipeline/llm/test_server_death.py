@@ -37,7 +37,7 @@ SIGILL_MSG = "died with SIGILL (illegal instruction): rebuild llama-cpp-python, 
 
 def stub_command(script: list[dict]):
     """A ``server.server_command`` replacement that starts the stub with ``script``."""
-    def command(port: int, ctx_size: int, n_threads: int | None = None) -> list[str]:
+    def command(port: int, ctx_size: int, n_threads: int | None = None, model: str = "") -> list[str]:
         return [sys.executable, str(STUB), "--as", "llama_cpp.server", "--port", str(port),
                 "--script", json.dumps(script)]
     return command
@@ -184,12 +184,12 @@ def test_serve_llm_check_names_a_dying_server(monkeypatch):
 # ---- the real embedded server -------------------------------------------------------------------
 
 class CliRun:
-    """``skillpipe run --stages parse,remove_loops,memory`` in a subprocess; its stderr is read as it comes."""
+    """``skillpipe run --stages parse,remove_loops,verify,memory`` in a subprocess; its stderr is read as it comes."""
 
     def __init__(self, tmp_path: Path, *extra: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "run", "--input", str(REPO / "data" / "samples"), "--run-id", "kill",
-             "--root", str(tmp_path), "--stages", "parse,remove_loops,memory", *extra],
+             "--root", str(tmp_path), "--stages", "parse,remove_loops,verify,memory", *extra],
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE)
         self.stderr: list[str] = []
         # raw reads, not lines: tqdm redraws its bar with "\r", no newline
@@ -237,7 +237,7 @@ def test_cli_run_ends_within_10s_of_the_embedded_server_death(tmp_path, sig, exp
     assert run.proc.returncode == 1
     assert elapsed < 10.0, elapsed
     assert f"error: [memory] embedded LLM server (pid {server_pid}) {expected}; log " in stderr, stderr
-    assert "[remove_loops] in=17 out=17" in stderr  # the stages before were written...
+    assert "[verify] in=19 out=19" in stderr  # the stages before were written...
     assert not (run_dir / "memory").exists()  # ...memory was not (no folder, no manifest)
     assert not [p for p in os.listdir(run_dir) if "memory" in p]
 

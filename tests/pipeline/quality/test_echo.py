@@ -54,7 +54,7 @@ def test_action_words_and_stem():
 
 
 def test_recorded_thoughts_of_the_samples_never_fire(tmp_path):
-    """The 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
+    """The 39 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
     its step's action, admissible list and the trajectory's actions: 0 fire."""
     n = 0
     for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
@@ -66,7 +66,7 @@ def test_recorded_thoughts_of_the_samples_never_fire(tmp_path):
                     n += 1
                     assert echo.think_is_action(t.steps[k].thought, t.steps[k].action or "",
                                                 [*t.steps[k - 1].admissible_actions, *actions]) is None
-    assert n == 30
+    assert n == 39
 
 
 def bank_items() -> list[dict]:
@@ -246,16 +246,25 @@ def test_skills_echo_junk_is_repaired_or_quarantined(tmp_path):
     assert counts["units_in"] == counts["units_out"] + counts["quarantined"]
 
 
-def test_skill_update_check_rejects_echo_and_one_word_titles():
-    from pipeline.bank.evolving import SkillBank, update_request
+def test_skill_update_rejects_echo_and_one_word_titles_item_by_item():
+    """An answer is repaired only when every skill breaks a rule; otherwise the bad skills are
+    dropped when the answer is applied, each with its rule, and the good ones are added."""
+    from pipeline.bank.evolving import SkillBank, apply_updates, update_request
+    from pipeline.llm.types import JSONResult
     req = update_request(SkillBank([]), "cooking", 0.25, 0.4, "- Task: cook", 2)
     good = {"title": "Slice Before Cooking", "principle": "Slice the ingredient with the knife before you cook it.",
             "when_to_apply": "A recipe lists a sliced ingredient."}
     assert req.check([good]) is None
-    assert req.check([good, dict(good, title="Cook")]) == (
-        "not_actionable: skills[1].title 'Cook' is one word; name the skill in 3 to 5 words")
+    assert req.check([good, dict(good, title="Cook")]) is None
+    assert req.check([dict(good, title="Cook")]) == (
+        "not_actionable: skills[0].title 'Cook' is one word; name the skill in 3 to 5 words")
     assert req.check([dict(good, principle="Write new skills for the category.")]).startswith(
         "echo_prompt: skills[0].principle 'Write new skills for the category.' repeats the prompt's own words")
+    up = apply_updates(SkillBank([]), [JSONResult("cooking", True, [good, dict(good, title="Cook")])],
+                       {"cooking": ["t1"]}, "m", max_new=2, cap=5, step=3)
+    assert [r["title"] for r in up.bank.rows] == ["Slice Before Cooking"]
+    assert [(q["reason"], q["item_id"]) for q in up.quarantine] == [("not_actionable", "cooking")]
+    assert json.loads(up.quarantine[0]["raw"])["title"] == "Cook"
 
 
 def test_think_is_action_flagged_only_when_listed_in_flag_rules(spray_store):
@@ -324,7 +333,7 @@ def test_skills_stage_quarantines_a_mistake_built_from_bad_actions():
 
 def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
     """The outcome run's think is the distill prompt's TextWorld line (share 1.0); a think that
-    reasons about the coin is not (1 of 8 words); the 30 recorded thoughts of the samples reach at
+    reasons about the coin is not (1 of 8 words); the 39 recorded thoughts of the samples reach at
     most 0.3 against their own distill prompt."""
     from pipeline.stages.distill import prompt_vocab
     env_line = "The environment is TextWorld Express, a text game where the agent explores rooms and uses objects."
@@ -341,4 +350,4 @@ def test_think_that_repeats_the_distill_prompt_is_echo_prompt(tmp_path):
         _, trajs = parsed_sample(tmp_path / sample, sample, sample)
         shares += [echo.echo_share(s.thought, prompt_vocab(t.env))[0] for t in trajs for s in t.steps
                    if (s.thought or "").strip()]
-    assert len(shares) == 30 and max(shares) == pytest.approx(0.3)
+    assert len(shares) == 39 and max(shares) == pytest.approx(0.3)

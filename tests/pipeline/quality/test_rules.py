@@ -97,7 +97,7 @@ def test_reused_think_keeps_thinks_that_differ_in_numbers_or_quote_a_phrase():
 
 
 def test_recorded_thoughts_of_the_samples_are_never_reused(tmp_path):
-    """The 30 recorded thoughts of the ReAct/ETO samples: no trajectory reuses one, and the longest
+    """The 39 recorded thoughts of the ReAct/ETO samples: no trajectory reuses one, and the longest
     run two thoughts of one trajectory share is 9 tokens (a WebShop product phrase)."""
     longest, n = 0, 0
     for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
@@ -108,7 +108,7 @@ def test_recorded_thoughts_of_the_samples_are_never_reused(tmp_path):
             assert text.reused(th) == []
             toks = [text._tokens(x) for _, x in th]
             longest = max([longest] + [text.shared_run(a, b) for i, a in enumerate(toks) for b in toks[i + 1:]])
-    assert (n, longest) == (30, 9)
+    assert (n, longest) == (39, 9)
 
 
 @pytest.mark.parametrize("claimed,recorded,ok", [
@@ -181,7 +181,7 @@ def test_ungrounded_think_sees_only_observations_up_to_its_step():
 
 
 def test_ungrounded_think_on_the_recorded_thoughts_of_the_samples_and_fixtures(tmp_path):
-    """Measured: of the 30 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples,
+    """Measured: of the 39 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples,
     none fires (each against its distill entry: the task, observations so far, the action and
     the admissible list shown)."""
     n, fired = 0, []
@@ -193,7 +193,7 @@ def test_ungrounded_think_on_the_recorded_thoughts_of_the_samples_and_fixtures(t
                     n += 1
                     fired += grounding.ungrounded_think(t.steps[k].thought, t, k - 1, t.steps[k].action or "",
                                                         t.steps[k - 1].admissible_actions)
-    assert (n, fired) == (30, [])
+    assert (n, fired) == (39, [])
 
 
 def test_skill_sources():

@@ -43,7 +43,7 @@ GROUNDED = {"contextual_description": "Cool a cup: found it on the countertop an
                                     "critical_observation": "On the countertop 2, you see a cup 3",
                                     "reasoning": "the cup is the object of the task"}],
             "planning_pattern": "Search [Location] for [Object] -> Take [Object] -> Go to [Target] -> Place [Object]"}
-# the issue's example: an action that never happened, at a step index that does not hold it
+# the 135M model's answer: an action that never happened, at a step index that does not hold it
 UNGROUNDED = dict(GROUNDED, refined_trajectory=[dict(GROUNDED["refined_trajectory"][0],
                                                      action="take toiletpaper 1 from toilet 1's trash can")])
 GOOD_FAILURE = {"contextual_description": "Cooling a vase failed: the agent never used the fridge.",
@@ -177,8 +177,8 @@ def test_source_thoughts_ignore_asks_the_llm(eto_store):
     row = next(r for r in store.require("distill").read_rows() if r["trajectory_id"] == traj.trajectory_id)
     assert [t["think"] for t in row["thinks"]] == texts and row["model"] == "stub-model"
     assert res.manifest["counters"]["recorded_thoughts"] == 0
-    # the other ETO trajectory got the stub's HTTP 500: quarantined, not given its recorded thoughts
-    assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 1}
+    # the other three ETO trajectories got the stub's HTTP 500: quarantined, not given their recorded thoughts
+    assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 3}
 
 
 def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_path):

@@ -75,7 +75,8 @@ def test_report_opens_in_chromium_with_every_section_and_image(rendered):
     imgs = re.findall(r"<img [^>]*>", dom)
     pngs = sorted(os.listdir(os.path.join(root, "out", "report_png")))
     assert pngs == ["bank.png", "eval.png", "funnel.png", "grpo.png", "llm.png", "reasons.png", "sft_loss.png",
-                    "usage.png"]
+                    "usage.png", "verify.png"]
+    assert "1 successes demoted to failures" in dom and "skillrl_admissible.not_admissible" in dom
     assert len(imgs) == len(pngs)
     for tag in imgs:
         assert 'src="data:image/png;base64,' in tag  # inlined: nothing is fetched
@@ -239,6 +240,7 @@ def test_report_stays_small_for_a_large_run(tmp_path):
     6,000 characters, so the page stays far under the 5 MB bound."""
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.records import SFT_PAIR_SCHEMA, to_table
+    from pipeline.core.artifacts import ArtifactStore
     from pipeline.report.render import build_report
     from tests.helpers.report_run import row
     pairs = [row(SFT_PAIR_SCHEMA, pair_id=f"pair-{i:04d}", trajectory_id=f"traj-{i}", instruction="p" * 30_000,
@@ -248,3 +250,23 @@ def test_report_stays_small_for_a_large_run(tmp_path):
     html = open(res["path"], encoding="utf-8").read()
     assert res["bytes"] < 2_000_000, res["bytes"]
     assert "(the first 200 pairs)" in html and "pair-0199" in html and "pair-0200" not in html
+
+
+def test_verify_section_shows_counts_by_source_and_rule_and_its_chart(tmp_path):
+    """Without a browser: the report of the test run has the verify chart and the counts by
+    source and rule from verify's manifest; a run without verify says so."""
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.report.render import build_report
+    root = str(tmp_path)
+    build_run(root)
+    res = build_report(root, RUN_ID)
+    assert "verify.png" in [os.path.basename(p) for p in res["pngs"]]
+    html = open(res["path"], encoding="utf-8").read()
+    section = html.split('<h2 id="verify">Environment rules</h2>', 1)[1].split("</section>", 1)[0]
+    assert "1 valid, 0 with refused steps cut (0 steps), 1 successes demoted to failures" in section
+    assert "<td>alfworld/skillrl_txt</td>" in section and "<td>not_admissible 2</td>" in section
+    assert "<td>skillrl_admissible.not_admissible</td>" in section
+    store = ArtifactStore(root, RUN_ID)
+    shutil.rmtree(store.stage_dir("verify"))
+    html = open(build_report(root, RUN_ID)["path"], encoding="utf-8").read()
+    assert "Not available: this run has no verify manifest" in html

@@ -104,7 +104,7 @@ def test_an_instance_missing_from_the_split_is_an_error(tmp_path):
 
 
 def test_hugging_face_datasets_loads_the_train_and_validation_splits(tmp_path, monkeypatch):
-    """Issue 14 hole 11: load_dataset picked sft_train.jsonl / sft_val.jsonl as Parquet splits.
+    """load_dataset once picked sft_train.jsonl / sft_val.jsonl as Parquet splits.
     The export lays its Parquet rows out as data/<split>-NNNNN-of-NNNNN.parquet (the Hub's
     naming, matched first), so both calls give the splits; offline, cache in tmp_path."""
     import pandas as pd

@@ -44,7 +44,7 @@ def test_schema_is_outcome_specific_and_bounds_step_numbers():
     quoted = {**FAILURE_VALUE, "contextual_description": 'took the "wrong" door\nthen stopped'}
     assert bad.is_valid(quoted)
     assert not jsonschema.Draft202012Validator(grammar_schema(memory.memory_schema("failure", 3))).is_valid(quoted)
-    assert not bad.is_valid({**FAILURE_VALUE, "contextual_description": "x" * 201})  # bound from the file
+    assert not bad.is_valid({**FAILURE_VALUE, "contextual_description": "x" * 301})  # bound from the file
     assert memory.memory_schema("success", 2)["properties"]["refined_trajectory"]["items"]["properties"][
         "step_index"] == {"type": "integer", "enum": [0, 1, 2]}
     with pytest.raises(ValueError, match="unknown outcome 'partial'"):
@@ -128,7 +128,7 @@ def test_schema_is_derived_from_the_file():
     derived = memory.memory_schema("failure", 3)["properties"]
     assert derived == {k: {**file_props[k], **({"minItems": 1} if k == "mistakes_to_avoid" else {})}
                        for k in ("contextual_description", "mistakes_to_avoid")}
-    assert file_props["contextual_description"]["maxLength"] == 200
+    assert file_props["contextual_description"]["maxLength"] == 300
 
 
 def test_prompt_files_cover_every_env_template_and_the_schema():

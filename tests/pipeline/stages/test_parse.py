@@ -21,20 +21,20 @@ def test_parse_and_remove_loops_stages_on_sample(tmp_path, sample_input):
     logs = []
     res = run_stage("parse", ctx, log=logs.append)
     m = res.manifest
-    assert m["counts"]["in"] == 18 and res.rows == 17  # 17 trajectories + 1 unreadable file
+    assert m["counts"]["in"] == 20 and res.rows == 19  # 19 trajectories + 1 unreadable file
     assert m["counts"]["quarantine_reasons"] == {"empty_file": 1}
-    assert m["counters"]["read_by_source_format"] == {"chat_json": 2, "react_alfworld_json": 3,
+    assert m["counters"]["read_by_source_format"] == {"chat_json": 4, "react_alfworld_json": 3,
                                                       "react_webshop_log": 4, "reflexion_txt": 4, "skillrl_txt": 4}
     assert m["counters"]["kept_by_env_category_outcome"]["alfworld/cool/failure"] == 1  # env000 is mixed: kept
     assert m["counters"]["kept_by_env_category_outcome"]["webshop/other/success"] == 1
     again = run_stage("parse", ctx, log=logs.append)
     assert again.skipped and "skipped" in logs[-1]
     d = run_stage("remove_loops", ctx, log=logs.append)
-    assert d.rows == 17 and d.manifest["counters"] == {"trajectories_shortened": 3, "steps_removed": 13}
+    assert d.rows == 19 and d.manifest["counters"] == {"trajectories_shortened": 3, "steps_removed": 13}
     # a tighter cap changes the fingerprint and quarantines instead of dropping
     ctx.config.parse.max_per_instance = 1
     res2 = run_stage("parse", ctx, log=logs.append)
-    assert not res2.skipped and res2.rows == 16  # env001 keeps 1 of its 2 successes
+    assert not res2.skipped and res2.rows == 18  # env001 keeps 1 of its 2 successes
     assert res2.manifest["counts"]["quarantine_reasons"] == {"empty_file": 1, "not_selected": 1}
     # the first run took the input digest from the workers (one read of each file); the rerun
     # hashed the files up front and got the same fingerprint, hence the skip above

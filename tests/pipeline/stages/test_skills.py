@@ -241,3 +241,41 @@ def test_memories_of_val_instances_are_held_out():
     train, held = hold_out_val(mems, instance_of, {"a": "train", "b": "val", "c": "train"})
     assert [m["memory_id"] for m in train] == ["m1", "m3", "m4"] and [q.item_id for q in held] == ["m2"]
     assert held[0].reason == "held_out_val"
+
+
+def test_a_bad_item_is_quarantined_and_the_good_items_of_its_answer_kept(tmp_path):
+    """Content rules judge each skill: a restated command and a duplicated mistake go to the
+    quarantine with their rule; the other items of the same answers make the bank."""
+    from tests.helpers.llm_stub import ChatStub
+    from tests.helpers.llm_faults import stage_ctx, stub_llm_config
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    good = {"title": "Transform Before Placing", "principle": "Take the object, then cool it in the fridge before "
+            "going to the target.", "when_to_apply": "The goal asks for a cool object."}
+    restated = {"title": "Go To Cabinet", "principle": "Navigate to the specified cabinet by following the sequence "
+                "of steps.", "when_to_apply": "When a cabinet is needed."}
+    cause = "The agent did not remember where the {} is located in the kitchen."
+    mistakes = [{"description": f"The {o} is not found.", "why_it_happens": cause.format(o),
+                 "how_to_avoid": f"Search the usual places of a {o} first."} for o in ("mug", "apple")]
+    script = [{"content": json.dumps({"skills": [good, restated]})},
+              {"content": json.dumps({"skills": [dict(good, title="Cool Before Placing")]})},
+              {"content": json.dumps({"skills": [dict(good, title="Heat Before Placing", principle="Take the object, "
+                                                      "then heat it in the microwave before going to the target.")]})},
+              {"content": json.dumps({"mistakes": mistakes})}]
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert len(stub.requests) == 4  # no repair: each answer had a good item
+    rows = store.require("skills").read_rows()
+    assert [r["title"] or r["description"] for r in rows] == [
+        "Transform Before Placing", "Cool Before Placing", "Heat Before Placing", "The mug is not found."]
+    quarantine = store.require("skills").read_rows(quarantine=True)
+    assert sorted(q["reason"] for q in quarantine) == ["duplicate_mistake", "restated_action"]
+    assert json.loads(next(q["raw"] for q in quarantine if q["reason"] == "restated_action"))["title"] == "Go To Cabinet"
+    counters = res.manifest["counters"]
+    assert counters["items_answered"] == 6
+    assert counters["items_quarantined"] == {"duplicate_mistake": 1, "restated_action": 1}
+    assert res.manifest["counts"]["units_out"] == 4  # every memory fed an answered call

@@ -83,7 +83,7 @@ def build_pairs(tmp_path, episodes, config: PipelineConfig) -> dict:
                   "thinks": [{"step_index": i, "think": "I follow the plan."} for i in range(len(t.steps) - 1)],
                   "synthetic_done": False, "skill_ids_used": e.skill_ids, "memory_ids": [], "bank_version": "",
                   "model": "m", "prompt_sha": "p"} for e, t in zip(episodes, trajs)]
-    for stage, rows, schema in (("remove_loops", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
+    for stage, rows, schema in (("verify", [t.to_row() for t in trajs], TRAJECTORY_SCHEMA),
                                 ("skills", BANK, SKILL_SCHEMA), ("distill", distilled, DISTILLED_SCHEMA)):
         store.write(stage, to_table(rows, schema), [], {"fingerprint": f"{stage}-fp"})
     run_stage("build_pairs", StageContext(store, config), log=lambda s: None)

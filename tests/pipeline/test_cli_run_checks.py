@@ -1,7 +1,7 @@
-"""What a new-user tryer met in ``skillpipe run`` (session 4): ``--stages`` naming a stage whose
-upstream is neither requested nor written (it ran the stages before it, then failed), an input
-that gives no trajectory (all zeros, exit 0, no word), and ``--root gs://`` without gcsfs (the
-storage hint "check the endpoint ..." that does not apply). Deterministic stages only, no LLM."""
+"""Checks ``skillpipe run`` makes before and after its stages: ``--stages`` naming a stage whose
+upstream is neither requested nor written (exit 2 before any stage runs), an input that gives no
+trajectory (one warning line, exit 0), and ``--root gs://`` without gcsfs (which package to
+install, no endpoint hint). Deterministic stages only, no LLM."""
 from __future__ import annotations
 
 import importlib.util
@@ -42,10 +42,10 @@ def test_a_missing_upstream_stops_before_any_stage_runs_and_names_a_command_that
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "x", "--stages", "split,remove_loops")
     assert code == 2 and out.endswith(f"remove_loops reads parse, which --stages does not include and run x has "
                                       f"not written yet. Run them too: skillpipe run --root {root} --run-id x "
-                                      f"--input {SAMPLES} --stages parse,remove_loops,split")
+                                      f"--input {SAMPLES} --stages parse,remove_loops,verify,split")
     code, out, _ = cli(*suggested(out))
     assert code == 0, out
-    assert "[split] in=17 (units=15) out=15 quarantined=0" in out
+    assert "[split] in=19 (units=17) out=17 quarantined=0" in out
 
 
 def test_upstreams_already_written_are_enough_and_no_input_is_asked_for(tmp_path):
@@ -53,11 +53,11 @@ def test_upstreams_already_written_are_enough_and_no_input_is_asked_for(tmp_path
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse")
     assert code == 0, out
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "split")  # remove_loops: not written
-    assert code == 2 and out.endswith(f"split reads remove_loops, which --stages does not include and run r has not "
+    assert code == 2 and out.endswith(f"split reads verify, which --stages does not include and run r has not "
                                       f"written yet. Run them too: skillpipe run --root {root} --run-id r "
-                                      "--stages remove_loops,split")  # parse is written: no --input needed
+                                      "--stages remove_loops,verify,split")  # parse is written: no --input needed
     code, out, _ = cli(*suggested(out))
-    assert code == 0 and "[remove_loops] in=17 out=17 quarantined=0" in out
+    assert code == 0 and "[remove_loops] in=19 out=19 quarantined=0" in out
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
     assert code == 0 and "[split] unchanged" in out
 
@@ -66,18 +66,18 @@ def test_a_sharded_upstream_counts_by_its_shards_before_it_is_collected(tmp_path
     """Under Airflow the map tasks commit their shards and the next reduce collects them: a run
     with shards but no stage manifest yet is not missing anything."""
     root = str(tmp_path)
-    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "s", "--stages", "parse,remove_loops",
-                       "--shards", "2")
+    code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "s", "--stages",
+                       "parse,remove_loops,verify", "--shards", "2")
     assert code == 0, out
-    os.remove(tmp_path / "runs" / "s" / "remove_loops" / "_manifest.json")  # shards only, as before a collect
-    assert sorted(os.listdir(tmp_path / "runs" / "s" / "remove_loops")) == ["shard-00000", "shard-00001"]
+    os.remove(tmp_path / "runs" / "s" / "verify" / "_manifest.json")  # shards only, as before a collect
+    assert sorted(os.listdir(tmp_path / "runs" / "s" / "verify")) == ["shard-00000", "shard-00001"]
     code, out, _ = cli("run", "--root", root, "--run-id", "s", "--stages", "split")
     assert code == 0, out
-    assert "[split] in=17 (units=15) out=15 quarantined=0" in out
+    assert "[split] in=19 (units=17) out=17 quarantined=0" in out
     shutil.rmtree(tmp_path / "runs" / "s" / "split")
-    shutil.rmtree(tmp_path / "runs" / "s" / "remove_loops")
+    shutil.rmtree(tmp_path / "runs" / "s" / "verify")
     code, out, _ = cli("run", "--root", root, "--run-id", "s", "--stages", "split")
-    assert code == 2 and "split reads remove_loops, which --stages does not include" in out
+    assert code == 2 and "split reads verify, which --stages does not include" in out
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def junk_input(tmp_path):
 def test_an_input_that_gives_no_trajectory_ends_with_one_warning_line(tmp_path, junk_input):
     root = str(tmp_path / "root")
     code, out, stderr = cli("run", "--input", junk_input, "--root", root, "--run-id", "j",
-                            "--stages", "parse,remove_loops,split")
+                            "--stages", "parse,remove_loops,verify,split")
     assert code == 0, out  # every file quarantined, as designed
     parse = os.path.join(root, "runs", "j", "parse")
     warning = (f"warning: no trajectory was read from {junk_input}: parse quarantined all 2 item(s) it found "
@@ -135,12 +135,12 @@ def test_on_object_storage_the_remote_run_is_what_counts(s3, tmp_path, monkeypat
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker1"))
-    root = f"s3://{s3.bucket}/tryer4"
+    root = f"s3://{s3.bucket}/run-checks"
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse")
     assert code == 0, out
     code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "split")
     assert code == 2 and out.endswith(f"Run them too: skillpipe run --root {root} --run-id r "
-                                      "--stages remove_loops,split")
+                                      "--stages remove_loops,verify,split")
     monkeypatch.setenv("SKILLPIPE_CACHE_DIR", str(tmp_path / "worker2"))  # an empty mirror: parse is on S3
-    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,split")
-    assert code == 0 and "[split] in=17 (units=15) out=15 quarantined=0" in out
+    code, out, _ = cli("run", "--root", root, "--run-id", "r", "--stages", "remove_loops,verify,split")
+    assert code == 0 and "[split] in=19 (units=17) out=17 quarantined=0" in out

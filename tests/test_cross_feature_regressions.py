@@ -1,5 +1,6 @@
-"""Regressions found by trying this session's features as a new user (distill.reasoning none,
-content rules, object storage, benchmarks)."""
+"""Regressions across features, as a new user meets them: action-only distill
+(``distill.reasoning: none``), content rules on recorded thoughts, object-storage errors in
+inspect and report, benchmark output and the reliability report's saved sections."""
 from __future__ import annotations
 
 import os

@@ -1,0 +1,129 @@
+"""The content rules of skill-bank items, judged one item at a time.
+
+A skills answer holds several items (skills or common mistakes). Judging the answer as a whole
+lost every good skill of a call to one bad one; here each item gets its own verdict, so the
+skills stage keeps the good items of an answer and quarantines the others, each with its rule
+(:mod:`pipeline.stages.skills`), and skill evolution during GRPO applies the same rules
+(:mod:`pipeline.bank.evolving`). An answer whose every item breaks a rule is rejected as a whole,
+so the client's repair round asks the model again.
+
+Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
+
+* degenerate text of each field (``no_words``, ``ngram_loop``), a title that is not a phrase,
+  a loop across fields, ``cut_off`` (a field stopped at its schema bound);
+* ``echo_prompt`` / ``not_actionable`` (:mod:`pipeline.quality.echo`), including a principle or
+  fix that only replays a recorded action;
+* ``restated_action`` (skills), ``contradicts_success`` (skills: order and tool; mistakes: the
+  fix's order), ``duplicate_mistake`` (mistakes; :mod:`pipeline.quality.bankrules`);
+* ``off_topic`` (:func:`pipeline.quality.topic.off_domain`), one encoder call per answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from pipeline import quality
+from pipeline.bank import rows as skillbank
+from pipeline.core.config import QualityConfig
+from pipeline.core.records import Trajectory
+from pipeline.quality import Violation, bankrules, echo, text, topic
+from pipeline.quality import actions as act
+
+SKILL_FIELDS = skillbank.SKILL_FIELDS
+MISTAKE_FIELDS = skillbank.MISTAKE_FIELDS
+
+
+def field_bounds(schema: dict[str, Any]) -> dict[str, int]:
+    """``{field: maxLength}`` of the item schema inside an answer schema (``{"skills": {"items":
+    ...}}`` or a bare array); ``{}`` when it has none."""
+    node = schema
+    if node.get("type") == "object":
+        node = next(iter(node.get("properties", {}).values()), {})
+    props = (node.get("items") or {}).get("properties", {})
+    return {k: v["maxLength"] for k, v in props.items() if isinstance(v, dict) and "maxLength" in v}
+
+
+@dataclass
+class ItemJudge:
+    """Verdicts on the items of one skills or mistakes answer.
+
+    Attributes:
+        kind: ``general`` | ``task_specific`` | ``mistake``.
+        qcfg: thresholds and the policy (``quality`` config section).
+        vocab: content words of the prompt's fixed text (``echo_prompt``).
+        sources: what the items must be about (task and description of the memories fed; ``off_topic``).
+        actions: the recorded actions of those memories (``not_actionable``, and the object kinds
+            ``restated_action`` may name).
+        successes: successful trajectories the prescribed orders are checked against
+            (``contradicts_success``; empty: not checked).
+        category: the task category of a task-specific call ("" otherwise).
+        bounds: ``{field: maxLength}`` of the answer schema (``cut_off``).
+    """
+    kind: str
+    qcfg: QualityConfig
+    vocab: frozenset[str] = frozenset()
+    sources: Sequence[str] = ()
+    actions: Sequence[str] = ()
+    successes: Sequence[Trajectory] = ()
+    category: str = ""
+    bounds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The answer's array key: ``mistakes`` or ``skills``."""
+        return "mistakes" if self.kind == "mistake" else "skills"
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The text fields of one item."""
+        return MISTAKE_FIELDS if self.kind == "mistake" else SKILL_FIELDS
+
+    def form(self, item: dict[str, Any], name: str) -> list[Violation]:
+        """Degenerate text, title, loop across fields, ``cut_off``, echo rules of one item."""
+        out = []
+        for f in self.fields:
+            value = str(item.get(f) or "")
+            out += text.field_violations(f"{name}.{f}", value, self.qcfg)
+            out += text.cut_off(f"{name}.{f}", value, self.bounds.get(f), sentence=f != "title")
+        if "title" in self.fields:
+            out += text.title_violations(f"{name}.title", str(item.get("title") or ""), self.qcfg)
+        whole = " ".join(str(item.get(f) or "") for f in self.fields)
+        if (loop := text.ngram_loop(whole, self.qcfg.loop_ngram, self.qcfg.loop_min_repeats)) is not None:
+            out.append(Violation("ngram_loop", f"{name} repeats {loop!r} {self.qcfg.loop_min_repeats}+ times "
+                                               "across its fields; write it once"))
+        out += echo.echo_violations(name, item, self.fields, self.vocab)
+        return out + echo.action_field_violations(name, item, list(self.actions))
+
+    def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
+        """``restated_action`` and ``contradicts_success`` of one item."""
+        out = []
+        nouns = act.nouns_of(self.actions)
+        if self.kind != "mistake":
+            out += bankrules.restated_violations(name, item, nouns)
+            whole = " ".join(str(item.get(f) or "") for f in self.fields)
+            out += bankrules.tool_violations(name, whole, str(item.get("principle") or ""), self.successes,
+                                             self.category)
+        for f in ("principle", "how_to_avoid"):
+            if f in self.fields:
+                out += bankrules.order_violations(f"{name}.{f}", str(item.get(f) or ""), self.successes)
+        return out
+
+    def judge(self, items: Sequence[dict[str, Any]]) -> list[list[Violation]]:
+        """Every rule's violations, per item (same order as ``items``). A mistake that repeats an
+        earlier one (``duplicate_mistake``) is reported on the later item."""
+        per = [self.form(it, f"{self.key}[{i}]") + self.meaning(it, f"{self.key}[{i}]") for i, it in enumerate(items)]
+        if self.kind == "mistake":
+            for v in bankrules.duplicate_mistakes(self.key, items):
+                j = int(v.detail.split("[", 1)[1].split("]", 1)[0])
+                per[j].append(v)
+        if self.qcfg.off_topic_threshold > -1 and self.sources:
+            named = [[(f"{self.key}[{i}].{f}", str(it.get(f) or "")) for f in self.fields] for i, it in enumerate(items)]
+            for v in topic.off_domain(named, [list(self.sources)] * len(named)):
+                j = int(v.detail.split("[", 1)[1].split("]", 1)[0])
+                per[j].append(v)
+        return per
+
+
+def blocking(violations: Sequence[Violation], tally: quality.Tally) -> Violation | None:
+    """The first violation whose rule quarantines under ``tally``'s policy (not counted)."""
+    return next((v for v in violations if v.reason not in tally.flag_rules), None)

@@ -1,0 +1,214 @@
+"""Skill-bank rules: skills and mistakes that a 1.5B teacher writes and an agent cannot use.
+
+Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample:
+
+* ``restated_action`` - "Go To Cabinet: Navigate to the specified cabinet by following the
+  sequence of steps." One command in other words teaches nothing the admissible list does not
+  already say (:func:`restated_action`).
+* ``contradicts_success`` - "Cool the Vase: go to the fridge before taking the vase." contradicts
+  every successful cool episode (they take the object, then go to the fridge); "Heat Mug: first
+  locate the stoveburner" names a place no successful heat episode used (ALFWorld heats in the
+  microwave). A skill's prescribed order, or its first step, is checked against the successful
+  source trajectories of its category (:func:`order_violations`).
+* ``duplicate_mistake`` - five mistakes with one boilerplate cause ("did not remember where X is
+  located in the kitchen"): the later copies add nothing (:func:`duplicate_mistakes`).
+
+Each rule is measured on the samples' and fixtures' real banks in
+``tests/pipeline/quality/test_bankrules.py``: none of SkillRL's 43 ALFWorld and 47 WebShop skills
+and mistakes fires.
+"""
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+from typing import Any, Iterable, Sequence
+
+from pipeline.core.records import Trajectory
+from pipeline.quality import Violation
+from pipeline.quality import actions as act
+from pipeline.quality.echo import STOP, content_words
+
+#: Words that make a principle more than one command: an order, a condition, a reason, a choice
+#: or a scope ("before", "if", "so", "instead", "every"...). A principle with any of them is
+#: never ``restated_action``.
+STRATEGY = frozenset("""
+before after until unless if when whenever while once then first instead rather avoid never always only
+every each all any remaining unexplored unvisited other another again already because since so otherwise
+check verify ensure confirm prioritize prefer systematically likely common commonly usually nearest
+closest more most least both either not no without soon immediately directly
+""".split())
+#: Words that add nothing to a command: "the specified cabinet", "by following the sequence of steps".
+FILLER = frozenset("""
+specified specific given required desired appropriate correct right relevant necessary sequence step
+follow task goal location order properly carefully successfully complete accomplish perform action
+way area spot place exact exactly designated particular mentioned needed
+""".split())
+#: ``duplicate_mistake``: two mistakes whose cause (or fix) share this share of their words, in
+#: order (``difflib`` ratio over content words), say the same thing. The five boilerplate causes
+#: of the sample bank score 0.83-0.92 with one another; the most similar pair of SkillRL's own
+#: ALFWorld mistakes scores 0.29.
+DUPLICATE_RATIO = 0.75
+
+
+def _plain(word: str) -> str:
+    """``word`` without a plural or verb ending, for the :data:`FILLER` and noun lookups."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word[:-len(suffix)] in FILLER:
+            return word[:-len(suffix)]
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+
+
+def restated_action(principle: str, known_nouns: Iterable[str] = ()) -> str | None:
+    """The one command a principle restates (``"go cabinet"``), else ``None``: exactly one action
+    concept (:func:`pipeline.quality.actions.text_mentions`), no :data:`STRATEGY` word, and at
+    most one other word that is neither a stop word, a verb form, an object or receptacle kind,
+    nor :data:`FILLER`."""
+    words = re.findall(r"[a-z]+", (principle or "").lower())
+    if not words or any(w in STRATEGY for w in words):
+        return None
+    mentions = act.text_mentions(principle, known_nouns)
+    concepts = {m.concept for m in mentions}
+    if len(concepts) != 1:
+        return None
+    nouns = {n for m in mentions for n in m.nouns} | set(known_nouns) | act.RECEPTACLES | {"object", "item"}
+    rest = [w for w in words if w not in STOP and w not in act.VERBS and _plain(w) not in nouns
+            and w not in FILLER and _plain(w) not in FILLER and len(w) > 1]
+    if len(rest) > 1:
+        return None
+    return f"{next(iter(concepts))} {' '.join(sorted({n for m in mentions for n in m.nouns}))}".strip()
+
+
+def restated_violations(name: str, item: dict[str, Any], known_nouns: Iterable[str]) -> list[Violation]:
+    """``restated_action`` of one skill's principle (``name``: the item in messages, ``skills[2]``)."""
+    what = restated_action(str(item.get("principle") or ""), known_nouns)
+    if what is None:
+        return []
+    return [Violation("restated_action", f"{name}.principle only restates the command '{what}'; "
+                                         "write a rule of behaviour: when and why, in which order")]
+
+
+def order_claims(text: str, known_nouns: Iterable[str] = ()) -> list[tuple[act.Mention, act.Mention | None]]:
+    """The order a text prescribes, as ``(earlier, later)`` mentions: ``A before B``, ``A then B``,
+    ``after A, B`` / ``B after A``, and ``first A`` (``later`` is ``None``: A comes before the
+    task's key step). Mentions of ``go``/``open``/``use`` must name a receptacle to count."""
+    tokens = act.tokenize(text)
+    mentions = [m for m in act.text_mentions(text, known_nouns)
+                if m.concept not in ("go", "open", "use") or any(n in act.RECEPTACLES for n in m.nouns)]
+    claims: list[tuple[act.Mention, act.Mention | None]] = []
+    for p, tok in enumerate(tokens):
+        before = [m for m in mentions if m.pos < p]
+        after = [m for m in mentions if m.pos > p]
+        if "or" in tokens[max(0, p - 1):p + 2]:
+            continue  # "before or after", "then or": no order is prescribed
+        if tok in ("before", "then") and before and after:
+            claims.append((before[-1], after[0]))
+        elif tok == "after" and after:
+            clause_end = next((q for q in range(p + 1, len(tokens)) if tokens[q] in ",.;"), len(tokens))
+            main = [m for m in mentions if m.pos > clause_end] if not before or tokens[p - 1] in ",.;" else before[-1:]
+            if main:
+                claims.append((after[0], main[0] if main[0].pos > p else main[-1]))
+        elif tok == "first" and after and after[0].pos - p <= 3:
+            claims.append((after[0], None))
+        elif tok == "first" and before and p - before[-1].pos <= 4:  # "locate the fridge first"
+            claims.append((before[-1], None))
+    # an order inside a condition ("after X, check Y; if it fails, search again") is not prescribed
+    return [c for c in claims if c[1] is None or not _CONDITIONAL & set(tokens[min(c[0].pos, c[1].pos):max(c[0].pos, c[1].pos)])]
+
+
+_CONDITIONAL = frozenset({"if", "unless", "otherwise", "whenever", "when"})
+
+
+def _first(steps: Sequence[act.Mention | None], claim: act.Mention) -> int | None:
+    return next((k for k, s in enumerate(steps) if s is not None and act.matches(claim, s)), None)
+
+
+def violated_by(claim: tuple[act.Mention, act.Mention | None], traj: Trajectory) -> bool | None:
+    """Whether a successful ``traj`` contradicts ``claim``: its later action happens first (or
+    without the earlier one), or, for ``first A``, A never happens before the task's key step
+    (:data:`pipeline.quality.actions.KEY_VERB`; the last action when the category has none).
+    ``None`` when the trajectory takes neither action (it cannot tell)."""
+    steps = [act.command_mention(a) for a in traj.actions]
+    earlier, later = claim
+    ia = _first(steps, earlier)
+    if later is None:
+        key = act.KEY_VERB.get(traj.category)
+        ik = next((k for k, s in enumerate(steps) if s is not None and s.concept == key), None) if key else None
+        ik = ik if ik is not None else len(steps) - 1
+        return ia is None or ia > ik
+    ib = _first(steps, later)
+    if ia is None and ib is None:
+        return None
+    return ib is not None and (ia is None or ib < ia)
+
+
+def _claim_text(claim: tuple[act.Mention, act.Mention | None]) -> str:
+    a, b = claim
+    first = f"{a.concept} {' '.join(a.nouns)}".strip()
+    return f"'{first}' first" if b is None else f"'{first}' before '{b.concept} {' '.join(b.nouns)}'".replace(" '", " '")
+
+
+def order_violations(name: str, text: str, successes: Sequence[Trajectory]) -> list[Violation]:
+    """``contradicts_success`` when one order :func:`order_claims` finds in ``text`` is violated
+    by every trajectory of ``successes`` that can tell (at least one must)."""
+    if not successes:
+        return []
+    nouns = act.nouns_of(a for t in successes for a in t.actions)
+    # only verbs these episodes' command grammar has ("search" is no ALFWorld command)
+    concepts = {m.concept for t in successes for m in map(act.command_mention, t.actions) if m is not None}
+    for claim in order_claims(text, nouns):
+        if any(m is not None and m.concept not in concepts for m in claim):
+            continue
+        verdicts = [violated_by(claim, t) for t in successes]
+        told = [v for v in verdicts if v is not None]
+        if told and all(told):
+            return [Violation("contradicts_success", f"{name} prescribes {_claim_text(claim)}, which none of the "
+                                                     f"{len(told)} successful episodes of its kind did; describe "
+                                                     "the order the successes followed")]
+    return []
+
+
+#: Appliances a skill may wrongly name as the tool of a transform (ALFWorld scene objects).
+APPLIANCES = frozenset({"stoveburner", "stove", "microwave", "fridge", "sinkbasin", "sink", "toaster",
+                        "coffeemachine", "desklamp", "floorlamp", "bathtubbasin"})
+
+
+def tool_violations(name: str, item_text: str, principle: str, successes: Sequence[Trajectory],
+                    category: str) -> list[Violation]:
+    """``contradicts_success`` when a skill of a transform category (``heat``, ``cool``, ``clean``,
+    ``look_at_obj_in_light``: :data:`pipeline.quality.actions.KEY_VERB`) sends the agent to an
+    appliance that no successful episode used for that transform, and never names the one they
+    used ("Heat Mug: first locate the stoveburner", when every success heated in the microwave).
+    ``item_text`` is the whole skill (title included), ``principle`` the field judged."""
+    key = act.KEY_VERB.get(category)
+    if not key or not successes or not any(m.concept == key for m in act.text_mentions(item_text)):
+        return []
+    used = {n for t in successes for m in map(act.command_mention, t.actions)
+            if m is not None and m.concept == key for n in m.nouns if n in APPLIANCES}
+    named = {n for m in act.text_mentions(principle) if m.concept in ("go", "use", key) for n in m.nouns
+             if n in APPLIANCES}
+    if not used or named & used or not named - used:
+        return []
+    return [Violation("contradicts_success", f"{name} sends the agent to {', '.join(sorted(named - used))} to {key}, "
+                                             f"but every successful episode of its kind used {', '.join(sorted(used))}")]
+
+
+def _mistake_words(text: str) -> list[str]:
+    return [w for w in content_words(text) if w not in STOP]
+
+
+def duplicate_mistakes(key: str, items: Sequence[dict[str, Any]]) -> list[Violation]:
+    """``duplicate_mistake`` for each mistake whose ``why_it_happens`` or ``how_to_avoid`` is
+    near-identical (:data:`DUPLICATE_RATIO`) to an earlier item's: the later copy is reported."""
+    out = []
+    for j in range(1, len(items)):
+        for i in range(j):
+            for field in ("why_it_happens", "how_to_avoid"):
+                a, b = _mistake_words(str(items[i].get(field) or "")), _mistake_words(str(items[j].get(field) or ""))
+                if a and b and SequenceMatcher(None, a, b, autojunk=False).ratio() >= DUPLICATE_RATIO:
+                    out.append(Violation("duplicate_mistake", f"{key}[{j}].{field} repeats {key}[{i}]'s; merge them "
+                                                              "or name a different cause and fix"))
+                    break
+            else:
+                continue
+            break
+    return out
