@@ -52,6 +52,7 @@ from pipeline.core.config import LLMConfig  # noqa: E402
 from pipeline.core.remote import read_table  # noqa: E402
 from pipeline.llm.client import LLMClient  # noqa: E402
 from pipeline.llm.types import JSONRequest  # noqa: E402
+from pipeline.stages import STAGES  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = os.path.join(REPO, "tests", "fixtures", "tools", "make_skillrl_rollouts.py")
@@ -125,7 +126,7 @@ def part_a(a) -> dict:
 # ---- (b) ------------------------------------------------------------------------------------
 def cli_run(root: str, run_id: str, config: str, tree: str, mode: str) -> None:
     args = [sys.executable, "-m", "pipeline.cli", "run", "--root", root, "--run-id", run_id, "-c", config,
-            "--input", tree, "--llm-mode", mode, "--stages", "parse,remove_loops,split," + ",".join(LLM_STAGES)]
+            "--input", tree, "--llm-mode", mode, "--stages", ",".join(STAGES[:STAGES.index("distill") + 1])]
     env = dict(os.environ, PYTHONPATH=REPO, TQDM_MININTERVAL="30")
     res = subprocess.run(args, env=env, capture_output=True, text=True, cwd=REPO)
     if res.returncode != 0:

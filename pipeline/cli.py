@@ -422,6 +422,19 @@ def _fail(message: str, code: int = 1):
     raise typer.Exit(code)
 
 
+def _llm_cell(llm: dict, skipped: bool) -> str:
+    """The summary's LLM cell of a stage: ``calls / cache hits / tokens``, the cached prompt
+    tokens in brackets when the endpoint reported any, the batch jobs in batch mode."""
+    if not llm:
+        return "-"
+    if skipped:
+        return "0 (unchanged)"
+    cell = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {llm.get('prompt_tokens', 0) + llm.get('completion_tokens', 0)}"
+    if llm.get("cached_prompt_tokens"):
+        cell += f" ({llm['cached_prompt_tokens']})"
+    return cell + (f", batch ({llm.get('batches', 0)} jobs)" if llm.get("mode") == "batch" else "")
+
+
 def print_summary(results, wall: float, root: str = ".") -> None:
     """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, and where
     each artifact is (its URI under an object-storage ``root``, with the local mirror named once)."""
@@ -442,13 +455,7 @@ def print_summary(results, wall: float, root: str = ".") -> None:
             calls += llm.get("calls", 0)
             tokens += tok
             cached += llm.get("cached_prompt_tokens", 0)
-        llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
-        if llm.get("cached_prompt_tokens"):
-            llm_s += f" ({llm['cached_prompt_tokens']})"
-        if llm.get("mode") == "batch":
-            llm_s += f", batch ({llm.get('batches', 0)} jobs)"
-        if r.skipped and llm:
-            llm_s = "0 (unchanged)"
+        llm_s = _llm_cell(llm, r.skipped)
         n_out = str(c.get("out", ""))
         if c.get("units_out") not in (None, c.get("out")):
             n_out += f" ({c['units_out']} used)"
