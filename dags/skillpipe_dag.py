@@ -30,7 +30,7 @@ def _args(params: dict, llm: dict) -> dict:
     run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
     return dict(root=params["root"] or os.getcwd(), run_id=run_id, input_path=params["input_path"],
                 env=params["env"], config_path=params["config"] or None,
-                llm_base_url=llm["base_url"], llm_model=llm["model"])
+                llm_base_url=llm["base_url"], llm_model=llm["model"], llm_mode=params.get("llm_mode") or "")
 
 
 @task
@@ -157,6 +157,8 @@ def eval_task(which: str, task_id: str):
         "config": Param("", type="string", description="YAML config path (empty: defaults)"),
         "llm_base_url": Param("", type="string", description="OpenAI-compatible endpoint (empty: embedded)"),
         "llm_model": Param("", type="string", description="model name at that endpoint"),
+        "llm_mode": Param("", enum=["", "online", "batch"],
+                          description="online or batch (the endpoint's Batch API; empty: llm.mode of the config)"),
         "shards": Param(0, type="integer", minimum=0, description="shards of the map stages (0: one per 256 MB)"),
         "train": Param(True, type="boolean", description="SFT, GRPO and eval after export (False: stop after export)"),
         "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),

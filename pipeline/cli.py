@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.confighelp import section_names
-from pipeline.report.runinfo import DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
+from pipeline.report.runinfo import DEFAULT_PRICE_CACHED, DEFAULT_PRICE_COMPLETION, DEFAULT_PRICE_PROMPT
 from pipeline.stages import STAGES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -185,6 +185,11 @@ def _show_uri(local_path: str, root: str) -> str:
     return f"{root.rstrip('/')}/{rel}"
 
 
+LLM_MODE_HELP = ("online (one concurrent call per request) or batch (each LLM stage as one job of the endpoint's "
+                 "Batch API: half price, answers within 24 h; a killed run resumes polling the same job); default: "
+                 "llm.mode of --config, else online")
+
+
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="trace file or folder (default: the run's previous input)"),
@@ -207,6 +212,7 @@ def run(
     llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: start the embedded server)"),
     llm_model: Optional[str] = typer.Option(None, help="model name at that endpoint"),
     llm_api_key_env: Optional[str] = typer.Option(None, help="name of the env var holding the API key"),
+    llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help=LLM_MODE_HELP),
     force: bool = typer.Option(False, help="rerun stages even when their fingerprint is unchanged"),
     shards: Optional[int] = typer.Option(None, "--shards", min=0,
                                          help="split the input into N shards of whole folders, balanced by bytes; the "
@@ -224,17 +230,8 @@ def run(
     retried by the next plain run; no trajectory read: with a warning); 1 when a stage failed or
     another process holds the run; 2 for a usage error (also: --stages leaves out an upstream
     stage the run has not written, checked before any stage runs)."""
-    from pipeline.core.config import OptionError, run_config
-    from pipeline.core.runner import check_run_id
-
     root = _plain_path(root)
-    try:
-        check_run_id(run_id)
-        cfg = run_config(config, env, format, llm_base_url, llm_model, llm_api_key_env)
-    except OptionError as e:
-        raise typer.BadParameter(str(e), param_hint=e.option)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--run-id")
+    cfg = _checked_run_config(run_id, config, env, format, llm_base_url, llm_model, llm_api_key_env, llm_mode)
     names = _parse_stages(stages)
     reads_input = names is None or "parse" in names
     if input and not reads_input:
@@ -245,6 +242,21 @@ def run(
     exit_on_sigterm()
     _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
                        dict(env=env, stages=names, force=force, shards=shards))
+
+
+def _checked_run_config(run_id: str, *options: str | None):
+    """The run's config (:func:`pipeline.core.config.run_config` of ``options``: config file,
+    env, format, LLM URL, model, key variable, mode) once ``run_id`` is valid; a usage error
+    (exit 2) naming the option otherwise."""
+    from pipeline.core.config import OptionError, run_config
+    from pipeline.core.runner import check_run_id
+    try:
+        check_run_id(run_id)
+        return run_config(*options)
+    except OptionError as e:
+        raise typer.BadParameter(str(e), param_hint=e.option)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--run-id")
 
 
 _fork_hook_registered = False
@@ -410,13 +422,27 @@ def _fail(message: str, code: int = 1):
     raise typer.Exit(code)
 
 
+def _llm_cell(llm: dict, skipped: bool) -> str:
+    """The summary's LLM cell of a stage: ``calls / cache hits / tokens``, the cached prompt
+    tokens in brackets when the endpoint reported any, the batch jobs in batch mode."""
+    if not llm:
+        return "-"
+    if skipped:
+        return "0 (unchanged)"
+    cell = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {llm.get('prompt_tokens', 0) + llm.get('completion_tokens', 0)}"
+    if llm.get("cached_prompt_tokens"):
+        cell += f" ({llm['cached_prompt_tokens']})"
+    return cell + (f", batch ({llm.get('batches', 0)} jobs)" if llm.get("mode") == "batch" else "")
+
+
 def print_summary(results, wall: float, root: str = ".") -> None:
     """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, and where
     each artifact is (its URI under an object-storage ``root``, with the local mirror named once)."""
     t = Table(title="skillpipe run summary", show_lines=False)
-    for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens", "wall s", "status"):
+    for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens (cached)", "wall s",
+                "status"):
         t.add_column(col)
-    calls = tokens = 0
+    calls = tokens = cached = 0
     for r in results:
         c = r.manifest.get("counts", {})
         llm = r.manifest.get("llm") or {}
@@ -428,9 +454,8 @@ def print_summary(results, wall: float, root: str = ".") -> None:
         if not r.skipped:
             calls += llm.get("calls", 0)
             tokens += tok
-        llm_s = f"{llm.get('calls', 0)} / {llm.get('cache_hits', 0)} / {tok}" if llm else "-"
-        if r.skipped and llm:
-            llm_s = "0 (unchanged)"
+            cached += llm.get("cached_prompt_tokens", 0)
+        llm_s = _llm_cell(llm, r.skipped)
         n_out = str(c.get("out", ""))
         if c.get("units_out") not in (None, c.get("out")):
             n_out += f" ({c['units_out']} used)"
@@ -447,7 +472,8 @@ def print_summary(results, wall: float, root: str = ".") -> None:
     console.print("in (→N): the N units a stage expands its input into (build_pairs: candidate pairs); out (N used): "
                   "N inputs went into the output (skills: memories -> skills). Units in = used + quarantined.",
                   highlight=False)
-    console.print(f"LLM calls this run: {calls}, tokens: {tokens}; wall time {wall:.1f} s")
+    console.print(f"LLM calls this run: {calls}, tokens: {tokens} (cached prompt tokens: {cached}); wall time "
+                  f"{wall:.1f} s")
     verify = next((r for r in results if r.stage == "verify"), None)
     if verify is not None:
         print_verify(verify.manifest.get("counters") or {}, _show_uri(verify.uri, root))
@@ -535,6 +561,9 @@ def report(
                                        help="USD per 1M prompt tokens, for the cost estimate (default: gpt-4o-mini)"),
     price_completion: float = typer.Option(DEFAULT_PRICE_COMPLETION, min=0,
                                            help="USD per 1M completion tokens, for the cost estimate"),
+    price_cached: float = typer.Option(DEFAULT_PRICE_CACHED, min=0,
+                                       help="USD per 1M cached prompt tokens (the endpoint's "
+                                            "prompt_tokens_details.cached_tokens), for the cost estimate"),
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
@@ -551,6 +580,7 @@ def report(
         _fail(_storage_failure(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
+                           price_cached=price_cached,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))
     except (FileNotFoundError, ValueError, OSError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")

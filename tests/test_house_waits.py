@@ -35,6 +35,9 @@ ALLOWED = {
         "one thread running an event loop whose every request has the client's timeout and retry cap",
     ("pipeline/llm/client.py", "_watched"):
         "`work.result()` of an asyncio task that is done (after asyncio.wait), not a wait",
+    ("pipeline/llm/ratelimit.py", "admit"):
+        "waits for the limiter's condition, which release() and the hold-back timer notify; each call "
+        "it admits has the client's request timeout",
     ("pipeline/core/remote.py", "before"):
         "Lease.acquire() never waits: it takes the lease or raises LeaseHeld at once",
 }

@@ -181,6 +181,23 @@ class LLMConfig:
                                   "complete (the failures stay quarantined; --force still retries them). With the "
                                   "embedded server at temperature 0 only transport failures are retried: a failed "
                                   "answer would repeat")
+    # ---- cost and throughput (docs/llm_endpoints.md): none of these changes an answer ----
+    mode: str = _f("online", "online = one chat call per request (concurrent); batch = each stage sends its uncached "
+                             "requests as one JSONL job through the endpoint's Files + Batches API (half price at "
+                             "OpenAI, answers within 24 h); a killed run resumes polling the same job",
+                   choices=("online", "batch"))
+    rpm: int = _f(0, "requests per minute the endpoint allows this run (0 = learn it from the x-ratelimit-limit-"
+                     "requests header, else no limit); the client keeps a request bucket below it", min=0)
+    tpm: int = _f(0, "tokens per minute the endpoint allows this run (0 = learn it from x-ratelimit-limit-tokens, "
+                     "else no limit); each call takes its prompt estimate + max_tokens from a token bucket", min=0)
+    batch_poll_s: float = _f(30.0, "batch mode: seconds between two status checks of a submitted job", min=0)
+    batch_max_requests: int = _f(50000, "batch mode: most requests in one job (OpenAI's limit: 50,000 and 200 MB); "
+                                        "more are split over several jobs", min=1)
+    price_prompt: float = _f(0.15, "USD per 1M uncached prompt tokens, for the cost figures of manifests "
+                                   "(default: gpt-4o-mini's list price)", min=0)
+    price_cached: float = _f(0.075, "USD per 1M cached prompt tokens (prompt_tokens_details.cached_tokens)", min=0)
+    price_completion: float = _f(0.60, "USD per 1M completion tokens", min=0)
+    batch_price_factor: float = _f(0.5, "batch mode: the share of the online price a batch call costs", min=0, max=1)
 
 
 @dataclass
@@ -524,9 +541,11 @@ class OptionError(ValueError):
 
 
 def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_base_url: str | None = None,
-               llm_model: str | None = None, llm_api_key_env: str | None = None) -> PipelineConfig:
+               llm_model: str | None = None, llm_api_key_env: str | None = None,
+               llm_mode: str | None = None) -> PipelineConfig:
     """The effective config of a run: the YAML file at ``path`` (defaults when ``None``) with the
-    command-line overrides applied (``fmt`` -> ``parse.format``, the ``llm_*`` values -> ``llm``;
+    command-line overrides applied (``fmt`` -> ``parse.format``, the ``llm_*`` values -> ``llm``,
+    ``llm_mode`` -> ``llm.mode``;
     ``None`` keeps the file's value). ``env`` (``auto`` or a registered env) is only checked.
 
     Raises :class:`OptionError` naming the option: an unreadable or invalid file (``--config``),
@@ -553,6 +572,13 @@ def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_
         if cfg.llm.model not in MODELS:
             raise OptionError("--llm-model", f"{cfg.llm.model!r} is not an embedded model ({', '.join(MODELS)}); "
                                              "to use another model give its endpoint with --llm-base-url")
+    if llm_mode is not None:
+        if llm_mode not in ("online", "batch"):
+            raise OptionError("--llm-mode", f"unknown LLM mode {llm_mode!r}; choose from online, batch")
+        cfg.llm.mode = llm_mode
+    if cfg.llm.mode == "batch" and not cfg.llm.base_url:
+        raise OptionError("--llm-mode", "batch mode needs an endpoint with the Batch API (--llm-base-url or "
+                                        "llm.base_url); the embedded server answers online only")
     return cfg
 
 

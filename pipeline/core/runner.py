@@ -19,6 +19,7 @@ from pipeline.core.config import PipelineConfig, to_dict
 from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import to_table
+from pipeline.llm.accounting import stage_figures
 from pipeline.core.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
                                  StageResult)
 from pipeline.stages import STAGES, get_stage
@@ -214,7 +215,8 @@ def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts:
         "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
                    "out": n_rows, "quarantined": n_quarantined,
                    "quarantine_reasons": dict(sorted(out.reasons.items()))},
-        "counters": out.counters, "llm": llm_stats, "wall_s": wall_s,
+        "counters": out.counters, "wall_s": wall_s,
+        "llm": stage_figures(llm_stats, n_rows, ctx.config.llm) if llm_stats else llm_stats,
     }
 
 
@@ -422,19 +424,21 @@ def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], Non
     return found
 
 
-def _task_config(config_path: str | None, llm_base_url: str, llm_model: str) -> PipelineConfig:
+def _task_config(config_path: str | None, llm_base_url: str, llm_model: str, llm_mode: str = "") -> PipelineConfig:
     from pipeline.core.config import load_config
     cfg = load_config(config_path)
     if llm_base_url:
         cfg.llm.base_url = llm_base_url
     if llm_model:
         cfg.llm.model = llm_model
+    if llm_mode:
+        cfg.llm.mode = llm_mode
     return cfg
 
 
 def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: str = "auto",
              config_path: str | None = None, llm_base_url: str = "", llm_model: str = "",
-             shard: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+             shard: str | None = None, log: Callable[[str], None] = print, llm_mode: str = "") -> dict[str, Any]:
     """Run one stage (or one shard of a map stage) for an orchestrator task and return the small
     XCom reference ``{uri, rows, fingerprint}``. Same code path as ``skillpipe run --stages <stage>``.
 
@@ -443,11 +447,12 @@ def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: s
     reduce (after collecting its sharded upstreams), or the collect step of a map stage (its
     shards must be complete: ``ArtifactError`` otherwise). Holds the run's lock shared and the
     task's own exclusively (:func:`pipeline.core.runlock.task_lock`), so the mapped tasks of one
-    run work in parallel and a duplicate of one task fails with ``RunLocked``."""
+    run work in parallel and a duplicate of one task fails with ``RunLocked``. ``llm_mode``
+    (``online`` | ``batch``; empty: the config's) sets ``llm.mode``."""
     from pipeline.core.shards import load_plan
     st = get_stage(stage)
     unit = f"{st.name}.{shard}" if shard else st.name
-    cfg = _task_config(config_path, llm_base_url, llm_model)
+    cfg = _task_config(config_path, llm_base_url, llm_model, llm_mode)
     with _session(root, run_id, input_path, cfg, env, [st], unit) as (ctx, model, hooks):
         plan = load_plan(ctx.store.run_dir)
         ctx.plan = plan if plan is not None and plan.sharded else None

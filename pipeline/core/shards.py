@@ -191,6 +191,14 @@ def _sum(values: list):
     return values[0] if len(distinct) == 1 else [json.loads(d) for d in distinct]
 
 
+def _llm_sum(sections: list[dict]) -> dict:
+    """The shards' LLM sections added up, with the per-row figures recomputed from the sums
+    (:func:`pipeline.llm.accounting.per_row`); ``{}`` when no shard used the LLM."""
+    from pipeline.llm.accounting import per_row
+    total = _sum(sections)
+    return per_row(total) if total else total
+
+
 def _failed_facts(ids: list[str], arts: list) -> dict:
     """The failed LLM requests of the shards ``arts`` summed, and the shards recorded as
     incomplete (a plain rerun retries them) with a ``fingerprint_complete``; ``{}`` when none."""
@@ -255,7 +263,7 @@ def collect(ctx, name: str, log=print):
         "fingerprint": content_hash([s["fingerprint"] for s in listing], n=32), "inputs": [],
         "counts": _sum([a.manifest["counts"] for a in arts]),
         "counters": _sum([a.manifest.get("counters") or {} for a in arts]),
-        "llm": _sum([a.manifest.get("llm") or {} for a in arts]),
+        "llm": _llm_sum([a.manifest.get("llm") or {} for a in arts]),
         "wall_s": round(sum(a.manifest.get("wall_s", 0.0) for a in arts), 3),
         "files": sorted([f"{sid}/{f}" for sid, a in zip(plan.ids, arts) for f in a.manifest.get("files", [])]
                         + list(extra)),

@@ -2,7 +2,9 @@
 
 A crashed or repeated run re-spends nothing: before any HTTP call the
 client looks up :func:`cache_key`; after an answer passes JSON extraction, the schema and the
-request's check, it is stored. Failures are never stored, so a rerun retries them.
+request's check, it is stored. Failures are never stored, so a rerun retries them. Batch mode
+also records each job it submits here, under keys ``batch:<input file id>`` that no
+:func:`cache_key` can take (:mod:`pipeline.llm.batch`).
 
 The SQLite file is local to one worker (:data:`CACHE_FILE` in the run folder). For a run on
 object storage, entries travel between workers as immutable **cache parts**: Parquet files of
@@ -79,6 +81,15 @@ class ResponseCache:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (key, model_id, json.dumps(value, ensure_ascii=False), raw,
                  json.dumps(usage, sort_keys=True), time.time()))
+
+    def entries_under(self, prefix: str) -> list[tuple[str, Any]]:
+        """``(key, value)`` of every entry whose key starts with ``prefix``, oldest put first.
+        Batch mode keeps its ledger of submitted jobs here under ``batch:`` keys
+        (:mod:`pipeline.llm.batch`), so the ledger travels with the cache parts."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM responses WHERE substr(key, 1, ?) = ? ORDER BY rowid",
+                                    (len(prefix), prefix)).fetchall()
+        return [(k, json.loads(v)) for k, v in rows]
 
     def delete(self, key: str) -> None:
         """Forget one entry (used when a cached value no longer passes its check)."""

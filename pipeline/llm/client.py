@@ -52,12 +52,14 @@ from pipeline.core.config import LLMConfig
 from pipeline.progress import bar as progress_bar
 from pipeline.llm.cache import ResponseCache, cache_key
 from pipeline.llm.jsonparse import JSONExtractError, extract_json
+from pipeline.llm.ratelimit import RateBudget
 from pipeline.llm.endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
 from pipeline.llm.schemas import grammar_schema
 from pipeline.llm.server import ServerDied, embedded_alias, is_embedded_alias
 from pipeline.llm.types import JSONRequest, JSONResult
 
-COUNTERS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "repairs", "failures")
+COUNTERS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "retries", "repairs",
+            "failures", "rate_limited", "limit_wait_s", "batches")
 DIALECTS = ("auto", "json_schema", "json_object", "none")
 MAX_RETRY_AFTER_S = 120.0  # never sleep longer than this on a server's Retry-After
 WATCH_INTERVAL_S = 0.2  # how often a batch checks that the embedded server process still runs
@@ -154,6 +156,9 @@ class LLMClient:
             from pipeline.llm.server import embedded_model_id
             model_id = embedded_model_id(self.model) if embedded else cfg.model
         self.model_id = model_id
+        if cfg.mode == "batch" and embedded:
+            raise ValueError("llm.mode batch needs an endpoint with the Batch API (llm.base_url and llm.model); "
+                             "the embedded server answers online only")
         self._auto = cfg.structured_output == "auto"
         self.dialect = ("json_object" if embedded else "json_schema") if self._auto else cfg.structured_output
         self.azure = azure_settings(self.base_url, self.model) if azure is None else (azure or None)
@@ -165,9 +170,11 @@ class LLMClient:
                                                 jitter=backoff_initial_s)
         self._validators: dict[str, Any] = {}
         self.server_watch = server_watch
+        self.budget = RateBudget(cfg.rpm, cfg.tpm, cfg.concurrency, cfg.max_tokens)
 
     # ---- counters -------------------------------------------------------------------------
-    def _bump(self, **delta: int) -> None:
+    def bump(self, **delta: float) -> None:
+        """Add ``delta`` to the counters (names in :data:`COUNTERS`)."""
         with self._lock:
             for k, v in delta.items():
                 self._stats[k] += v
@@ -178,9 +185,11 @@ class LLMClient:
             return dict(self._stats)
 
     def stats_delta(self, snapshot: dict[str, int] | None) -> dict[str, int]:
-        """Counters since ``snapshot`` (``None`` = since the start)."""
+        """Counters since ``snapshot`` (``None`` = since the start); ``limit_wait_s`` rounded to ms."""
         now = self.stats_snapshot()
-        return {k: now[k] - (snapshot or {}).get(k, 0) for k in COUNTERS}
+        delta = {k: now[k] - (snapshot or {}).get(k, 0) for k in COUNTERS}
+        delta["limit_wait_s"] = round(delta["limit_wait_s"], 3)
+        return delta
 
     # ---- public API -----------------------------------------------------------------------
     def complete_json_many(self, requests: list[JSONRequest], desc: str = "llm") -> list[JSONResult]:
@@ -193,6 +202,9 @@ class LLMClient:
         """
         if not requests:
             return []
+        if self.cfg.mode == "batch":
+            from pipeline.llm.batch import BatchRunner
+            return BatchRunner(self, desc).run(requests)
         coro_fn = lambda: self.acomplete_json_many(requests, desc)  # noqa: E731
         try:
             asyncio.get_running_loop()
@@ -217,6 +229,7 @@ class LLMClient:
         for r in requests:
             self._get_validator(r.schema)
         self._raise_if_dead(desc)
+        self.budget.start(max(self.prompt_chars(r.messages, r) for r in requests))
         # One client per batch: its connection pool belongs to the running event loop.
         oai = self._open()
         sem = asyncio.Semaphore(max(1, self.cfg.concurrency))
@@ -226,9 +239,9 @@ class LLMClient:
         async def one(req: JSONRequest) -> JSONResult:
             async with sem:
                 if refused["n"] >= self.unreachable_after() and not refused["answered"]:
-                    res = self._fail(req, "connection_error", "", f"not sent: the endpoint refused the first "
-                                     f"{refused['n']} requests of this batch after retries", {"calls": 0},
-                                     {"prompt_tokens": 0, "completion_tokens": 0})
+                    res = self.fail(req, "connection_error", "", f"not sent: the endpoint refused the first "
+                                    f"{refused['n']} requests of this batch after retries", 0,
+                                    {"prompt_tokens": 0, "completion_tokens": 0, "cached_prompt_tokens": 0})
                 else:
                     res = await self._complete_one(oai, req)
             refused["answered"] |= res.error not in TRANSPORT_ERRORS
@@ -283,6 +296,19 @@ class LLMClient:
         return list(work.result())
 
     # ---- one request ----------------------------------------------------------------------
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The response cache (``None`` when caching is off)."""
+        return self._cache
+
+    def open_sync(self) -> openai.OpenAI:
+        """A synchronous SDK client for the Files and Batches calls of batch mode (``AzureOpenAI``
+        for an Azure endpoint); the SDK retries those calls itself, ``llm.max_retries`` times."""
+        common = dict(api_key=self._api_key(), timeout=self.cfg.timeout_s, max_retries=self.cfg.max_retries)
+        if self.azure is None:
+            return openai.OpenAI(base_url=self.base_url, **common)
+        return openai.AzureOpenAI(azure_endpoint=self.base_url, api_version=self.azure["api_version"], **common)
+
     def _open(self) -> openai.AsyncOpenAI:
         """The async SDK client: ``AsyncAzureOpenAI`` for an Azure endpoint, else ``AsyncOpenAI``.
 
@@ -354,63 +380,107 @@ class LLMClient:
                 raise _Rejected("check_failed", str(err)[:400])
         return value
 
-    async def _complete_one(self, oai: openai.AsyncOpenAI, req: JSONRequest) -> JSONResult:
+    # ---- one request: shared by the online loop and batch mode (pipeline.llm.batch) ----------
+    def key_of(self, req: JSONRequest) -> str:
+        """The cache key of ``req``: model id, its first messages, schema and sampling parameters."""
         params = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "seed": self.cfg.seed}
-        key = cache_key(self.model_id, req.messages, req.schema, params)
+        return cache_key(self.model_id, req.messages, req.schema, params)
+
+    def lookup(self, req: JSONRequest) -> tuple[str, JSONResult | None]:
+        """``(cache key, the cached result)``; the result is ``None`` on a miss, and when the
+        cached answer no longer passes the request's check (the entry is then deleted)."""
+        key = self.key_of(req)
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None:
+            return key, None
+        try:
+            value, raw = self._accept_redacted(req, hit["raw"])  # an entry from before redaction
+        except _Rejected:  # the request's check changed since: ask again
+            self._cache.delete(key)
+            return key, None
+        self.bump(cache_hits=1)
+        return key, JSONResult(req.key, True, value=value, raw=raw, cached=True, usage=hit["usage"])
+
+    def judge(self, req: JSONRequest, messages: list[dict[str, str]], content: str, finish_reason: str | None,
+              attempt: int) -> tuple[str, Any, str, str]:
+        """Verdict on one answer ``content`` to ``messages`` (``attempt``: repairs made so far):
+        ``("ok", value, raw, "")``, ``("repair", next messages, raw, "")`` (counted in ``repairs``)
+        or ``("fail", reason, raw, detail)``. ``raw`` is redacted; a ``length`` finish is never
+        accepted nor repaired."""
+        raw = self._redact(content or "")  # an endpoint may echo the key: never keep it
+        if finish_reason == "length":
+            return "fail", "length", raw, f"answer cut at max_tokens={self.cfg.max_tokens}"
+        try:
+            value, raw = self._accept_redacted(req, raw)
+        except _Rejected as rej:
+            if attempt >= self.cfg.max_repairs:
+                return "fail", rej.reason, raw, rej.detail
+            self.bump(repairs=1)
+            return "repair", messages + [
+                {"role": "assistant", "content": raw},
+                {"role": "user", "content": f"Your answer was rejected ({rej.reason}): {rej.detail}\n"
+                                            "Reply again with only the corrected JSON, nothing else."}], raw, ""
+        return "ok", value, raw, ""
+
+    def store(self, key: str, req: JSONRequest, value: Any, raw: str, calls: int, usage: dict[str, int]) -> JSONResult:
+        """Cache an accepted answer under ``key`` and return its result."""
         if self._cache is not None:
-            hit = self._cache.get(key)
-            if hit is not None:
-                try:
-                    value, raw = self._accept_redacted(req, hit["raw"])  # an entry from before redaction
-                    self._bump(cache_hits=1)
-                    return JSONResult(req.key, True, value=value, raw=raw, cached=True, usage=hit["usage"])
-                except _Rejected:  # the request's check changed since: ask again
-                    self._cache.delete(key)
+            self._cache.put(key, self.model_id, value, raw, usage)
+        return JSONResult(req.key, True, value=value, raw=raw, attempts=calls, usage=usage)
+
+    def count_usage(self, usage: dict[str, int], reported: Any) -> None:
+        """Add an answer's ``usage`` (an SDK object or its dict) to ``usage`` and the counters:
+        prompt, completion and cached prompt tokens (``prompt_tokens_details.cached_tokens``,
+        0 when the endpoint does not report it)."""
+        if reported is None:
+            return
+        get = reported.get if isinstance(reported, dict) else lambda k, d=None: getattr(reported, k, d)
+        details = get("prompt_tokens_details")
+        cached = (details.get("cached_tokens") if isinstance(details, dict)
+                  else getattr(details, "cached_tokens", None)) if details is not None else None
+        add = {"prompt_tokens": get("prompt_tokens") or 0, "completion_tokens": get("completion_tokens") or 0,
+               "cached_prompt_tokens": cached or 0}
+        for k, v in add.items():
+            usage[k] = usage.get(k, 0) + v
+        self.bump(**add)
+
+    async def _complete_one(self, oai: openai.AsyncOpenAI, req: JSONRequest) -> JSONResult:
+        key, hit = self.lookup(req)
+        if hit is not None:
+            return hit
         messages = list(req.messages)
-        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_prompt_tokens": 0}
         counter = {"calls": 0}
         raw = ""
         for attempt in range(self.cfg.max_repairs + 1):
             try:
                 resp = await self._chat(oai, messages, req, counter)
             except openai.APITimeoutError as e:
-                return self._fail(req, "timeout", raw, f"{type(e).__name__}: {e}", counter, usage)
+                return self.fail(req, "timeout", raw, f"{type(e).__name__}: {e}", counter["calls"], usage)
             except openai.APIConnectionError as e:
-                return self._fail(req, "connection_error", raw, f"{type(e).__name__}: {e}", counter, usage)
+                return self.fail(req, "connection_error", raw, f"{type(e).__name__}: {e}", counter["calls"], usage)
             except openai.APIStatusError as e:  # redact, then cut: a cut key would escape redaction
-                return self._fail(req, "http_error", raw, f"HTTP {e.status_code}: {self._redact(str(e))[:300]}",
-                                  counter, usage)
+                return self.fail(req, "http_error", raw, f"HTTP {e.status_code}: {self._redact(str(e))[:300]}",
+                                 counter["calls"], usage)
             except _BadBody as e:
-                return self._fail(req, "http_error", raw, str(e), counter, usage)
-            if resp.usage is not None:
-                pt, ct = resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0
-                usage["prompt_tokens"] += pt
-                usage["completion_tokens"] += ct
-                self._bump(prompt_tokens=pt, completion_tokens=ct)
+                return self.fail(req, "http_error", raw, str(e), counter["calls"], usage)
+            self.count_usage(usage, resp.usage)
             choice = resp.choices[0]
-            raw = self._redact(choice.message.content or "")  # an endpoint may echo the key: never keep it
-            if choice.finish_reason == "length":
-                return self._fail(req, "length", raw, f"answer cut at max_tokens={self.cfg.max_tokens}", counter, usage)
-            try:
-                value, raw = self._accept_redacted(req, raw)
-            except _Rejected as rej:
-                if attempt == self.cfg.max_repairs:
-                    return self._fail(req, rej.reason, raw, rej.detail, counter, usage)
-                self._bump(repairs=1)
-                messages = messages + [
-                    {"role": "assistant", "content": raw},
-                    {"role": "user", "content": f"Your answer was rejected ({rej.reason}): {rej.detail}\n"
-                                                "Reply again with only the corrected JSON, nothing else."}]
+            verdict, got, raw, detail = self.judge(req, messages, choice.message.content, choice.finish_reason, attempt)
+            if verdict == "repair":
+                messages = got
                 continue
-            if self._cache is not None:
-                self._cache.put(key, self.model_id, value, raw, usage)
-            return JSONResult(req.key, True, value=value, raw=raw, attempts=counter["calls"], usage=usage)
+            if verdict == "fail":
+                return self.fail(req, got, raw, detail, counter["calls"], usage)
+            return self.store(key, req, got, raw, counter["calls"], usage)
         raise AssertionError("unreachable")
 
-    def _fail(self, req, reason, raw, detail, counter, usage) -> JSONResult:
-        self._bump(failures=1)
+    def fail(self, req: JSONRequest, reason: str, raw: str, detail: str, calls: int,
+             usage: dict[str, int]) -> JSONResult:
+        """A failed result (counted in ``failures``), raw output and detail redacted."""
+        self.bump(failures=1)
         return JSONResult(req.key, False, raw=self._redact(raw), error=reason, detail=self._redact(detail),
-                          attempts=counter["calls"], usage=usage)
+                          attempts=calls, usage=usage)
 
     # ---- transport ------------------------------------------------------------------------
     def _response_format(self, req: JSONRequest) -> dict[str, Any] | None:
@@ -433,10 +503,12 @@ class LLMClient:
         return False
 
     def _wait(self, retry_state) -> float:
-        after = _retry_after_s(retry_state.outcome.exception())
-        if after is not None:
-            return min(after, MAX_RETRY_AFTER_S)
-        return self._backoff(retry_state)
+        exc = retry_state.outcome.exception()
+        after = _retry_after_s(exc)
+        wait = min(after, MAX_RETRY_AFTER_S) if after is not None else self._backoff(retry_state)
+        if isinstance(exc, openai.RateLimitError):
+            self.bump(limit_wait_s=wait)  # a 429's back-off is time spent waiting on the limits
+        return wait
 
     async def _chat(self, oai: openai.AsyncOpenAI, messages, req: JSONRequest, counter: dict):
         """One chat completion with transport retries; may switch the dialect once (auto)."""
@@ -448,30 +520,57 @@ class LLMClient:
                     raise
                 self.dialect = "json_object"  # remembered for every later call of this client
 
+    def request_body(self, req: JSONRequest, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """The chat-completions body for ``messages`` of ``req`` in the current dialect: model,
+        messages (with the schema appended for dialect ``none``), sampling parameters and
+        ``response_format``. The same body goes online and into a batch file."""
+        sent = schema_hint(messages, req.schema) if self.dialect == "none" else messages
+        body: dict[str, Any] = dict(model=self.model, messages=sent, temperature=self.cfg.temperature,
+                                    max_tokens=self.cfg.max_tokens, seed=self.cfg.seed)
+        fmt = self._response_format(req)
+        if fmt is not None:
+            body["response_format"] = fmt
+        return body
+
+    def prompt_chars(self, messages: list[dict[str, str]], req: JSONRequest) -> int:
+        """Characters of a call's prompt: the messages' contents and the response format sent."""
+        fmt = self._response_format(req)
+        return sum(len(m.get("content") or "") for m in messages) + (len(json.dumps(fmt)) if fmt else 0)
+
     async def _chat_retrying(self, oai, messages, req: JSONRequest, counter: dict):
         retrying = AsyncRetrying(stop=stop_after_attempt(self.cfg.max_retries + 1), wait=self._wait,
                                  retry=retry_if_exception(self._retryable), reraise=True,
-                                 before_sleep=lambda _s: self._bump(retries=1))
+                                 before_sleep=lambda _s: self.bump(retries=1))
         async for attempt in retrying:
             with attempt:
-                sent = schema_hint(messages, req.schema) if self.dialect == "none" else messages
-                kwargs: dict[str, Any] = dict(model=self.model, messages=sent, temperature=self.cfg.temperature,
-                                              max_tokens=self.cfg.max_tokens, seed=self.cfg.seed)
-                fmt = self._response_format(req)
-                if fmt is not None:
-                    kwargs["response_format"] = fmt
-                self._bump(calls=1)
+                body = self.request_body(req, messages)
+                chars = self.prompt_chars(body["messages"], req)
+                self.bump(limit_wait_s=await self.budget.admit(chars))
+                self.bump(calls=1)
                 counter["calls"] += 1
                 try:
-                    resp = await oai.chat.completions.create(**kwargs)
-                except json.JSONDecodeError as e:  # the SDK parses a JSON-typed 200 body itself
-                    raise self._bad_body("not JSON", e.doc) from None
-                if isinstance(resp, str):  # a 200 that is not JSON-typed: the SDK returns its text
-                    raise self._bad_body("not JSON", resp)
-                if not getattr(resp, "choices", None) or getattr(resp.choices[0], "message", None) is None:
-                    raise self._bad_body("no choices", resp.model_dump_json() if hasattr(resp, "model_dump_json")
-                                         else str(resp))
-                return resp
+                    return await self._call(oai, body, chars)
+                finally:
+                    await self.budget.release()
+
+    async def _call(self, oai, body: dict[str, Any], chars: int):
+        """One HTTP call; feeds the answer's ``x-ratelimit-*`` headers (or the 429) to the budget."""
+        try:
+            raw = await oai.chat.completions.with_raw_response.create(**body)
+            resp = raw.parse()
+        except json.JSONDecodeError as e:  # the SDK parses a JSON-typed 200 body itself
+            raise self._bad_body("not JSON", e.doc) from None
+        except openai.RateLimitError as e:
+            self.bump(rate_limited=1)
+            self.budget.throttled(e.response.headers, _retry_after_s(e))
+            raise
+        if isinstance(resp, str):  # a 200 that is not JSON-typed: the SDK returns its text
+            raise self._bad_body("not JSON", resp)
+        if not getattr(resp, "choices", None) or getattr(resp.choices[0], "message", None) is None:
+            raise self._bad_body("no choices", resp.model_dump_json() if hasattr(resp, "model_dump_json")
+                                 else str(resp))
+        self.budget.observe(raw.headers, chars, getattr(resp.usage, "prompt_tokens", 0) or 0)
+        return resp
 
     def _bad_body(self, why: str, body: str) -> _BadBody:
         """The error for a 2xx body that is not a chat completion, naming the endpoint; the

@@ -65,7 +65,8 @@ def _bank_facts(root: str, run_id: str, run_dir: str, stages: list[dict[str, Any
 
 
 def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_PROMPT,
-           price_completion: float = runinfo.DEFAULT_PRICE_COMPLETION, sample_rows: int = 3) -> dict[str, Any]:
+           price_completion: float = runinfo.DEFAULT_PRICE_COMPLETION, sample_rows: int = 3,
+           price_cached: float = runinfo.DEFAULT_PRICE_CACHED) -> dict[str, Any]:
     """Every fact the report shows, as plain data (no charts). Raises ``FileNotFoundError`` when
     ``<root>/runs/<run_id>`` does not exist (``ValueError`` for an invalid run id)."""
     store = ArtifactStore(root, run_id)
@@ -81,7 +82,7 @@ def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_P
     return {
         "run_id": run_id, "run_dir": run_dir, "notes": notes, "funnel": funnel, "samples": samples,
         "verify": runinfo.verify_facts(verified),
-        "llm": runinfo.llm_usage(stages, price_prompt, price_completion),
+        "llm": runinfo.llm_usage(stages, price_prompt, price_completion, price_cached),
         "bank": _bank_facts(root, run_id, run_dir, stages),
         "quality": training.quality_metrics(export),
         "sft": training.sft_curve(run_dir), "grpo": training.grpo_steps(run_dir),
@@ -128,6 +129,7 @@ def problems(facts: dict[str, Any]) -> list[str]:
 def build_report(root: str, run_id: str, out: str | None = None, *,
                  price_prompt: float = runinfo.DEFAULT_PRICE_PROMPT,
                  price_completion: float = runinfo.DEFAULT_PRICE_COMPLETION,
+                 price_cached: float = runinfo.DEFAULT_PRICE_CACHED,
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write the report of run ``run_id`` to ``out`` (default ``<root>/runs/<run_id>/report.html``)
     and its PNGs to ``<out stem>_png/``.
@@ -138,7 +140,7 @@ def build_report(root: str, run_id: str, out: str | None = None, *,
     """
     say = progress or (lambda _m: None)
     say("reading manifests and artifacts")
-    facts = gather(root, run_id, price_prompt, price_completion)
+    facts = gather(root, run_id, price_prompt, price_completion, price_cached=price_cached)
     say("drawing charts")
     pngs = draw(facts)
     out = os.path.abspath(out or os.path.join(facts["run_dir"], "report.html"))

@@ -14,15 +14,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.artifacts import MANIFEST, parquet_parts, quarantine_dir
+from pipeline.core.config import LLMConfig
+from pipeline.llm.accounting import cost_usd
 from pipeline.stages import STAGES
 
-#: Default price in US dollars per 1M tokens (prompt, completion): OpenAI's list price of
-#: gpt-4o-mini (openai.com/api/pricing, July 2024). The embedded model itself costs nothing;
-#: the estimate says what the same tokens would cost at a paid endpoint.
-DEFAULT_PRICE_PROMPT = 0.15
-DEFAULT_PRICE_COMPLETION = 0.60
+#: Default price in US dollars per 1M tokens (prompt, cached prompt, completion) and the batch
+#: share: the defaults of ``LLMConfig`` (gpt-4o-mini's list price, openai.com/api/pricing: 0.15,
+#: 0.075 cached, 0.60; Batch API half of that). The embedded model itself costs nothing; the
+#: estimate says what the same tokens would cost at a paid endpoint.
+DEFAULT_PRICE_PROMPT = LLMConfig.price_prompt
+DEFAULT_PRICE_CACHED = LLMConfig.price_cached
+DEFAULT_PRICE_COMPLETION = LLMConfig.price_completion
+BATCH_PRICE_FACTOR = LLMConfig.batch_price_factor
 
-LLM_COUNTERS = ("calls", "cache_hits", "retries", "repairs", "failures", "prompt_tokens", "completion_tokens")
+LLM_COUNTERS = ("calls", "cache_hits", "retries", "repairs", "failures", "prompt_tokens", "cached_prompt_tokens",
+                "completion_tokens", "rate_limited", "batches")
 
 
 def read_json(path: str) -> tuple[Any, str]:
@@ -136,26 +142,37 @@ def _cut(v: Any, n: int) -> Any:
 
 
 def llm_usage(stages: list[dict[str, Any]], price_prompt: float = DEFAULT_PRICE_PROMPT,
-              price_completion: float = DEFAULT_PRICE_COMPLETION) -> dict[str, Any]:
+              price_completion: float = DEFAULT_PRICE_COMPLETION,
+              price_cached: float = DEFAULT_PRICE_CACHED) -> dict[str, Any]:
     """LLM counters per stage (``manifest["llm"]``, see ``pipeline.llm.client.COUNTERS``) with
-    throughput and cost, plus totals.
+    throughput, cost and cost per kept row, plus totals.
 
-    ``cost_usd`` = (prompt_tokens * price_prompt + completion_tokens * price_completion) / 1e6 for
-    the tokens the endpoint processed (cache hits cost nothing and add no tokens). ``tok_per_s`` =
-    (prompt + completion tokens) / stage wall time in seconds. Returns ``{"rows", "total"}``;
-    stages whose manifest has no ``llm`` section are left out.
+    ``cost_usd`` = (uncached prompt tokens * price_prompt + cached prompt tokens * price_cached +
+    completion_tokens * price_completion) / 1e6 for the tokens the endpoint processed (cache hits
+    cost nothing and add no tokens), times :data:`BATCH_PRICE_FACTOR` for a stage run in batch
+    mode (``llm.mode``). ``rows_kept``: the stage's output rows; ``cost_per_row`` /
+    ``tokens_per_row``: cost and tokens over them (``None`` without rows). ``tok_per_s`` =
+    (prompt + completion tokens) / stage wall time in seconds; ``limit_wait_s``: seconds calls
+    waited on the rate limits. Returns ``{"rows", "total", prices}``; stages whose manifest has no
+    ``llm`` section are left out.
     """
     rows = []
     for s in stages:
         llm = s["manifest"].get("llm") or {}
         if not llm:
             continue
-        r = {k: int(llm.get(k, 0) or 0) for k in LLM_COUNTERS}
+        r: dict[str, Any] = {k: int(llm.get(k, 0) or 0) for k in LLM_COUNTERS}
         wall = float(s["manifest"].get("wall_s") or 0.0)
         tokens = r["prompt_tokens"] + r["completion_tokens"]
-        r.update(stage=s["stage"], wall_s=wall, tok_per_s=tokens / wall if wall > 0 else None,
-                 cost_usd=(r["prompt_tokens"] * price_prompt + r["completion_tokens"] * price_completion) / 1e6,
-                 model=(s["manifest"].get("model") or ""))
+        mode = llm.get("mode") or "online"
+        kept = llm.get("rows_kept", (s["manifest"].get("counts") or {}).get("out"))
+        cost = cost_usd(r, price_prompt, price_cached, price_completion, BATCH_PRICE_FACTOR if mode == "batch" else 1.0)
+        r.update(stage=s["stage"], wall_s=wall, tok_per_s=tokens / wall if wall > 0 else None, cost_usd=cost,
+                 model=(s["manifest"].get("model") or ""), mode=mode, limit_wait_s=float(llm.get("limit_wait_s") or 0),
+                 uncached_prompt_tokens=r["prompt_tokens"] - r["cached_prompt_tokens"], rows_kept=kept,
+                 cost_per_row=cost / kept if kept else None, tokens_per_row=tokens / kept if kept else None)
         rows.append(r)
-    total = {k: sum(r[k] for r in rows) for k in LLM_COUNTERS + ("wall_s", "cost_usd")}
-    return {"rows": rows, "total": total, "price_prompt": price_prompt, "price_completion": price_completion}
+    total = {k: sum(r[k] for r in rows)
+             for k in LLM_COUNTERS + ("wall_s", "cost_usd", "limit_wait_s", "uncached_prompt_tokens")}
+    return {"rows": rows, "total": total, "price_prompt": price_prompt, "price_cached": price_cached,
+            "price_completion": price_completion, "batch_factor": BATCH_PRICE_FACTOR}

@@ -39,7 +39,7 @@ def test_show_prints_merged_config_with_help_comments(tmp_path):
     assert [ln[:-1] for ln in out.splitlines() if ln and ln[0].isalpha()] == SECTIONS
     shown = yaml.safe_load(out)
     assert shown == to_dict(load_config(path))
-    assert shown["llm"]["max_tokens"] == 768  # a default the file does not set
+    assert shown["llm"]["max_tokens"] == 1536  # a default the file does not set
     again = tmp_path / "shown.yaml"  # what it prints is itself a config file
     again.write_text(out)
     assert to_dict(load_config(str(again))) == shown

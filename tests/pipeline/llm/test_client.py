@@ -37,14 +37,14 @@ def test_fenced_json_with_trailing_comma():
         client = make_client(stub)
         res = run_one(client)
     assert (res.ok, res.value, res.attempts) == (True, {"city": "Paris"}, 1)
-    assert res.usage == {"prompt_tokens": 10, "completion_tokens": 5}
+    assert res.usage == {"prompt_tokens": 10, "completion_tokens": 5, "cached_prompt_tokens": 0}
     assert counters(client) == {"calls": 1, "retries": 0, "repairs": 0, "failures": 0, "cache_hits": 0}
     assert client.stats_snapshot()["prompt_tokens"] == 10
     # The json_object dialect carries the grammar form of the schema (llama.cpp): the string gets a
     # length-bounded pattern without quote, backslash or control characters.
     city = {"type": "string", "maxLength": 20, "pattern": '^[^"\\\\\\x00-\\x1f]{0,20}$'}
     assert stub.requests[0]["response_format"] == {"type": "json_object", "schema": {**SCHEMA, "properties": {"city": city}}}
-    assert (stub.requests[0]["temperature"], stub.requests[0]["max_tokens"], stub.requests[0]["seed"]) == (0.0, 768, 0)
+    assert (stub.requests[0]["temperature"], stub.requests[0]["max_tokens"], stub.requests[0]["seed"]) == (0.0, 1536, 0)
 
 
 def test_wrong_schema_then_repaired():
@@ -202,7 +202,8 @@ def test_many_keep_order_and_delta(tmp_path):
         out = client.complete_json_many(reqs, desc="order")
     assert [(r.key, r.value["city"]) for r in out] == [("r0", "A"), ("r1", "B"), ("r2", "C")]
     assert client.stats_delta(snap) == {"calls": 3, "cache_hits": 0, "prompt_tokens": 30, "completion_tokens": 15,
-                                        "retries": 0, "repairs": 0, "failures": 0}
+                                        "retries": 0, "repairs": 0, "failures": 0, "cached_prompt_tokens": 0,
+                                        "rate_limited": 0, "limit_wait_s": 0.0, "batches": 0}
 
 
 def test_api_key_only_from_named_env(monkeypatch):

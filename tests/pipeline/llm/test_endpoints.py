@@ -91,7 +91,8 @@ def test_documented_presets_are_valid_configs():
         ("", "auto", ""), ("https://api.openai.com/v1", "json_schema", "OPENAI_API_KEY"),
         ("https://my-resource.openai.azure.com", "json_schema", "AZURE_OPENAI_API_KEY"),
         ("https://api.deepseek.com", "none", "DEEPSEEK_API_KEY"),
-        ("http://gpu-node-1:8000/v1", "json_schema", "VLLM_API_KEY")]
+        ("http://gpu-node-1:8000/v1", "json_schema", "VLLM_API_KEY"), ("", "auto", "")]
+    assert (blocks[-1].rpm, blocks[-1].tpm, blocks[-1].concurrency) == (5000, 2_000_000, 32)  # the limits example
 
 
 def test_model_identity_of_the_embedded_server_does_not_depend_on_how_it_is_reached():
