@@ -45,7 +45,9 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
 
     A row whose cosine similarity to an earlier kept row of its group is ``>= threshold`` is
     dropped and its ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row
-    (the most similar one). Exact duplicates (same ``skill_id``) always merge, without encoding.
+    (the most similar one). Then a task-specific row that is as similar to a general row merges
+    into it (every prompt of a category shows the general skills too). Exact duplicates (same
+    ``skill_id``) always merge, without encoding.
 
     Returns ``(kept_rows, merges)`` with one ``{kept, dropped, kind, category, similarity}`` dict
     per merge (similarity rounded to 4 decimals). ``encoder`` defaults to :func:`encode`.
@@ -66,7 +68,8 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(unique):
         groups.setdefault((r["kind"], r["category"]), []).append(i)
-    if any(len(ix) > 1 for ix in groups.values()):
+    kinds = {r["kind"] for r in unique}
+    if any(len(ix) > 1 for ix in groups.values()) or {"general", "task_specific"} <= kinds:
         vecs = (encoder or encode)([skill_text(r) for r in unique])
     dropped: set[int] = set()
     for ix in groups.values():
@@ -81,8 +84,27 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
                 _absorb(target, unique[i])
                 merges.append(_merge_record(target, unique[i], float(sims[best])))
                 dropped.add(i)
+    if {"general", "task_specific"} <= kinds:
+        _merge_into_general(unique, vecs, threshold, dropped, merges)
     kept = [r for i, r in enumerate(unique) if i not in dropped]
     return kept, merges
+
+
+def _merge_into_general(rows: list[dict[str, Any]], vecs, threshold: float, dropped: set[int],
+                        merges: list[dict[str, Any]]) -> None:
+    """Merge each task-specific row (not yet dropped) whose best cosine similarity to a kept
+    general row is ``>= threshold`` into that row: a skill repeated for a category adds nothing
+    to its prompts, which show the general skills too."""
+    general = [i for i, r in enumerate(rows) if r["kind"] == "general" and i not in dropped]
+    for i, r in enumerate(rows):
+        if r["kind"] != "task_specific" or i in dropped or not general:
+            continue
+        sims = vecs[general] @ vecs[i]
+        best = int(np.argmax(sims))
+        if float(sims[best]) >= threshold:
+            _absorb(rows[general[best]], r)
+            merges.append(_merge_record(rows[general[best]], r, float(sims[best])))
+            dropped.add(i)
 
 
 def _absorb(target: dict[str, Any], other: dict[str, Any]) -> None:

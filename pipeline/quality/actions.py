@@ -40,11 +40,11 @@ def _verb(concept: str, base: Iterable[str], past: Iterable[str], other: Iterabl
 
 
 _verb("go", ["go", "goes", "navigate", "navigates", "move", "moves", "walk", "walks", "head", "heads",
-             "travel", "travels", "visit", "visits", "return", "returns", "proceed", "proceeds", "locate", "locates"],
+             "travel", "travels", "visit", "visits", "return", "returns", "proceed", "proceeds", "locate", "locates", "carry", "carries", "bring", "brings"],
       ["went", "gone", "navigated", "moved", "walked", "headed", "traveled", "travelled", "visited", "returned",
-       "proceeded"],
+       "proceeded", "carried", "brought"],
       ["going", "navigating", "moving", "walking", "heading", "traveling", "travelling", "visiting", "returning",
-       "proceeding", "locating"])
+       "proceeding", "locating", "carrying", "bringing"])
 _verb("take", ["take", "takes", "pick", "picks", "grab", "grabs", "collect", "collects", "acquire", "acquires",
                "retrieve", "retrieves", "obtain", "obtains"],
       ["took", "taken", "picked", "grabbed", "collected", "acquired", "retrieved", "obtained"],

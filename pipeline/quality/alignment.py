@@ -88,6 +88,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     own = entities(action) | entities(traj.task)
     before = set().union(*(entities(a) for a in traj.actions[:i])) if i else set()
     goal = _task_nouns(traj.task)
+    # only verbs of this episode's command grammar: a WebShop product "easy carry backdrop" is no move
+    concepts = _ACTING & {m.concept for m in map(act.command_mention, traj.actions) if m is not None}
     for m in act.text_mentions(think, nouns):
         if _claims_done(tokens, m):
             # only a claim about a named object or receptacle of this episode ("after cooling the
@@ -102,13 +104,36 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         seen = set() if "again" in clause else before
         foreign = sorted(e for e in entities(" ".join(clause)) if e not in own and e not in seen
                          and e.split()[-2] in kinds)
-        if foreign and m.concept in _ACTING:
+        if foreign and m.concept in concepts:
             return f"acts on {foreign[0]} ('{' '.join(clause)}'), but this step's action is {action!r}"
         if current and m.concept == current.concept and m.concept in ("take", "put"):
             other = [n for n in m.nouns if n not in goal and n not in act.RECEPTACLES and n not in ("object", "item", "target")
                      and not any(c.endswith(n) or n.endswith(c) for c in current.nouns)]
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
+    return _says_it_does_another(tokens, act.text_mentions(think, nouns), current, earlier[-1:], action, concepts)
+
+
+#: Words before a verb that make it the agent's own action now, in the present: "I take", "so I
+#: go". A future ("I'll close it and go to the desk") is a plan and not judged.
+_NOW = (("i",),)
+
+
+def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], current: act.Mention | None,
+                          previous: list[act.Mention], action: str, concepts: set[str]) -> str | None:
+    """Why the think says the agent does another action now, else ``None``: a first-person
+    present or immediate-future verb ("I take it", "I'll go to the diningtable") of another
+    concept than this step's action, while no such verb names this step's concept. A recap of
+    the previous action ("Now I take a spraybottle (2)" before going on, as ReAct agents write)
+    is not another action."""
+    if current is None or any(m.concept == current.concept for m in mentions if not m.past):
+        return None  # it speaks of this step's action too ("I use the microwave to heat the mug")
+    now = [m for m in mentions if not m.past and any(tuple(tokens[max(0, m.pos - len(w)):m.pos]) == w for w in _NOW)]
+    other = [m for m in now if m.concept in concepts and not any(act.same_event(m, p) for p in previous)
+             and "look" not in tokens[m.pos + 1:m.pos + 4]]  # "I take a quick look"
+    if other:
+        m = other[0]
+        return f"says the agent will now '{' '.join(tokens[m.pos:m.pos + 4])}', but this step's action is {action!r}"
     return None
 
 

@@ -178,18 +178,24 @@ def tool_violations(name: str, item_text: str, principle: str, successes: Sequen
     ``look_at_obj_in_light``: :data:`pipeline.quality.actions.KEY_VERB`) sends the agent to an
     appliance that no successful episode used for that transform, and never names the one they
     used ("Heat Mug: first locate the stoveburner", when every success heated in the microwave).
+    Without a success that shows the transform, the appliance ALFWorld's domain requires
+    (:data:`pipeline.quality.actions.TRANSFORM_TOOLS`) stands in ("Cool Cup: carry it to the
+    sinkbasin and cool it there").
     ``item_text`` is the whole skill (title included), ``principle`` the field judged."""
     key = act.KEY_VERB.get(category)
-    if not key or not successes or not any(m.concept == key for m in act.text_mentions(item_text)):
+    if not key or not any(m.concept == key for m in act.text_mentions(item_text)):
         return []
     used = {n for t in successes for m in map(act.command_mention, t.actions)
             if m is not None and m.concept == key for n in m.nouns if n in APPLIANCES}
+    # no success of the category shows the transform (all were demoted, say): the game's own rule
+    who = "every successful episode of its kind used" if used else "the game's rules require"
+    used = used or set(act.TRANSFORM_TOOLS.get(key, ()))
     named = {n for m in act.text_mentions(principle) if m.concept in ("go", "use", key) for n in m.nouns
              if n in APPLIANCES}
     if not used or named & used or not named - used:
         return []
     return [Violation("contradicts_success", f"{name} sends the agent to {', '.join(sorted(named - used))} to {key}, "
-                                             f"but every successful episode of its kind used {', '.join(sorted(used))}")]
+                                             f"but {who} {', '.join(sorted(used))}")]
 
 
 def _mistake_words(text: str) -> list[str]:

@@ -64,3 +64,22 @@ def test_recorded_thoughts_of_the_samples_pass(sample, tmp_path):
                 if why := alignment.narration(think, action, t.actions[:i]) or alignment.misaligned(think, t, i, action):
                     fired.append((i, why))
     assert n >= 5 and fired == []
+
+
+def test_a_think_that_does_another_action_now():
+    """Two 1.5B thinks of the sample: 'open cabinet 2' explained by taking a soapbottle, and
+    'heat apple 1 with microwave 1' by going to the diningtable. A ReAct recap of the previous
+    action ("Now I take a spraybottle (2)") before going on is no other action."""
+    spray = trajectory("put some spraybottle on toilet.", ["go to cabinet 1", "go to cabinet 2", "open cabinet 2",
+                                                           "take spraybottle 2 from cabinet 2", "go to toilet 1"])
+    assert alignment.misaligned("Soapbottle 1 is here in the cabinet 1. I take it so I can use it for the toilet.",
+                                spray, 2, "open cabinet 2").startswith("says the agent will now 'take it")
+    assert alignment.misaligned("Now I take a spraybottle (2). Next, I need to put it in/on toilet 1.", spray, 4,
+                                "go to toilet 1") is None
+    apple = trajectory("put a hot apple in fridge.", ["go to diningtable 1", "take apple 1 from diningtable 1",
+                                                      "go to microwave 1", "heat apple 1 with microwave 1"], "heat")
+    assert alignment.misaligned("The goal asks for a hot apple, so before putting it in the fridge I go to the "
+                                "diningtable to place it.", apple, 3, "heat apple 1 with microwave 1") \
+        .startswith("says the agent will now 'go to the diningtable'")
+    assert alignment.misaligned("I use the microwave to heat the apple.", apple, 3,
+                                "heat apple 1 with microwave 1") is None

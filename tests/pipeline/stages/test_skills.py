@@ -90,17 +90,19 @@ def test_merge_by_embedding_similarity():
                    "When looking for an object.", "m2"),
             _skill("c", "Heat With Microwave", "Use the microwave to heat food items.",
                    "When the goal asks for a hot object.", "m3"),
-            # same text as "a" but another category: never merged across groups
-            _skill("d", "Explore Systematically", "Visit each location once before revisiting any.",
-                   "When searching for an object.", "m4", kind="task_specific", category="cool")]
+            # the same task-specific text in two categories: never merged across categories
+            _skill("d", "Open The Fridge First", "Open the fridge before you take the object out.",
+                   "When the object is in the fridge.", "m4", kind="task_specific", category="cool"),
+            _skill("e", "Open The Fridge First", "Open the fridge before you take the object out.",
+                   "When the object is in the fridge.", "m5", kind="task_specific", category="heat")]
     kept, merges = _skillmerge.merge_similar(rows, 0.85)
-    assert [r["skill_id"] for r in kept] == ["a", "c", "d"]
+    assert [r["skill_id"] for r in kept] == ["a", "c", "d", "e"]
     assert kept[0]["source_memory_ids"] == ["m1", "m2"] and kept[0]["source_trajectory_ids"] == ["traj-m1", "traj-m2"]
     assert merges == [{"kept": "a", "dropped": "b", "kind": "general", "category": "",
                        "similarity": pytest.approx(0.8763, abs=2e-3),
                        "exact_duplicate": False}]
     kept, merges = _skillmerge.merge_similar(rows, 0.9)  # paraphrases stay apart at 0.9
-    assert [r["skill_id"] for r in kept] == ["a", "b", "c", "d"] and merges == []
+    assert [r["skill_id"] for r in kept] == ["a", "b", "c", "d", "e"] and merges == []
     assert rows[0]["source_memory_ids"] == ["m1"]  # inputs are not mutated
 
 
@@ -279,3 +281,16 @@ def test_a_bad_item_is_quarantined_and_the_good_items_of_its_answer_kept(tmp_pat
     assert counters["items_answered"] == 6
     assert counters["items_quarantined"] == {"duplicate_mistake": 1, "restated_action": 1}
     assert res.manifest["counts"]["units_out"] == 4  # every memory fed an answered call
+
+
+def test_a_task_specific_skill_that_repeats_a_general_one_merges_into_it():
+    """The 1.5B bank repeated its general "Search Likely Locations First" for two categories."""
+    principle = "Visit the receptacles where the object usually is before rare ones, and do not revisit a place."
+    rows = [_skill("g", "Search Likely Locations First", principle, "While the object is not found.", "m1"),
+            _skill("t", "Search Likely Locations First", principle, "While the object is not found.", "m2",
+                   kind="task_specific", category="pick_and_place"),
+            _skill("h", "Heat With Microwave", "Take the object, then heat it in the microwave.",
+                   "The goal asks for a hot object.", "m3", kind="task_specific", category="heat")]
+    kept, merges = _skillmerge.merge_similar(rows, 0.9)
+    assert [r["skill_id"] for r in kept] == ["g", "h"] and kept[0]["source_memory_ids"] == ["m1", "m2"]
+    assert [(m["kept"], m["dropped"], m["kind"]) for m in merges] == [("g", "t", "general")]
