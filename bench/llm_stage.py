@@ -1,6 +1,6 @@
 """Benchmark of the LLM client's concurrency and cache against the local stub.
 
-200 structured requests, each answered by the stub (tests/helpers/llm_stub.py) after an injected latency
+200 structured requests, each answered by the stub (bench/chat_stub.py) after an injected latency
 of 0.5 s, through ``LLMClient.complete_json_many`` with ``llm.concurrency = 16``. The stub runs in
 its own process, as a real endpoint would (in-process, its threads would share the client's GIL):
 
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pipeline.core.config import LLMConfig  # noqa: E402
 from pipeline.llm.client import LLMClient  # noqa: E402
 from pipeline.llm.types import JSONRequest  # noqa: E402
-from tests.helpers.llm_stub import ChatStub  # noqa: E402
+from bench.chat_stub import ChatStub  # noqa: E402
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["think"],
           "properties": {"think": {"type": "string", "minLength": 1, "maxLength": 80}}}

@@ -22,7 +22,7 @@ the kill classified (:func:`bench.reliability_common.classify_calls`: repeated m
 temporary folder left (on object storage: no uncommitted attempt left under ``_attempts/``), no
 process of the killed group alive.
 
-Roots: a local folder, and ``s3://`` on moto's S3 server (``tests/helpers/s3_server.py``) where
+Roots: a local folder, and ``s3://`` on moto's S3 server (``bench/s3_server.py``) where
 every process is another worker: the killed task, its retry and the in-process tasks each have
 their own mirror (``SKILLPIPE_CACHE_DIR``), the lease lives ``LEASE_S`` seconds and the retry
 waits it out (an Airflow ``retry_delay``), and LLM answers go to a remote cache part every
@@ -354,7 +354,7 @@ def matrix(work: str, points: list[tuple] | None = None, latency_s: float = 0.3,
         roots = {"local": local}
         if any(p[0] == "s3" for p in points):
             sys.path.insert(0, REPO)
-            from tests.helpers.s3_server import S3Server
+            from bench.s3_server import S3Server
             roots["s3"] = Root(work, stack.enter_context(S3Server()))
         for p in points:
             results.append(kill_one(roots[p[0]], p[0], config, stub, p, ref, ref_rows, upto, latency_s))

@@ -1,6 +1,6 @@
 """Scale benchmark: does the pipeline scale with Celery workers, and what does one shard cost?
 
-(a) **1 vs 2 Celery workers.** A real CeleryExecutor deployment on loopback (tests/dist/cluster.py:
+(a) **1 vs 2 Celery workers.** A real CeleryExecutor deployment on loopback (bench/cluster.py:
     PostgreSQL, Redis, api-server, scheduler, dag-processor, workers with 1 task slot each) runs
     the skillpipe DAG on a synthetic SkillRL rollout tree (tests/fixtures/tools/
     make_skillrl_rollouts.py) cut into ``--shards`` shards, against the schema stub
@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.reliability_stub import SchemaStub  # noqa: E402
 from pipeline.core.config import QUALITY_RULES  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
-from tests.dist.cluster import Cluster  # noqa: E402
+from bench.cluster import Cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKILLPIPE = os.path.join(os.path.dirname(sys.executable), "skillpipe")

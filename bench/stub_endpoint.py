@@ -37,7 +37,7 @@ def schema_answer(body: dict[str, Any]) -> tuple[str, str]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # see tests/helpers/llm_stub.py: Nagle + delayed ACK add ~40 ms
+    disable_nagle_algorithm = True  # see bench/chat_stub.py: Nagle + delayed ACK add ~40 ms
     server: "_Server"
 
     def log_message(self, *args) -> None:

@@ -2,8 +2,7 @@
 
 Tests mirror the packages (``tests/pipeline/core/test_runner.py`` tests ``pipeline/core/runner.py``).
 Shared helpers are plain modules in ``tests/helpers/``, imported one way:
-``from tests.helpers.<module> import ...`` (``paths`` for REPO/FIXTURES, ``llm_stub`` for the
-scripted OpenAI-protocol stub, ``llm_faults`` and ``llm_stage_data`` for stage-level LLM tests).
+``from tests.helpers.<module> import ...`` (``paths`` for REPO/FIXTURES, ``llm_faults`` and ``llm_stage_data`` for stage-level LLM tests).
 Fixtures used across folders live here.
 """
 from __future__ import annotations

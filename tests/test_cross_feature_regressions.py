@@ -84,7 +84,7 @@ def test_inspect_and_report_name_a_missing_bucket(tmp_path, monkeypatch):
     and what to do, exit 1 (moto's S3 server on loopback)."""
     from typer.testing import CliRunner
     from pipeline.cli import app
-    from tests.helpers.s3_server import S3Server
+    from bench.s3_server import S3Server
     with S3Server() as s3:
         for k, v in s3.env().items():
             monkeypatch.setenv(k, v)

@@ -82,6 +82,17 @@ def test_import_rule_sees_nested_imports():
     assert imported_modules("from . import x\nimport airflow.sdk\n") == {"airflow"}
 
 
+def test_bench_imports_nothing_from_tests():
+    """Benchmarks stand on their own: loopback stubs and servers they share with the tests live in
+    ``bench/`` (chat_stub, cluster, s3_server, stub_*), and the tests import them from there."""
+    bad = []
+    for path in python_files("bench"):
+        with open(path, encoding="utf-8") as f:
+            if "tests" in imported_modules(f.read()):
+                bad.append(os.path.relpath(path, REPO))
+    assert not bad, "bench/ must not import tests/: " + ", ".join(bad)
+
+
 def test_pipeline_imports_neither_sft_nor_airflow():
     bad = []
     for path in python_files("pipeline"):

@@ -11,7 +11,7 @@ from bench.reliability import FAULTS, FaultProxy
 from pipeline.core.config import LLMConfig
 from pipeline.llm.client import LLMClient
 from pipeline.llm.types import JSONRequest
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["city"],
           "properties": {"city": {"type": "string", "maxLength": 20}}}

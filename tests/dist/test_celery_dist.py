@@ -1,8 +1,8 @@
-"""The skillpipe DAG on a real CeleryExecutor deployment on loopback (tests/dist/cluster.py):
+"""The skillpipe DAG on a real CeleryExecutor deployment on loopback (bench/cluster.py):
 PostgreSQL, Redis, api-server, scheduler, dag-processor and 2 Celery workers. The export rows
 must equal those of ``skillpipe run`` (the CLI, one process) on the same input and config, and
 nothing the cluster started may outlive it. Artifacts go to a real S3-protocol server on loopback
-(moto, tests/helpers/s3_server.py); each worker has its own local cache, as on its own machine.
+(moto, bench/s3_server.py); each worker has its own local cache, as on its own machine.
 
 In the same run, a machine is lost: once the mapped task ``memory[KILL_SHARD]`` is running and
 its shard has checkpointed LLM answers to S3, the whole Celery worker running it (main, pool and
@@ -40,9 +40,9 @@ from bench.reliability_taskkill import remote_cache_keys
 from pipeline.core.config import QUALITY_RULES
 from pipeline.llm.cache import CACHE_FILE
 from pipeline.stages import STAGES
-from tests.dist.cluster import Cluster, tail
+from bench.cluster import Cluster, tail
 from tests.helpers.paths import REPO
-from tests.helpers.s3_server import S3Server
+from bench.s3_server import S3Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 

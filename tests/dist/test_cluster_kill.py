@@ -1,4 +1,4 @@
-"""The machine-loss helper of the distributed test (:meth:`tests.dist.cluster.Cluster.kill_worker`),
+"""The machine-loss helper of the distributed test (:meth:`bench.cluster.Cluster.kill_worker`),
 on a stand-in worker: a shell in its own session with a child in the session and a grandchild
 that left it (``setsid``), as a Celery worker's pool and task processes may. Nothing is started
 but these processes (no PostgreSQL, no Airflow), so this runs in a second."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from tests.dist.cluster import Cluster, process_tree
+from bench.cluster import Cluster, process_tree
 
 # a child in the worker's session, a grandchild in a session of its own; each writes its pid
 WORKER = "sleep 300 & echo $! > child.pid; setsid sh -c 'echo $$ > grandchild.pid; exec sleep 300' & wait"

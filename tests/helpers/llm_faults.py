@@ -1,6 +1,6 @@
 """Shared pieces of the stage-level fault tests: canned memory answers for the two trajectories of
 ``llm_stage_data.cool_apple`` (A a success, B a failure), an LLM config and a stage context on the
-scripted stub (``tests/helpers/llm_stub.py``), and the manifest's LLM counters."""
+scripted stub (``bench/chat_stub.py``), and the manifest's LLM counters."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import LLMConfig, PipelineConfig
 from pipeline.core.stage import StageContext
 from pipeline.llm.client import LLMClient
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 SUCCESS = {"contextual_description": "Cool an apple, then put it on the countertop.",
            "refined_trajectory": [{"step_index": 4, "action": "cool apple 1 with fridge 1",

@@ -41,7 +41,7 @@ def write_dedupe(store: ArtifactStore, instances: dict[str, str], val_fraction: 
 def aggregate_with_val_instance(tmp_path):
     """Run aggregate (stub LLM, val_fraction 0.3) on MEMORIES placed so that mem-2 is in a val
     instance; returns ``(store, StageResult, stub)``. Shared with test_export."""
-    from tests.helpers.llm_stub import ChatStub
+    from bench.chat_stub import ChatStub
     from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
     store = ArtifactStore(str(tmp_path), "r1")

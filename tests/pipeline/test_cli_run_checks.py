@@ -126,7 +126,7 @@ def test_gs_root_without_gcsfs_says_which_package_to_install_and_nothing_about_e
 
 @pytest.fixture(scope="module")
 def s3():
-    from tests.helpers.s3_server import S3Server
+    from bench.s3_server import S3Server
     with S3Server() as server:
         yield server
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.s3_server import S3Server
+from bench.s3_server import S3Server
 
 
 @pytest.fixture(scope="module")

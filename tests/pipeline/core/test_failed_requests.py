@@ -2,7 +2,7 @@
 output, the manifest lists it, the stage is not recorded as complete-and-fresh, and a plain rerun
 sends exactly the failed requests again (the successful answers come from the LLM cache).
 
-Runs aggregate and distill through ``runner.run_stage`` on the scripted stub (tests/helpers/llm_stub.py),
+Runs aggregate and distill through ``runner.run_stage`` on the scripted stub (bench/chat_stub.py),
 requests sequential (concurrency 1), so the script is consumed in call order.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
 from pipeline.core.runner import answers_repeat, failed_request_facts, run_stage
 from tests.helpers.llm_stage_data import heat_mug, write_trajectories, write_upstream
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.skills_data import MEMORIES, write_dedupe
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 

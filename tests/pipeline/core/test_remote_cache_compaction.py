@@ -16,7 +16,7 @@ from pipeline.core.runner import run_pipeline
 from pipeline.llm.cache import CACHE_FILE, ResponseCache, decode_part, encode_part
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
 from tests.helpers.llm_stage_data import cool_apple
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.remote_upstream import commit_cool_apple_upstream
 
 ROWS = [cool_apple("success", "traj-A").to_row()]

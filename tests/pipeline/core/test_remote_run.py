@@ -19,7 +19,7 @@ from pipeline.core.lease import LeaseHeld
 from pipeline.core.remote import open_root, read_table
 from pipeline.core.runner import run_pipeline, run_task
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.paths import REPO
 from tests.helpers.remote_upstream import commit_cool_apple_upstream
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.inspect import split_run_uri
 from tests.helpers.paths import REPO
-from tests.helpers.s3_server import free_port
+from bench.s3_server import free_port
 
 SAMPLES = os.path.join(REPO, "data", "samples")
 NO_LLM = "parse,remove_loops,verify,split"

@@ -1,4 +1,4 @@
-"""LLMClient against the scripted stub (tests/helpers/llm_stub.py): each fault, exact counters and results."""
+"""LLMClient against the scripted stub (bench/chat_stub.py): each fault, exact counters and results."""
 import time
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from pipeline.core.config import LLMConfig
 from pipeline.llm.client import LLMClient
 from pipeline.llm.types import JSONRequest
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["city"],
           "properties": {"city": {"type": "string", "maxLength": 20}}}

@@ -13,7 +13,7 @@ from pipeline.llm.client import LLMClient, azure_settings
 from pipeline.llm.types import JSONRequest
 from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import FAILURE, GOOD_B, stage_ctx, stub_llm_config
 from tests.helpers.paths import REPO
 

@@ -1,5 +1,5 @@
 """Fault injection at the STAGE level: memory and distill run through ``runner.run_stage`` with an
-LLMClient on the scripted stub (tests/helpers/llm_stub.py). For each fault: counts reconcile (in = out +
+LLMClient on the scripted stub (bench/chat_stub.py). For each fault: counts reconcile (in = out +
 quarantined), the quarantine row keeps the model's raw output and the reason, and the manifest's
 LLM counters (calls, retries, repairs, failures, cache hits, tokens) are exact.
 
@@ -19,7 +19,7 @@ from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
 from pipeline.core.runner import StageFailed, run_stage
 from tests.helpers.llm_stage_data import cool_apple, heat_mug, write_trajectories, write_upstream
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, TRUNCATED, llm_counts, stage_ctx, stub_llm_config
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 
 # (fault, script for trajectory A, A's quarantine (reason, raw) or None, counters)

@@ -13,7 +13,7 @@ from pipeline.core.config import LLMConfig
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import limit_headers, parse_duration
 from pipeline.llm.types import JSONRequest
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["city"],
           "properties": {"city": {"type": "string", "maxLength": 20}}}

@@ -1,6 +1,6 @@
 """A dead embedded LLM server is named, not retried.
 
-Fast cases put the scripted stub (tests/helpers/llm_stub.py, run as its own process) in the place of the
+Fast cases put the scripted stub (bench/chat_stub.py, run as its own process) in the place of the
 llama.cpp server: it answers ``/v1/models`` like the real one and kills itself (SIGILL, or exit 3)
 on its first completion, as the natively built server did on a CPU with AMX. Slow cases kill the
 real embedded server during ``memory`` from outside, through the CLI and the detached (Airflow)
@@ -31,7 +31,7 @@ from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 
 REPO = Path(_REPO)
-STUB = REPO / "tests" / "helpers" / "llm_stub.py"
+STUB = REPO / "bench" / "chat_stub.py"
 SIGILL_MSG = "died with SIGILL (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting"
 
 

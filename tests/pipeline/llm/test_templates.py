@@ -14,7 +14,7 @@ from pipeline.core.runner import fingerprint, run_stage
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_faults import FAILURE, stage_ctx, stub_llm_config
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, llm_counts, stage_ctx, stub_llm_config
 
 HTML = {"body_text": "<html><body><h1>502 Bad Gateway</h1></body></html>", "content_type": "text/html"}

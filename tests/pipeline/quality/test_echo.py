@@ -20,7 +20,7 @@ from pipeline.llm import templates
 from pipeline.quality import echo
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 from tests.helpers.llm_stage_data import write_trajectories, write_upstream
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.paths import FIXTURES
 from tests.helpers.quality_data import answer, distill_store, parsed_sample
 

@@ -15,7 +15,7 @@ from pipeline.core.records import MEMORY_SCHEMA
 from pipeline.core.runner import run_stage
 from pipeline.core.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 from tests.helpers.quality_data import answer, distill_store, parsed_sample
 

@@ -19,7 +19,7 @@ from pipeline.core.stage import StageContext
 from pipeline.stages import distill
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 from tests.helpers.paths import FIXTURES
 

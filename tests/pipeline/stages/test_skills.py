@@ -170,7 +170,7 @@ def test_stage_on_stub_unique_ids_lineage_and_bank_version(tmp_path):
     the SkillRL export validates, and the bank is registered in <root>/banks."""
     from pipeline.bank.store import BankStore
     from pipeline.llm.schemas import load_schema
-    from tests.helpers.llm_stub import ChatStub
+    from bench.chat_stub import ChatStub
     from tests.helpers.llm_faults import stage_ctx, stub_llm_config
     import jsonschema
 
@@ -248,7 +248,7 @@ def test_memories_of_val_instances_are_held_out():
 def test_a_bad_item_is_quarantined_and_the_good_items_of_its_answer_kept(tmp_path):
     """Content rules judge each skill: a restated command and a duplicated mistake go to the
     quarantine with their rule; the other items of the same answers make the bank."""
-    from tests.helpers.llm_stub import ChatStub
+    from bench.chat_stub import ChatStub
     from tests.helpers.llm_faults import stage_ctx, stub_llm_config
 
     store = ArtifactStore(str(tmp_path), "r1")

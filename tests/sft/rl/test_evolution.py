@@ -12,7 +12,7 @@ from tests.helpers.rollout_policies import ScriptedPolicy
 from sft.rl.config import GRPOConfig
 from pipeline.bank.evolving import SkillBank
 from sft.rl.evolution import category_rates, evolve
-from tests.helpers.llm_stub import ChatStub
+from bench.chat_stub import ChatStub
 
 STATIC = [skillbank.make_row("general", "", {"title": "Look First", "principle": "Read the room.", "when_to_apply": ""}),
           skillbank.make_row("task_specific", "put_away_objects",

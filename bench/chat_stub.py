@@ -11,7 +11,7 @@ Each POST to ``/v1/chat/completions`` consumes the next step of the script:
 
 * ``{"die": "SIGILL"}`` / ``{"exit": 3, "stderr": "..."}`` - the process kills itself with that
   signal, or writes ``stderr`` and exits with that code: for the stub run as a stand-in for the
-  embedded server in its own process (``python tests/helpers/llm_stub.py --port P --script JSON``);
+  embedded server in its own process (``python bench/chat_stub.py --port P --script JSON``);
 * ``{"body_text": "<html>...", "content_type": "text/html"}`` - a 200 (or ``status``) whose body
   is the given text, not JSON (a misconfigured proxy or captive portal).
 

@@ -56,7 +56,7 @@ class S3Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=10)
             self.proc = None
 
     def storage_options(self) -> dict:

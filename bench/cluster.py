@@ -37,7 +37,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tests.helpers.paths import REPO
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MARKER = "SKILLPIPE_DIST_CLUSTER"
 BIN = os.path.dirname(sys.executable)
@@ -76,8 +76,9 @@ def pg_bindir() -> str:
     if found:
         return os.path.dirname(os.path.realpath(found))
     try:
-        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as e:
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True,
+                             timeout=60).stdout.strip()
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         raise ClusterError(f"PostgreSQL server not found (install the Debian package postgresql): {e}") from e
     if not os.path.exists(os.path.join(out, "initdb")):
         raise ClusterError(f"pg_config --bindir gives {out}, which has no initdb: install postgresql")
@@ -260,7 +261,7 @@ class Cluster:
         env = dict(self.airflow_env(), LC_ALL="C.UTF-8")
         init = subprocess.run([os.path.join(bindir, "initdb"), "-D", data, "-U", "airflow", "--auth=trust",
                                "-E", "UTF8", "--locale=C.UTF-8"], env=env, cwd=self.pg_dir,
-                              capture_output=True, text=True, **user)
+                              capture_output=True, text=True, timeout=300, **user)
         if init.returncode:
             raise ClusterError(f"initdb failed:\n{init.stdout[-2000:]}{init.stderr[-2000:]}")
         proc = self._spawn("postgres", [os.path.join(bindir, "postgres"), "-D", data, "-h", "127.0.0.1",
