@@ -78,9 +78,28 @@ def restated_action(principle: str, known_nouns: Iterable[str] = ()) -> str | No
     return f"{next(iter(concepts))} {' '.join(sorted({n for m in mentions for n in m.nouns}))}".strip()
 
 
+def command_title(title: str, known_nouns: Iterable[str] = ()) -> bool:
+    """Whether a skill title is a bare command: one action verb and only the objects or
+    receptacles it acts on ("Go To Microwave", "Take Object", "Put Object In Target")."""
+    words = [w for w in re.findall(r"[a-z]+", (title or "").lower()) if w not in STOP]
+    mentions = act.text_mentions(title, known_nouns)
+    if len({m.concept for m in mentions}) != 1 or not words or words[0] not in act.VERBS:
+        return False
+    nouns = set(known_nouns) | act.RECEPTACLES | act.OBJECTS | {"object", "item", "target", "it"}
+    return all(w in act.VERBS or _plain(w) in nouns for w in words)
+
+
 def restated_violations(name: str, item: dict[str, Any], known_nouns: Iterable[str]) -> list[Violation]:
-    """``restated_action`` of one skill's principle (``name``: the item in messages, ``skills[2]``)."""
-    what = restated_action(str(item.get("principle") or ""), known_nouns)
+    """``restated_action`` of one skill (``name``: the item in messages, ``skills[2]``): its
+    principle restates one command (:func:`restated_action`), or its title is a bare command
+    (:func:`command_title`) and its principle gives no order, condition or reason
+    (:data:`STRATEGY`): "Go To Microwave: Place the object in the microwave for heating.",
+    one step of a plan split into skills."""
+    principle = str(item.get("principle") or "")
+    what = restated_action(principle, known_nouns)
+    if what is None and command_title(str(item.get("title") or ""), known_nouns) \
+            and not any(w in STRATEGY for w in re.findall(r"[a-z]+", principle.lower())):
+        what = str(item.get("title")).strip()
     if what is None:
         return []
     return [Violation("restated_action", f"{name}.principle only restates the command '{what}'; "

@@ -118,3 +118,13 @@ def test_no_skillrl_skill_or_mistake_contradicts_the_sample_successes(env, sampl
     for m in b["common_mistakes"]:
         found += bankrules.order_violations(m["description"], m["how_to_avoid"], succ)
     assert found == []
+
+
+def test_a_command_title_with_a_bare_principle_is_a_restated_action():
+    """The 1.5B bank split a plan into skills: "Go to Microwave: Place the object in the microwave
+    for heating." A command title is fine with an order or a reason in its principle."""
+    got = bankrules.restated_violations("skills[1]", {"title": "Go to Microwave",
+                                                      "principle": "Place the object in the microwave for heating."}, [])
+    assert [v.reason for v in got] == ["restated_action"]
+    assert bankrules.restated_violations("s", {"title": "Heat Object", "principle": "Take the object first, then heat "
+                                               "it in the microwave before going to the target."}, []) == []
