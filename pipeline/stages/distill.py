@@ -270,7 +270,7 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "2"  # think_misaligned, narration and cut_off
+    version = "3"  # think_misaligned, narration and cut_off; echo of worked examples
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

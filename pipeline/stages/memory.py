@@ -233,7 +233,7 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 class MemoryStage(LLMStage):
     """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
-    version = "2"  # missing_key_step and cut_off
+    version = "3"  # missing_key_step and cut_off; echo of worked examples
     inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")

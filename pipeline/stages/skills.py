@@ -361,7 +361,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "2"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off
+    version = "3"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off; echo of worked examples
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

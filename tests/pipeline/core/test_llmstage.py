@@ -61,7 +61,7 @@ def test_the_loop_turns_answers_into_rows_and_failures_into_quarantine():
     assert [r.key for r in out.failed_requests] == ["b#1", "b#2"]
     assert out.rows_in == 5 and len(out.rows) + len(out.quarantine) == 5
     assert out.counters == {"quality": {"items": 5, "quarantined": {}, "rate": {}, "rejected_answers": {},
-                                        "flagged": {}}}
+                                        "flagged": {}, "repaired": {}}}
 
 
 def test_nothing_to_ask_never_starts_the_llm():
