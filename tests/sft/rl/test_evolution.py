@@ -109,11 +109,14 @@ def test_no_call_without_training_failures(plays, tmp_path):
 
 
 @pytest.mark.slow
-def test_embedded_llm_writes_a_new_bank_version(plays, tmp_path):
+def test_embedded_teacher_writes_a_new_bank_version(plays, tmp_path):
+    """The default teacher (the 1.5B model `make install` fetches) writes skills that pass the bank's
+    content rules. The suite's 135M model is too weak for this: its one skill restated 'open'."""
     from pipeline.llm.server import EmbeddedServer
+    from pipeline.llm.weights import DEFAULT_TEACHER
     val, train = plays
     bank = SkillBank(list(STATIC))
-    with EmbeddedServer(log_dir=str(tmp_path), ctx_size=4096) as url:
+    with EmbeddedServer(log_dir=str(tmp_path), ctx_size=4096, model=DEFAULT_TEACHER) as url:
         res = evolve(bank, val, train, client_for(url, tmp_path), GRPOConfig(max_new_skills=2), step=5)
     assert res.record["calls"][0]["ok"], res.record["calls"]
     assert res.changed and res.bank.version != bank.version
