@@ -285,7 +285,8 @@ def data_figures(root: str, run_id: str, bank_rows: list[dict], min_shared: int 
     return {"pairs": len(pairs), "skill_use": use["rate"], "skill_use_detail": use,
             "think_words": round(sum(len((p.get("think") or "").split()) for p in pairs) / len(pairs), 2)
             if pairs else None,
-            "quarantine_distill": _rate(q["distill"]), "quarantine_distill_reasons": q["distill"].get("quarantine_reasons"),
+            "quarantine_distill": _rate(q["distill"]),
+            "quarantine_distill_reasons": q["distill"].get("quarantine_reasons"),
             "quarantine_pairs": _rate(q["build_pairs"]),
             "quarantine_pairs_reasons": q["build_pairs"].get("quarantine_reasons")}
 

@@ -99,7 +99,8 @@ def test_sft_prompts_and_targets_differ_only_in_think_and_skills_block():
     assert thinks[1] == skills[1]  # the step prompt (history, observation, admissible list)
     assert EXPERIENCE_HEADING not in thinks[0]["content"]
     from pipeline.prompts import render_skills_block
-    assert skills[0]["content"] == thinks[0]["content"] + f"\n\n{EXPERIENCE_HEADING}\n\n" + render_skills_block(BANK[:2])
+    block = render_skills_block(BANK[:2])
+    assert skills[0]["content"] == thinks[0]["content"] + f"\n\n{EXPERIENCE_HEADING}\n\n" + block
     assert "You see a coin." in skills[1]["content"] and "'take coin'" in skills[1]["content"]
     assert got["base"]["target"] is None
     assert got["actions"]["target"] == "<think></think>\n<action>take coin</action>"
