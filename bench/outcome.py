@@ -296,7 +296,7 @@ def _fmt(v, spec: str = ".3f") -> str:
 
 
 #: Columns of the four-arm table: (heading, width).
-COLUMNS = (("arm", 30), ("success", 12), ("95% Wilson CI", 13), ("valid", 6), ("fmt err", 7), ("steps", 5),
+COLUMNS = (("arm", 38), ("success", 12), ("95% Wilson CI", 13), ("valid", 6), ("fmt err", 7), ("steps", 5),
            ("pairs", 5), ("skill use", 9), ("think w", 7), ("q distill", 9), ("q pairs", 7))
 
 
