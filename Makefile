@@ -96,7 +96,8 @@ dist-test: install
 	$(BIN)/python -m pytest -q tests/dist
 
 # Outcome experiment (bench/outcome.py): gold/noisy rollouts -> data pipeline -> SFT -> held-out
-# eval of base vs SFT with 95 % intervals; <= 60 min on CPU. ARGS="--grpo" adds GRPO.
+# eval of four arms (base, action-only SFT, distilled thinks without / with the skill bank) with
+# 95 % intervals, one table. ARGS="--grpo" adds GRPO on the best arm; ARGS="--arms base,skills" a subset.
 outcome: install
 	$(BIN)/python bench/outcome.py $(ARGS)
 

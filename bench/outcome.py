@@ -1,45 +1,63 @@
-"""Outcome experiment: does SFT on the data skillpipe produces make a better agent than the base model?
+"""Outcome experiment: do distilled reasoning and a skill bank make a better agent than plain demonstrations?
 
-    .venv/bin/python bench/outcome.py                 # CPU budget below, <= 60 min on 2 cores
-    .venv/bin/python bench/outcome.py --grpo          # also a few GRPO steps from the SFT checkpoint
+    .venv/bin/python bench/outcome.py                 # the four arms, CPU budget below
+    .venv/bin/python bench/outcome.py --grpo          # also a few GRPO steps from the best SFT arm
+    .venv/bin/python bench/outcome.py --arms base,actions   # a subset of the arms
     make outcome
+
+Four arms on the same trajectories, memories and skill bank, the same student, SFT steps and
+evaluation seeds (``bench/outcome_arms.py`` defines them and what each changes):
+
+* ``base``: the base model, not trained, prompted with the skill bank;
+* ``actions``: SFT on the expert actions with empty thinks (``distill.reasoning: none``);
+* ``thinks``: SFT on distilled thinks written without the bank (``prompt.skills: false`` in the
+  distill prompt, the SFT prompts and the evaluation prompts);
+* ``skills``: SFT on distilled thinks written with the bank, the bank in every prompt (SkillRL).
 
 Steps (all real components, nothing stubbed):
 
 1. expert traces: ``skillpipe rl rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
    the TextWorld Express *train* fold (real engine observations; no model, no API key);
-2. the data pipeline on that tree with the embedded LLM (SmolLM2-135M-Instruct via llama.cpp):
-   parse -> remove_loops -> verify -> split -> memory -> skills -> distill -> build_pairs -> export;
-2b. the action-only control (``--no-baseline`` skips it): the same trajectories, memories and
-   skill bank, distill with ``distill.reasoning=none`` (every think empty, no LLM call), then
-   build_pairs/export and SFT as in steps 2-3 under run id ``<run-id>-actions``. It separates
-   what SFT on the expert actions gives from what the distilled reasoning adds;
-3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on each export that has pairs;
-4. ``skillpipe eval`` of the base model and of the SFT checkpoints (and of GRPO with ``--grpo``)
-   on ``--eval-episodes`` seeds of the *dev* fold starting at ``--eval-seed0`` (no training data
-   came from there: training used the train fold, and GRPO validates on dev seeds below 100),
-   greedy decoding, the same prompts as SFT (``pipeline.prompts``).
+2. the data pipeline of the skills arm with the embedded LLM (or ``--llm-base-url``), run id
+   ``<run-id>``: parse -> remove_loops -> verify -> split -> memory -> skills -> distill ->
+   build_pairs -> export;
+2b. each other trained arm under run id ``<run-id><suffix>``: the skills arm's artifacts up to
+   the skill bank are copied (same trajectories, memories and bank; fingerprints match), then
+   distill -> build_pairs -> export with the arm's config (the actions arm makes no LLM call);
+3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on each trained arm's export that has pairs;
+4. ``skillpipe eval`` of the base model and of each SFT checkpoint on ``--eval-episodes`` seeds of
+   the *dev* fold from ``--eval-seed0`` (no training data came from there), greedy, the prompts
+   the arm trained with (``pipeline.prompts``, the run's recorded ``prompt`` section);
+5. with ``--grpo``: GRPO from the best SFT arm's checkpoint, then the same evaluation.
 
-It prints success rates with 95 % Wilson intervals per game, whether base and SFT intervals are
-disjoint, the export's data-quality metrics when its manifest has them, and the wall time of
-each step. The last line is ``outcome: ...`` with the SFT - base difference.
+It prints one table: per arm the success with its 95 % Wilson interval, valid-action and
+format-error rates, mean steps, and the data figures (exported pairs, skill-use rate of the
+pairs' thinks against the bank, mean think length in words, share of trajectories quarantined by
+distill and of pairs quarantined by build_pairs); then where the skills arm's thinks cite the
+bank during evaluation (share of steps; success of episodes with and without a citation;
+descriptive, not causal); the wall time of each step; and ``outcome:`` lines naming the best
+arm and whether its interval separates from each other arm's. The same figures go to
+``<root>/outcome.json``, which ``skillpipe report`` of any of the arms' runs shows in its
+Training section.
 
-CPU budget (defaults; the whole run fits in 60 min on 2 shared cores): game ``coin`` with two
-rooms, no doors and no distractors (gold plans ``look around, take coin`` or ``look around,
-move <dir>, take coin``; the simplest TextWorld Express game), 40 training games at noise 0.1
-(20 distinct trajectories after parse's duplicate check; LLM calls capped at 400 completion
-tokens), SFT 60 steps of batch 2 at lr 5e-4 (cosine, rank-16 LoRA), 30 evaluation games per
-policy of at most 4 actions and 64 new tokens, one torch thread. Measured 2026-12-02 at load
-average 1-5 (other sessions on the 2 cores): rollouts 6 s, memory 502 s, distill 246-575 s,
-base eval 466 s, SFT 955 s, SFT eval 192 s: about 40 min with the action-only control (when the
-distilled export has pairs, add one SFT and one eval: about 20 min more).
-``--quick`` shrinks every budget (a smoke run of a few minutes).
+CPU budget (defaults): game ``coin`` with two rooms, no doors and no distractors, 40 training
+games at noise 0.1, LLM calls capped at 400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4
+(cosine, rank-16 LoRA), 60 evaluation games per arm of at most 4 actions and 64 new tokens, one
+torch thread. Measured phases of the earlier two-arm run (2026-12-02, 135M teacher, load 1-5):
+rollouts 6 s, memory 502 s, distill 246-575 s, base eval 466 s per 30 games, SFT 955 s per 60
+steps, SFT eval 192 s per 30 games. The four-arm run has not been timed: from those figures it
+needs about 90 min on 2 shared cores (3 SFTs and 4 evaluations of 60 games), over the 60-minute
+target; ``--arms`` runs a subset, and a stronger teacher makes memory and distill slower.
+``--quick`` shrinks every budget (a smoke run of a few minutes; fewer than 60 games).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import subprocess
 import shutil
 import sys
 import time
@@ -48,6 +66,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from bench.outcome_arms import ARMS, Arm, arm, arm_config, pair_steps, skill_use, where_skills_used  # noqa: E402
 
 #: Keys of the export manifest (or its counters) that may hold data-quality metrics.
 QUALITY_KEYS = ("quality_metrics", "data_quality", "quality", "metrics")
@@ -61,35 +81,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's options (``--help``)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "outcome_root"), help="folder for runs/ and traces")
-    p.add_argument("--run-id", default="outcome", help="run id of the distilled data (the control: <run-id>-actions)")
+    p.add_argument("--run-id", default="outcome", help="run id of the skills arm (the others: <run-id>-actions, "
+                                                       "<run-id>-noskills)")
+    p.add_argument("--arms", default=",".join(a.name for a in ARMS),
+                   help="comma-separated arms to run (the skills arm's data are always built: the others copy them)")
     p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
     p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
                    help="TextWorld Express game parameters")
     p.add_argument("--train-tasks", type=int, default=40, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=12, help="actions per expert rollout")
-    p.add_argument("--sft-steps", type=int, default=60, help="SFT optimizer steps")
+    p.add_argument("--sft-steps", type=int, default=40, help="SFT optimizer steps")
     p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
     p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
-    p.add_argument("--eval-episodes", type=int, default=30, help="held-out games per policy")
+    p.add_argument("--eval-episodes", type=int, default=60, help="held-out games per arm")
     p.add_argument("--eval-seed0", type=int, default=100, help="first dev-fold seed of the evaluation")
     p.add_argument("--eval-max-steps", type=int, default=4, help="actions per evaluation game")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
-    p.add_argument("--grpo", action="store_true", help="also GRPO from the SFT checkpoint, then evaluate it")
+    p.add_argument("--grpo", action="store_true", help="also GRPO from the best SFT arm's checkpoint, then evaluate it")
     p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps with --grpo")
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")
     p.add_argument("--llm-model", default="", help="model name at --llm-base-url")
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
-    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
-                   help="also train and evaluate the action-only control (SFT on the same trajectories with "
-                        "empty thinks)")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
     a = p.parse_args(argv)
+    try:
+        a.arms = [arm(n.strip()).name for n in a.arms.split(",") if n.strip()]
+    except ValueError as e:
+        p.error(f"--arms: {e}")
+    if not a.arms:
+        p.error("--arms names no arm")
     if a.quick:
         a.train_tasks, a.sft_steps, a.sft_batch, a.eval_episodes, a.eval_max_steps = 4, 2, 1, 2, 2
         a.max_new_tokens, a.grpo_steps = 24, 1
@@ -134,10 +160,9 @@ def _roll_args(a: argparse.Namespace) -> dict:
     return {k: getattr(a, k) for k in ("game", "game_params", "train_tasks", "noise", "rollout_max_steps")}
 
 
-def pipeline(a: argparse.Namespace) -> list:
-    """Step 2: the seven data stages with the embedded LLM (or ``--llm-base-url``)."""
+def base_config(a: argparse.Namespace):
+    """The skills arm's pipeline config: the LLM settings of this run (every arm starts from it)."""
     from pipeline.core.config import PipelineConfig
-    from pipeline.core.runner import run_pipeline
     cfg = PipelineConfig()
     cfg.llm.max_tokens = a.llm_max_tokens
     # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
@@ -145,30 +170,42 @@ def pipeline(a: argparse.Namespace) -> list:
     cfg.llm.retry_failed = False
     if a.llm_base_url:
         cfg.llm.base_url, cfg.llm.model = a.llm_base_url, a.llm_model
-    return run_pipeline(a.root, a.run_id, os.path.join(a.root, "traces", a.run_id), cfg, env="textworld",
+    return cfg
+
+
+def pipeline(a: argparse.Namespace) -> list:
+    """Step 2: the data stages of the skills arm with the embedded LLM (or ``--llm-base-url``)."""
+    from pipeline.core.runner import run_pipeline
+    return run_pipeline(a.root, a.run_id, os.path.join(a.root, "traces", a.run_id),
+                        arm_config(arm("skills"), base_config(a)), env="textworld",
                         log=lambda m: print(m, flush=True))
 
 
-#: Artifacts the action-only control shares with the main run (copied, so its fingerprints match).
+#: Artifacts every arm shares with the skills arm (copied, so its fingerprints match).
 SHARED_STAGES = ("_plan", "parse", "remove_loops", "verify", "split", "memory", "skills")
+#: The stages each arm runs on its own config.
+ARM_STAGES = ("distill", "build_pairs", "export")
 
 
-def actions_baseline(a: argparse.Namespace) -> list:
-    """Step 2b: the action-only control under run id ``<run-id>-actions``: the main run's
-    artifacts up to the skill bank, then distill with empty thinks (``distill.reasoning=none``),
-    build_pairs (``empty_think=flag``) and export. No LLM call."""
-    from pipeline.core.config import PipelineConfig
+def arm_data(a: argparse.Namespace, which: Arm) -> list:
+    """Step 2b: the data of a trained arm other than skills under its run id: the skills arm's
+    artifacts up to the skill bank, then :data:`ARM_STAGES` with :func:`arm_config`."""
     from pipeline.core.runner import run_pipeline
-    src, dst = (os.path.join(a.root, "runs", r) for r in (a.run_id, f"{a.run_id}-actions"))
+    run_id = which.run_id(a.run_id)
+    if run_id == a.run_id:
+        raise ValueError(f"arm {which.name} shares the skills arm's run; it has no data of its own")
+    src, dst = (os.path.join(a.root, "runs", r) for r in (a.run_id, run_id))
     for stage in SHARED_STAGES:
         shutil.rmtree(os.path.join(dst, stage), ignore_errors=True)
         if os.path.exists(os.path.join(src, stage)):
             shutil.copytree(os.path.join(src, stage), os.path.join(dst, stage))
-    cfg = PipelineConfig()
-    cfg.distill.reasoning, cfg.build_pairs.empty_think = "none", "flag"
-    return run_pipeline(a.root, f"{a.run_id}-actions", os.path.join(a.root, "traces", a.run_id), cfg,
-                        env="textworld", stages=("distill", "build_pairs", "export"),
-                        log=lambda m: print(m, flush=True))
+    return run_pipeline(a.root, run_id, os.path.join(a.root, "traces", a.run_id), arm_config(which, base_config(a)),
+                        env="textworld", stages=ARM_STAGES, log=lambda m: print(m, flush=True))
+
+
+def actions_baseline(a: argparse.Namespace) -> list:
+    """The action-only arm's data (:func:`arm_data` of ``actions``): empty thinks, no LLM call."""
+    return arm_data(a, arm("actions"))
 
 
 def sft(a: argparse.Namespace, run_id: str = "") -> dict:
@@ -191,21 +228,23 @@ def evaluate(a: argparse.Namespace, which: str, run_id: str = "") -> dict:
     return eval_for_run(a.root, run_id or a.run_id, which, cfg, base_model=a.base_model)
 
 
-def grpo(a: argparse.Namespace) -> dict:
-    """Step 5: a few GRPO steps from the SFT checkpoint (no validation), the run's prompt config."""
+def grpo(a: argparse.Namespace, run_id: str = "") -> dict:
+    """Step 5: a few GRPO steps from the SFT checkpoint of ``run_id`` (default the skills arm's
+    run; no validation), the run's prompt config."""
     from sft.rl.config import smoke
     from sft.rl.step import grpo_for_run
     cfg = smoke(max_steps=a.grpo_steps, games=[a.game], game_params=a.game_params, max_env_steps=a.eval_max_steps,
                 max_completion_length=a.max_new_tokens, eval_steps=0, num_generations=4, tasks_per_step=2,
                 train_seeds=a.train_tasks)
-    return grpo_for_run(a.root, a.run_id, cfg)
+    return grpo_for_run(a.root, run_id or a.run_id, cfg)
 
 
-def quality(a: argparse.Namespace) -> dict:
-    """The export manifest's data-quality metrics (first key of :data:`QUALITY_KEYS` present in its
-    ``counters`` or at its top level), else {}."""
+
+def quality(a: argparse.Namespace, run_id: str = "") -> dict:
+    """The export manifest's data-quality metrics of ``run_id`` (default the skills arm's run;
+    first key of :data:`QUALITY_KEYS` present in its ``counters`` or at its top level), else {}."""
     from pipeline.core.artifacts import ArtifactStore
-    art = ArtifactStore(a.root, a.run_id).load("export")
+    art = ArtifactStore(a.root, run_id or a.run_id).load("export")
     m = art.manifest if art else {}
     for d in (m.get("counters") or {}, m):
         found = next((d[k] for k in QUALITY_KEYS if isinstance(d.get(k), dict)), None)
@@ -224,44 +263,162 @@ def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:
     return out
 
 
-def report(a: argparse.Namespace, results: dict[str, dict], counts: dict, q: dict, timer: Timer,
-           trained: tuple[str, ...] = ("sft",)) -> str:
-    """Print the tables; returns the verdict line of each ``trained`` policy against the base
-    (a policy missing from ``results`` had no data to train on)."""
-    print("\n== data ==")
-    for k, v in counts.items():
-        print(f"  {k:28s} {v}")
-    print("\n== data-quality metrics (export manifest) ==")
-    if not q:
-        print("  (the export manifest has no data-quality metrics)")
-    for k, v in _flat(q):
-        print(f"  {k:40s} {round(v, 4) if isinstance(v, float) else v}")
-    print(f"\n== held-out evaluation: {a.game} ({a.game_params}), dev fold seeds {a.eval_seed0}.."
-          f"{a.eval_seed0 + a.eval_episodes - 1}, greedy, <= {a.eval_max_steps} actions ==")
-    print(f"  {'policy':11s} {'success':>12s} {'95% Wilson CI':>16s} {'reward':>7s} {'score':>6s} {'valid':>6s} "
-          f"{'fmt err':>7s} {'steps':>6s}")
-    for name, s in results.items():
-        lo, hi = s["success_ci95"]
-        print(f"  {name:11s} {s['wins']:>4d}/{s['episodes']:<3d}={s['success_rate']:.3f} {lo:>7.3f}-{hi:<7.3f} "
-              f"{s['mean_reward']:>7.2f} {s['mean_score']:>6.3f} {s['valid_action_rate']:>6.3f} "
-              f"{s['format_error_rate']:>7.3f} {s['mean_steps']:>6.2f}")
-    print("\n== wall time ==")
-    for name, sec in timer.phases:
-        print(f"  {name:28s} {sec:7.0f} s")
-    print(f"  {'total':28s} {sum(s for _, s in timer.phases):7.0f} s")
-    return "; ".join(verdict(a.game, results["base"], name, results.get(name)) for name in trained)
+def _rate(counts: dict) -> float | None:
+    n = counts.get("in")
+    return round((counts.get("quarantined") or 0) / n, 4) if n else None
 
 
-def verdict(game: str, b: dict, name: str, s: dict | None) -> str:
-    """One policy against the base: ``outcome: <game> base ... vs <name> ...: difference ...; 95%
-    intervals DISJOINT|overlap``; ``s`` None means the run had no SFT pair to train on."""
-    if s is None:
-        return f"outcome: {game} {name}: no SFT pair survived the quality rules, nothing to train (target not reached)"
-    disjoint = s["success_ci95"][0] > b["success_ci95"][1]
-    label = "SFT" if name == "sft" else name
-    return (f"outcome: {game} base {b['success_rate']:.3f} {b['success_ci95']} vs {label} {s['success_rate']:.3f} "
-            f"{s['success_ci95']}: difference {s['success_rate'] - b['success_rate']:+.3f}; 95% intervals "
-            + (f"DISJOINT ({label} better)" if disjoint else "overlap (target not reached)"))
+def data_figures(root: str, run_id: str, bank_rows: list[dict], min_shared: int = 2) -> dict:
+    """The data figures of one trained arm's run: ``pairs`` exported, ``skill_use`` of their
+    thinks against ``bank_rows`` (the skills arm's bank: :func:`bench.outcome_arms.skill_use`),
+    ``think_words`` (mean words per think, empty thinks included), ``quarantine_distill`` (share
+    of distill's input trajectories it quarantined) and ``quarantine_pairs`` (share of candidate
+    pairs build_pairs quarantined); ``None`` for what the run has no artifact of."""
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.records import Trajectory
+    store = ArtifactStore(root, run_id)
+    export, verify = store.load("export"), store.load("verify")
+    pairs = export.read_rows() if export else []
+    trajs = {t.trajectory_id: t for t in (Trajectory.from_row(r) for r in (verify.read_rows() if verify else []))}
+    use = skill_use(pair_steps(pairs, trajs), bank_rows, "textworld", min_shared)
+    q = {s: (art.manifest.get("counts") or {}) if (art := store.load(s)) else {} for s in ("distill", "build_pairs")}
+    return {"pairs": len(pairs), "skill_use": use["rate"], "skill_use_detail": use,
+            "think_words": round(sum(len((p.get("think") or "").split()) for p in pairs) / len(pairs), 2)
+            if pairs else None,
+            "quarantine_distill": _rate(q["distill"]),
+            "quarantine_distill_reasons": q["distill"].get("quarantine_reasons"),
+            "quarantine_pairs": _rate(q["build_pairs"]),
+            "quarantine_pairs_reasons": q["build_pairs"].get("quarantine_reasons")}
+
+
+def _fmt(v, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+#: Columns of the four-arm table: (heading, width).
+COLUMNS = (("arm", 38), ("success", 12), ("95% Wilson CI", 13), ("valid", 6), ("fmt err", 7), ("steps", 5),
+           ("pairs", 5), ("skill use", 9), ("think w", 7), ("q distill", 9), ("q pairs", 7))
+
+
+def arm_table(rows: list[dict]) -> list[str]:
+    """The four-arm table as text lines: one row per ``{"name", "label", "eval": summary | None,
+    "data": data_figures | None}`` (an arm without an eval shows why in its success cell)."""
+    head = " ".join(f"{h:<{w}s}" if i == 0 else f"{h:>{w}s}" for i, (h, w) in enumerate(COLUMNS))
+    out = [head]
+    for r in rows:
+        s, d = r.get("eval"), r.get("data") or {}
+        if s:
+            lo, hi = s["success_ci95"]
+            cells = [f"{s['wins']}/{s['episodes']}={s['success_rate']:.3f}", f"{lo:.3f}-{hi:.3f}",
+                     f"{s['valid_action_rate']:.3f}", f"{s['format_error_rate']:.3f}", f"{s['mean_steps']:.2f}"]
+        else:
+            cells = [r.get("why") or "not run", "-", "-", "-", "-"]
+        cells += [_fmt(d.get("pairs"), "d"), _fmt(d.get("skill_use")), _fmt(d.get("think_words"), ".1f"),
+                  _fmt(d.get("quarantine_distill")), _fmt(d.get("quarantine_pairs"))]
+        label = f"{r['name']}: {r['label']}"
+        out.append(" ".join([f"{label:<{COLUMNS[0][1]}s}"] + [f"{c:>{w}s}" for c, (_, w) in zip(cells, COLUMNS[1:])]))
+    return out
+
+
+def compare(x: str, sx: dict, y: str, sy: dict) -> str:
+    """``x <rate> [lo, hi] vs y <rate> [lo, hi]: difference +d; 95% intervals separate (x better) |
+    separate (y better) | overlap``."""
+    d = sx["success_rate"] - sy["success_rate"]
+    if sx["success_ci95"][0] > sy["success_ci95"][1]:
+        how = f"separate ({x} better)"
+    elif sy["success_ci95"][0] > sx["success_ci95"][1]:
+        how = f"separate ({y} better)"
+    else:
+        how = "overlap"
+    return (f"{x} {sx['success_rate']:.3f} {list(sx['success_ci95'])} vs {y} {sy['success_rate']:.3f} "
+            f"{list(sy['success_ci95'])}: difference {d:+.3f}; 95% intervals {how}")
+
+
+#: The comparisons each isolate one switch: (arm, arm it is compared with, what the difference measures).
+CONTRASTS = (("actions", "base", "SFT on the expert actions"), ("skills", "actions", "the distilled think"),
+             ("skills", "thinks", "the skill bank"), ("thinks", "actions", "a think written without the bank"))
+
+
+def verdict(game: str, evals: dict[str, dict | None]) -> list[str]:
+    """The ``outcome:`` lines: the best arm (highest success; ties named together) and whether its
+    interval separates from each other evaluated arm's, then each :data:`CONTRASTS` pair whose
+    arms both have an eval. An arm whose eval is ``None`` had no SFT pair."""
+    done = {k: v for k, v in evals.items() if v is not None}
+    lines = [f"outcome: {game} {k}: no SFT pair survived the quality rules, nothing to train"
+             for k, v in evals.items() if v is None]
+    if not done:
+        return lines + [f"outcome: {game}: no arm was evaluated"]
+    top = max(v["success_rate"] for v in done.values())
+    best = [k for k, v in done.items() if v["success_rate"] == top]
+    others = [k for k in done if k not in best]
+    sep = [k for k in others if done[best[0]]["success_ci95"][0] > done[k]["success_ci95"][1]]
+    line = f"outcome: {game} best arm {' = '.join(best)} {top:.3f} {list(done[best[0]]['success_ci95'])}"
+    if others:
+        line += ("; its interval separates from " + (", ".join(sep) if sep else "no other arm")
+                 + ("" if len(sep) == len(others) else "; overlaps " + ", ".join(k for k in others if k not in sep)))
+    lines.append(line)
+    lines += [f"outcome: {what}: {compare(x, done[x], y, done[y])}" for x, y, what in CONTRASTS
+              if x in done and y in done]
+    return lines
+
+
+def machine() -> str:
+    """What ran the experiment: CPU count and model, and the GPU when torch sees one."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = f"{os.cpu_count()} CPUs ({cpu})"
+    try:
+        import torch
+        if torch.cuda.is_available():
+            text += f", GPU {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return text
+
+
+def commit() -> str:
+    """The repository's HEAD commit ('' outside a git checkout), with ``+dirty`` for local changes."""
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+dirty" if head and dirty else "")
+
+
+#: The result file bench/outcome.py writes into ``--root`` and ``skillpipe report`` reads.
+RESULT_FILE = "outcome.json"
+
+
+def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, lines: list[str], timer: Timer) -> str:
+    """Write ``<root>/outcome.json`` (date, commit, machine, budget, one entry per arm with its run
+    id, eval summary and data figures, where the skills arm cites the bank, the verdict lines,
+    wall times); returns its path."""
+    keep = ("episodes", "wins", "success_rate", "success_ci95", "valid_action_rate", "format_error_rate",
+            "inadmissible_rate", "mean_steps", "mean_reward", "mean_score")
+    doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
+           "machine": machine(), "game": a.game, "game_params": a.game_params,
+           "eval_seeds": [a.eval_seed0, a.eval_seed0 + a.eval_episodes - 1], "fold": "dev",
+           "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "sft_steps", "sft_batch", "sft_lr", "lora_r",
+                                                 "eval_episodes", "eval_max_steps", "max_new_tokens", "llm_max_tokens",
+                                                 "threads", "base_model", "llm_base_url", "llm_model")},
+           "arms": [{"name": r["name"], "label": r["label"], "run_id": r["run_id"], "trained": r["trained"],
+                     "eval": {k: r["eval"][k] for k in keep if k in r["eval"]} if r.get("eval") else None,
+                     "why": r.get("why", ""), "data": r.get("data")} for r in rows],
+           "where_skills_used": where, "verdict": lines,
+           "wall_s": {name: round(sec) for name, sec in timer.phases}}
+    path = os.path.join(a.root, RESULT_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, path)
+    return path
 
 
 def exported_pairs(results: list) -> int:
@@ -278,8 +435,51 @@ def train_and_eval(a: argparse.Namespace, timer: Timer, results: list, name: str
     return fit, timer.run(f"4 eval {name}", evaluate, a, "sft_fit", run_id)
 
 
+def skills_citations(a: argparse.Namespace, bank_rows: list[dict]) -> dict | None:
+    """:func:`bench.outcome_arms.where_skills_used` of the skills arm's eval episodes (None when
+    it was not evaluated)."""
+    from pipeline.core.artifacts import ArtifactStore
+    art = ArtifactStore(a.root, a.run_id).load("eval_sft_fit")
+    return where_skills_used(art.read_rows(), bank_rows, "textworld") if art else None
+
+
+def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q: dict, timer: Timer) -> None:
+    """Print the data-quality metrics of the skills arm's export, the four-arm table, where the
+    skills arm cites the bank, and the wall times."""
+    print("\n== data-quality metrics (skills arm's export manifest) ==")
+    if not q:
+        print("  (the export manifest has no data-quality metrics)")
+    for k, v in _flat(q):
+        print(f"  {k:40s} {round(v, 4) if isinstance(v, float) else v}")
+    for r in rows:
+        d = r.get("data") or {}
+        if d.get("quarantine_distill_reasons") or d.get("quarantine_pairs_reasons"):
+            print(f"  {r['name']}: quarantined by distill {d.get('quarantine_distill_reasons')}, "
+                  f"by build_pairs {d.get('quarantine_pairs_reasons')}")
+    print(f"\n== four arms: {a.game} ({a.game_params}), held-out dev seeds {a.eval_seed0}.."
+          f"{a.eval_seed0 + a.eval_episodes - 1}, greedy, <= {a.eval_max_steps} actions; data: "
+          f"{a.train_tasks} training games, SFT {a.sft_steps} steps ==")
+    for line in arm_table(rows):
+        print("  " + line)
+    print("  (skill use: share of the pairs' thinks sharing >= 2 content words with a bank skill shown for the "
+          "task, beyond task/observation/action; q distill / q pairs: share quarantined)")
+    print("\n== where the skills arm's thinks cite the bank (eval steps; descriptive) ==")
+    if where is None:
+        print("  (the skills arm was not evaluated)")
+    else:
+        print(f"  steps citing a skill: {where['citing_steps']}/{where['steps']} = {_fmt(where['step_rate'])}")
+        print(f"  success of episodes with a citation: {where['wins_citing']}/{where['episodes_citing']} = "
+              f"{_fmt(where['success_citing'])}; without: {where['wins_not_citing']}/{where['episodes_not_citing']}"
+              f" = {_fmt(where['success_not_citing'])}")
+    print("\n== wall time ==")
+    for name, sec in timer.phases:
+        print(f"  {name:28s} {sec:7.0f} s")
+    print(f"  {'total':28s} {sum(s for _, s in timer.phases):7.0f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the steps of the benchmark named by the options; returns the exit code."""
+    """Run the arms named by ``--arms`` and print the table; returns the exit code."""
+    from pipeline.core.artifacts import ArtifactStore
     a = parse_args(argv)
     if a.threads:
         import torch
@@ -287,31 +487,42 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(a.root, exist_ok=True)
     print("outcome experiment:", json.dumps(vars(a)), flush=True)
     timer = Timer()
-    roll = timer.run("1 gold/noisy rollouts", rollouts, a)
-    results = timer.run("2 data pipeline (embedded LLM)", pipeline, a)
-    control = timer.run("2b action-only control data", actions_baseline, a) if a.baseline else []
-    evals = {"base": timer.run("4 eval base", evaluate, a, "base")}
-    fit, evals["sft"] = train_and_eval(a, timer, results, "sft", a.run_id)
-    if a.baseline:
-        _, evals["sft-actions"] = train_and_eval(a, timer, control, "sft-actions", f"{a.run_id}-actions")
-    if a.grpo and evals["sft"] is not None:
-        timer.run("5 GRPO", grpo, a)
-        evals["sft+grpo"] = timer.run("5b eval SFT+GRPO", evaluate, a, "grpo")
-    stage = {r.stage: r.manifest.get("counts", {}) for r in results}
-    counts = {"rollout episodes (wins)": f"{roll['episodes']} ({roll['wins']})",
-              "parsed trajectories": stage.get("parse", {}).get("out"),
-              "quarantined by memory": f"{stage.get('memory', {}).get('quarantined')} "
-                                       f"{stage.get('memory', {}).get('quarantine_reasons')}",
-              "quarantined by distill": f"{stage.get('distill', {}).get('quarantined')} "
-                                        f"{stage.get('distill', {}).get('quarantine_reasons')}",
-              "quarantined by build_pairs": f"{stage.get('build_pairs', {}).get('quarantined')} "
-                                            f"{stage.get('build_pairs', {}).get('quarantine_reasons')}",
-              "exported pairs": exported_pairs(results),
-              "action-only control pairs": exported_pairs(control) if a.baseline else "skipped",
-              "SFT steps / final loss": f"{fit.get('global_step')} / {fit.get('final_loss')}" if fit else "no SFT"}
-    evals = {k: v for k, v in evals.items() if v is not None}
-    line = report(a, evals, counts, quality(a), timer, trained=("sft", "sft-actions") if a.baseline else ("sft",))
-    print(line, flush=True)
+    timer.run("1 gold/noisy rollouts", rollouts, a)
+    results = {"skills": timer.run("2 data pipeline (skills arm)", pipeline, a)}
+    for name in a.arms:
+        if name not in ("base", "skills"):
+            results[name] = timer.run(f"2b data ({name} arm)", arm_data, a, arm(name))
+    bank = ArtifactStore(a.root, a.run_id).load("skills")
+    bank_rows = bank.read_rows() if bank else []
+    rows, evals = [], {}
+    for which in ARMS:
+        if which.name not in a.arms:
+            continue
+        row = {"name": which.name, "label": which.label, "run_id": which.run_id(a.run_id), "trained": which.trained}
+        if which.trained:
+            _, evals[which.name] = train_and_eval(a, timer, results[which.name], which.name, row["run_id"])
+            row["data"] = data_figures(a.root, row["run_id"], bank_rows)
+            row["why"] = "" if evals[which.name] else "no SFT pair"
+        else:
+            evals["base"] = timer.run("4 eval base", evaluate, a, "base")
+        row["eval"] = evals[which.name]
+        rows.append(row)
+    trained = {k: v for k, v in evals.items() if v is not None and k != "base"}
+    if a.grpo and trained:
+        best = max(trained, key=lambda k: trained[k]["success_rate"])
+        run_id = arm(best).run_id(a.run_id)
+        timer.run(f"5 GRPO ({best})", grpo, a, run_id)
+        s = timer.run(f"5b eval {best}+GRPO", evaluate, a, "grpo", run_id)
+        rows.append({"name": f"{best}+grpo", "label": f"{arm(best).label}, then GRPO", "run_id": run_id,
+                     "trained": True, "eval": s, "data": None})
+        evals[f"{best}+grpo"] = s
+    where = skills_citations(a, bank_rows) if evals.get("skills") else None
+    print_report(a, rows, where, quality(a), timer)
+    lines = verdict(a.game, evals)
+    path = write_result(a, rows, where, lines, timer)
+    print(f"\nresult file: {path}")
+    for line in lines:
+        print(line, flush=True)
     return 0
 
 

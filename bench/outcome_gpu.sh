@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# GPU variant of the outcome experiment (bench/outcome.py): a larger base model, a harder game and
-# budgets sized for one GPU. Not run in CI; prints the same tables and the `outcome:` line.
+# GPU variant of the outcome experiment (bench/outcome.py): the same four arms (base, action-only
+# SFT, distilled thinks without skills, distilled thinks with the skill bank) with a larger base
+# model, a harder game and budgets sized for one GPU. Not run in CI; prints the same four-arm table
+# and `outcome:` lines, and writes ROOT/outcome.json.
 #
 #   MODEL_DIR=/models/Qwen2.5-1.5B-Instruct bash bench/outcome_gpu.sh
 #   MODEL_DIR=... LLM_URL=http://127.0.0.1:8000/v1 LLM_MODEL=Qwen2.5-7B-Instruct bash bench/outcome_gpu.sh
@@ -14,7 +16,8 @@
 #               the CPU run's one-room coin game, where the 135M model is the bottleneck.
 #   TRAIN_TASKS (300), NOISE (0.1), SFT_STEPS (600), BATCH (8), LR (2e-4), LORA_R (32),
 #   EVAL (200 games per policy: a 95 % Wilson half-width of at most 0.07), MAX_STEPS (20),
-#   TOKENS (256 new tokens per action), GRPO (set to 1 for --grpo with GRPO_STEPS=20), ROOT.
+#   TOKENS (256 new tokens per action), GRPO (set to 1 for --grpo with GRPO_STEPS=20), ROOT,
+#   ARMS (default all four: base,actions,thinks,skills).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -28,7 +31,7 @@ args=(--root "${ROOT:-runs/outcome_gpu}" --run-id outcome-gpu --base-model "$MOD
       --game "$GAME" --game-params "$GAME_PARAMS" --train-tasks "${TRAIN_TASKS:-300}" --noise "${NOISE:-0.1}"
       --rollout-max-steps 30 --sft-steps "${SFT_STEPS:-600}" --sft-batch "${BATCH:-8}" --sft-lr "${LR:-2e-4}"
       --lora-r "${LORA_R:-32}" --eval-episodes "${EVAL:-200}" --eval-max-steps "${MAX_STEPS:-20}"
-      --max-new-tokens "${TOKENS:-256}" --eval-batch 32)
+      --max-new-tokens "${TOKENS:-256}" --eval-batch 32 --arms "${ARMS:-base,actions,thinks,skills}")
 [ -n "${LLM_URL:-}" ] && args+=(--llm-base-url "$LLM_URL" --llm-model "${LLM_MODEL:?set LLM_MODEL with LLM_URL}")
 [ "${GRPO:-0}" = 1 ] && args+=(--grpo --grpo-steps "${GRPO_STEPS:-20}")
 exec $PY bench/outcome.py "${args[@]}"

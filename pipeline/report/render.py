@@ -86,7 +86,7 @@ def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_P
         "bank": _bank_facts(root, run_id, run_dir, stages),
         "quality": training.quality_metrics(export),
         "sft": training.sft_curve(run_dir), "grpo": training.grpo_steps(run_dir),
-        "eval": training.eval_results(run_dir),
+        "eval": training.eval_results(run_dir), "outcome": training.outcome_arms(store.root, run_id),
         "lineage": lineage, "lineage_note": lineage_note,
     }
 

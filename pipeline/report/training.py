@@ -9,7 +9,9 @@ Sources (all optional; each loader returns ``None``/``[]`` plus a note when abse
   KL, groups with rewards/advantages; one ``validation`` line per evaluation);
 * eval: ``<run>/eval_<label>/summary.json`` (``sft/eval.py``: success rate, Wilson 95 % interval);
 * data quality: the export manifest's quality metrics (``counters["quality_metrics"]``, written by
-  ``pipeline.quality.metrics`` via export; also ``quality``/``data_quality``, top level or in counters).
+  ``pipeline.quality.metrics`` via export; also ``quality``/``data_quality``, top level or in counters);
+* outcome experiment: ``<root>/outcome.json`` (``bench/outcome.py``: one entry per arm with its run
+  id, eval summary and data figures), shown for the runs it names.
 """
 from __future__ import annotations
 
@@ -173,3 +175,46 @@ def quality_metrics(export_manifest: dict[str, Any] | None) -> dict[str, Any]:
                 return {"rows": flatten(src[key]), "note": ""}
     return {"rows": [], "note": "Not available: the export manifest records no data-quality metrics "
                                 "(computed by export from the evaluation work)"}
+
+
+#: The outcome experiment's result file in the root that holds ``runs/`` (bench/outcome.py writes it).
+OUTCOME_FILE = "outcome.json"
+
+
+def _outcome_row(arm: dict[str, Any], run_id: str) -> dict[str, Any]:
+    ev = arm.get("eval") if isinstance(arm.get("eval"), dict) else {}
+    data = arm.get("data") if isinstance(arm.get("data"), dict) else {}
+    lo, hi = _interval(ev) if ev else (None, None)
+    return {"name": str(arm.get("name", "")), "label": str(arm.get("label", "")),
+            "run_id": str(arm.get("run_id", "")), "this_run": arm.get("run_id") == run_id,
+            "why": str(arm.get("why") or ""), "success_rate": ev.get("success_rate"), "wins": ev.get("wins"),
+            "episodes": ev.get("episodes"), "low": lo, "high": hi, "valid_action_rate": ev.get("valid_action_rate"),
+            "format_error_rate": ev.get("format_error_rate"), "mean_steps": ev.get("mean_steps"),
+            "pairs": data.get("pairs"), "skill_use": data.get("skill_use"), "think_words": data.get("think_words"),
+            "quarantine_distill": data.get("quarantine_distill"), "quarantine_pairs": data.get("quarantine_pairs")}
+
+
+def outcome_arms(root: str, run_id: str) -> dict[str, Any]:
+    """The arms of the outcome experiment side by side, when ``<root>/outcome.json`` names
+    ``run_id`` as one arm's run: ``{"rows": [one per arm: name, label, run_id, this_run, why,
+    success_rate, wins, episodes, low, high, valid_action_rate, format_error_rate, mean_steps, pairs,
+    skill_use, think_words, quarantine_distill, quarantine_pairs], "where": the skills arm's
+    citations or None, "verdict": [lines], "date", "commit", "machine", "game", "budget", "note"}``.
+    ``rows`` is empty (with a note) when the file is missing, unreadable or about other runs."""
+    empty = {"rows": [], "where": None, "verdict": [], "date": "", "commit": "", "machine": "", "game": "",
+             "budget": {}}
+    path = os.path.join(root, OUTCOME_FILE)
+    doc, why = read_json(path)
+    if doc is None:
+        return {**empty, "note": f"no outcome experiment for this root ({why}; bench/outcome.py writes it)"}
+    arms = doc.get("arms") if isinstance(doc, dict) else None
+    if not isinstance(arms, list) or not all(isinstance(a, dict) for a in arms):
+        return {**empty, "note": f"{path} has no list of arms"}
+    if run_id not in {a.get("run_id") for a in arms}:
+        return {**empty, "note": f"the outcome experiment in {path} is about other runs"}
+    where = doc.get("where_skills_used")
+    return {"rows": [_outcome_row(a, run_id) for a in arms], "where": where if isinstance(where, dict) else None,
+            "verdict": [str(v) for v in doc.get("verdict") or []], "date": str(doc.get("date") or ""),
+            "commit": str(doc.get("commit") or ""), "machine": str(doc.get("machine") or ""),
+            "game": f"{doc.get('game', '')} ({doc.get('game_params', '')})",
+            "budget": doc.get("budget") if isinstance(doc.get("budget"), dict) else {}, "note": ""}

@@ -1,11 +1,16 @@
-"""bench/outcome.py's reporting: interval verdict, data-quality metrics read from the export manifest."""
+"""bench/outcome.py: its options, the four-arm table and verdict, the result file, the data figures of an
+arm, the action-only arm's data on real rollouts."""
 import importlib.util
+import json
 import os
+
+import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.records import SFT_PAIR_SCHEMA, to_table
 from sft.eval import summarize
 from tests.helpers.paths import REPO
+from tests.helpers.report_run import row
 
 ROOT = REPO
 spec = importlib.util.spec_from_file_location("outcome", os.path.join(ROOT, "bench", "outcome.py"))
@@ -22,16 +27,63 @@ def _summary(wins, n):
     return {**summarize(_rows(wins, n)), "policy": "p"}
 
 
-def test_verdict_disjoint_and_overlapping(capsys):
-    a = outcome.parse_args(["--quick"])
-    assert (a.train_tasks, a.sft_steps, a.eval_episodes) == (4, 2, 2)
+def test_arms_option_and_budget_defaults():
+    a = outcome.parse_args([])
+    assert a.arms == ["base", "actions", "thinks", "skills"] and a.eval_episodes >= 60
+    assert outcome.parse_args(["--arms", "skills, base"]).arms == ["skills", "base"]
+    q = outcome.parse_args(["--quick"])
+    assert (q.train_tasks, q.sft_steps, q.eval_episodes) == (4, 2, 2)
+    with pytest.raises(SystemExit):
+        outcome.parse_args(["--arms", "skills,cot"])
+
+
+def _row(name, wins, n, data=None):
+    arm = outcome.arm(name)
+    return {"name": name, "label": arm.label, "run_id": arm.run_id("o"), "trained": arm.trained,
+            "eval": _summary(wins, n) if n else None, "why": "" if n else "no SFT pair", "data": data}
+
+
+def test_arm_table_has_one_row_per_arm_with_interval_and_data_figures():
+    data = {"pairs": 66, "skill_use": 0.25, "think_words": 12.5, "quarantine_distill": 0.1, "quarantine_pairs": 0.0}
+    lines = outcome.arm_table([_row("base", 0, 60), _row("actions", 30, 60, {**data, "skill_use": None}),
+                               _row("thinks", 0, 0, {**data, "pairs": 0}), _row("skills", 45, 60, data)])
+    assert lines[0].split()[:3] == ["arm", "success", "95%"] and len(lines) == 5
+    assert lines[1].split() == ["base:", "base", "model", "0/60=0.000", "0.000-0.060", "1.000", "0.000", "2.00",
+                                "-", "-", "-", "-", "-"]
+    assert lines[2].split()[-5:] == ["66", "-", "12.5", "0.100", "0.000"]
+    assert "no SFT pair" in lines[3] and lines[3].split()[-5] == "0"
+    assert lines[4].split()[-10:-5] == ["45/60=0.750", "0.628-0.842", "1.000", "0.000", "2.00"]
+
+
+def test_verdict_names_the_best_arm_and_which_intervals_separate():
+    evals = {"base": _summary(0, 60), "actions": _summary(40, 60), "thinks": None, "skills": _summary(52, 60)}
+    lines = outcome.verdict("coin", evals)
+    assert lines[0] == "outcome: coin thinks: no SFT pair survived the quality rules, nothing to train"
+    # skills [0.758, 0.931] vs actions [0.541, 0.773]: the intervals overlap
+    assert lines[1] == ("outcome: coin best arm skills 0.867 [0.7583, 0.9309]; its interval separates from base; "
+                        "overlaps actions")
+    assert lines[2].startswith("outcome: SFT on the expert actions: actions 0.667") and lines[2].endswith(
+        "difference +0.667; 95% intervals separate (actions better)")
+    assert lines[3].startswith("outcome: the distilled think: skills 0.867") and lines[3].endswith("overlap")
+    assert len(lines) == 4  # the contrasts with the thinks arm need its eval
+    tie = outcome.verdict("coin", {"actions": _summary(60, 60), "skills": _summary(60, 60)})
+    assert tie[0] == "outcome: coin best arm actions = skills 1.000 [0.9398, 1.0]"
+    assert "separate (base better)" in outcome.compare("x", _summary(0, 60), "base", _summary(30, 60))
+
+
+def test_result_file_holds_every_arm_and_the_verdict(tmp_path):
+    a = outcome.parse_args(["--root", str(tmp_path), "--run-id", "o"])
     timer = outcome.Timer()
-    v = outcome.report(a, {"base": _summary(0, 20), "sft": _summary(9, 20)}, {"pairs": 3}, {}, timer)
-    assert "DISJOINT (SFT better)" in v and "difference +0.450" in v  # [0, 0.161] vs [0.258, 0.658]
-    v = outcome.report(a, {"base": _summary(1, 20), "sft": _summary(4, 20)}, {}, {}, timer)
-    assert "overlap (target not reached)" in v
-    out = capsys.readouterr().out
-    assert "the export manifest has no data-quality metrics" in out and " 9/20 =0.450" in out
+    timer.phases.append(("4 eval base", 12.4))
+    rows = [_row("base", 0, 60), _row("skills", 45, 60, {"pairs": 3})]
+    path = outcome.write_result(a, rows, {"step_rate": 0.5}, ["outcome: x"], timer)
+    assert path == str(tmp_path / "outcome.json")
+    doc = json.loads(open(path, encoding="utf-8").read())
+    assert [r["run_id"] for r in doc["arms"]] == ["o", "o"] and doc["arms"][1]["data"] == {"pairs": 3}
+    assert doc["arms"][1]["eval"]["success_ci95"] == [0.6277, 0.8422] and "per_game" not in doc["arms"][1]["eval"]
+    assert doc["budget"]["eval_episodes"] == 60 and doc["eval_seeds"] == [100, 159] and doc["verdict"] == ["outcome: x"]
+    assert doc["wall_s"] == {"4 eval base": 12} and doc["where_skills_used"] == {"step_rate": 0.5}
+    assert "CPUs" in doc["machine"] and doc["date"][:2] == "20"
 
 
 def test_quality_reads_the_export_manifest(tmp_path):
@@ -48,17 +100,30 @@ def test_quality_reads_the_export_manifest(tmp_path):
     assert outcome.quality(a) == {"pairs": 1}
 
 
-def test_verdict_of_the_action_only_control_and_of_a_run_without_pairs(capsys):
-    a = outcome.parse_args(["--quick"])
-    assert a.baseline and not outcome.parse_args(["--no-baseline"]).baseline
-    v = outcome.report(a, {"base": _summary(0, 30), "sft-actions": _summary(12, 30)}, {}, {}, outcome.Timer(),
-                       trained=("sft", "sft-actions"))
-    first, second = v.split("; outcome: ")
-    assert first == ("outcome: coin sft: no SFT pair survived the quality rules, nothing to train "
-                     "(target not reached)")
-    assert second.startswith("coin base 0.000") and "vs sft-actions 0.400" in second
-    assert second.endswith("DISJOINT (sft-actions better)")  # [0, 0.114] vs [0.246, 0.577]
-    assert "  sft-actions   12/30 =0.400   0.246-0.577" in capsys.readouterr().out
+def test_data_figures_of_an_arm_run(tmp_path):
+    """Pairs, skill use against the bank, think length and quarantine shares read from a run's
+    artifacts (the arm's export, verify and stage manifests)."""
+    from pipeline.core.records import DISTILLED_SCHEMA, Step, Trajectory, TRAJECTORY_SCHEMA
+    t = Trajectory("t1", "textworld", "coin-train-0", "find the coin", "find_coin", "success", 10.0,
+                   [Step(0, None, "You are in the kitchen.", ["move east"]), Step(1, "move east", "A coin.", [])],
+                   "x.txt", "skillrl_txt", 0)
+    store = ArtifactStore(str(tmp_path), "o")
+    store.write("verify", to_table([t.to_row()], TRAJECTORY_SCHEMA), [], {"fingerprint": "v"})
+    pair = dict(pair_id="p", trajectory_id="t1", step_index=1, env="textworld", category="find_coin",
+                action="move east", think="Sweep each unexplored neighbour once.")
+    rows = [row(SFT_PAIR_SCHEMA, **pair), row(SFT_PAIR_SCHEMA, **{**pair, "pair_id": "q", "think": ""})]
+    store.write("export", to_table(rows, SFT_PAIR_SCHEMA), [],
+                {"fingerprint": "e"})
+    store.write("distill", to_table([], DISTILLED_SCHEMA), [],
+                {"fingerprint": "d", "counts": {"in": 4, "quarantined": 1, "quarantine_reasons": {"no_words": 1}}})
+    bank = [{"skill_id": "c1", "env": "textworld", "kind": "task_specific", "category": "find_coin",
+             "title": "Sweep rooms", "principle": "Visit each unexplored neighbour once", "when_to_apply": ""}]
+    d = outcome.data_figures(str(tmp_path), "o", bank)
+    assert (d["pairs"], d["skill_use"], d["think_words"]) == (2, 1.0, 2.5)
+    assert d["skill_use_detail"] == {"steps": 2, "with_think": 1, "using": 1, "rate": 1.0}
+    assert (d["quarantine_distill"], d["quarantine_distill_reasons"], d["quarantine_pairs"]) == (0.25, {"no_words": 1},
+                                                                                                   None)
+    assert outcome.data_figures(str(tmp_path), "none", bank)["pairs"] == 0
 
 
 def test_action_only_control_trains_on_every_step_without_an_llm(tmp_path):

@@ -270,3 +270,48 @@ def test_verify_section_shows_counts_by_source_and_rule_and_its_chart(tmp_path):
     shutil.rmtree(store.stage_dir("verify"))
     html = open(build_report(root, RUN_ID)["path"], encoding="utf-8").read()
     assert "Not available: this run has no verify manifest" in html
+
+
+OUTCOME = {
+    "date": "2026-12-03T10:00:00+00:00", "commit": "abc1234", "machine": "2 CPUs (test)", "game": "coin",
+    "game_params": "numLocations=2", "budget": {"sft_steps": 40, "eval_episodes": 60, "llm_base_url": ""},
+    "arms": [
+        {"name": "base", "label": "base model", "run_id": "arms", "trained": False, "data": None,
+         "eval": {"episodes": 60, "wins": 0, "success_rate": 0.0, "success_ci95": [0.0, 0.0602],
+                  "valid_action_rate": 0.0, "format_error_rate": 1.0, "mean_steps": 4.0}},
+        {"name": "thinks", "label": "distilled thinks, no skills", "run_id": "arms-noskills", "trained": True,
+         "eval": None, "why": "no SFT pair", "data": {"pairs": 0, "quarantine_distill": 1.0}},
+        {"name": "skills", "label": "distilled thinks + skill bank", "run_id": "arms", "trained": True,
+         "eval": {"episodes": 60, "wins": 45, "success_rate": 0.75, "success_ci95": [0.6277, 0.8422],
+                  "valid_action_rate": 0.98, "format_error_rate": 0.01, "mean_steps": 2.5},
+         "data": {"pairs": 66, "skill_use": 0.25, "think_words": 12.5, "quarantine_distill": 0.1,
+                  "quarantine_pairs": 0.0}}],
+    "where_skills_used": {"steps": 150, "citing_steps": 30, "step_rate": 0.2, "episodes_citing": 20,
+                          "success_citing": 0.9, "episodes_not_citing": 40, "success_not_citing": 0.675},
+    "verdict": ["outcome: coin best arm skills 0.750 [0.6277, 0.8422]; its interval separates from base"]}
+
+
+def test_outcome_arms_side_by_side_when_the_result_file_names_the_run(tmp_path):
+    from pipeline.core.artifacts import ArtifactStore
+    from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
+    assert training.outcome_arms(str(tmp_path), "arms")["note"].startswith("no outcome experiment for this root")
+    (tmp_path / "outcome.json").write_text("{not json")
+    assert "unreadable" in training.outcome_arms(str(tmp_path), "arms")["note"]
+    (tmp_path / "outcome.json").write_text(json.dumps(OUTCOME))
+    assert training.outcome_arms(str(tmp_path), "other")["note"].endswith("is about other runs")
+    o = training.outcome_arms(str(tmp_path), "arms-noskills")
+    assert [(r["name"], r["this_run"], r["success_rate"], r["low"], r["high"]) for r in o["rows"]] == [
+        ("base", False, 0.0, 0.0, 0.0602), ("thinks", True, None, None, None), ("skills", False, 0.75, 0.6277, 0.8422)]
+    assert o["rows"][2]["skill_use"] == 0.25 and o["rows"][1]["why"] == "no SFT pair" and o["note"] == ""
+    ArtifactStore(str(tmp_path), "arms").write("parse", to_table([], TRAJECTORY_SCHEMA), [],
+                                               {"stage": "parse", "fingerprint": "x", "counts": {"in": 0, "out": 0}})
+    out = str(tmp_path / "r.html")
+    res = CliRunner().invoke(app, ["report", "arms", "--root", str(tmp_path), "--out", out])
+    assert res.exit_code == 0, res.output
+    html = open(out, encoding="utf-8").read()
+    training_part = html[html.index('<h2 id="training">'):html.index('<h2 id="lineage">')]
+    assert '<h3 id="outcome-arms">' in training_part and "commit <code>abc1234</code>" in training_part
+    assert "45/60 = 75.0 %" in training_part and "62.8 % – 84.2 %" in training_part
+    assert training_part.count('class="this-run"') == 2  # base and skills live in run "arms"
+    assert 'colspan="2">no SFT pair<' in training_part and "30 of 150 steps (20.0 %)" in training_part
+    assert "its interval separates from base" in training_part and "llm_base_url" not in training_part
