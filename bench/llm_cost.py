@@ -49,6 +49,7 @@ from bench.reliability_common import write_config  # noqa: E402
 from bench.stub_endpoint import StubEndpoint, serve_child  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
 from pipeline.core.config import LLMConfig  # noqa: E402
+from pipeline.core.layout import run_dir, stage_manifest_path  # noqa: E402
 from pipeline.core.remote import read_table  # noqa: E402
 from pipeline.llm.client import LLMClient  # noqa: E402
 from pipeline.llm.types import JSONRequest  # noqa: E402
@@ -146,14 +147,14 @@ def bill(bills: list[dict], a, cached_price: bool = True, factor: float = 1.0) -
 def run_rows(root: str, run_id: str) -> dict[str, list]:
     """The ids of each LLM stage's rows, to compare two runs."""
     key = {"memory": "memory_id", "skills": "skill_id", "distill": "trajectory_id"}
-    return {s: sorted(r[key[s]] for r in read_table(os.path.join(root, "runs", run_id, s)).to_pylist())
+    return {s: sorted(r[key[s]] for r in read_table(os.path.join(run_dir(root, run_id), s)).to_pylist())
             for s in LLM_STAGES}
 
 
 def manifest_llm(root: str, run_id: str) -> dict[str, dict]:
     out = {}
     for s in LLM_STAGES:
-        with open(os.path.join(root, "runs", run_id, s, "_manifest.json"), encoding="utf-8") as f:
+        with open(stage_manifest_path(root, run_id, s), encoding="utf-8") as f:
             out[s] = json.load(f).get("llm") or {}
     return out
 

@@ -68,6 +68,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.outcome_arms import ARMS, Arm, arm, arm_config, pair_steps, skill_use, where_skills_used  # noqa: E402
+from pipeline.core import layout  # noqa: E402
 
 #: Keys of the export manifest (or its counters) that may hold data-quality metrics.
 QUALITY_KEYS = ("quality_metrics", "data_quality", "quality", "metrics")
@@ -141,7 +142,7 @@ def rollouts(a: argparse.Namespace) -> dict:
     """Step 1: gold/noisy expert traces of the train fold as a SkillRL txt tree."""
     from pipeline.core.artifacts import ArtifactStore
     from sft.rl.cli import collect_rollouts
-    prev = ArtifactStore(a.root, f"{a.run_id}-traces").load("rollout")
+    prev = ArtifactStore(a.root, f"{a.run_id}-traces").load(layout.ROLLOUT_STAGE)
     if prev is not None and os.path.isdir(os.path.join(a.root, "traces", a.run_id)) and prev.manifest.get("args") == _roll_args(a):
         print("    reusing the traces of an earlier run with the same arguments (multi-room gold plans vary by JVM, "
               "so a replay could change the data and rerun every stage)", flush=True)
@@ -150,8 +151,8 @@ def rollouts(a: argparse.Namespace) -> dict:
     res = collect_rollouts(os.path.join(a.root, "traces", a.run_id), a.root, f"{a.run_id}-traces", games=a.game,
                             tasks=a.train_tasks, episodes_per_task=1, fold="train", max_steps=a.rollout_max_steps,
                             policy="gold", game_params=a.game_params, noise=a.noise, noise_seed=0)
-    art = ArtifactStore(a.root, f"{a.run_id}-traces").load("rollout")
-    with open(os.path.join(art.path, "_manifest.json"), "w", encoding="utf-8") as f:
+    art = ArtifactStore(a.root, f"{a.run_id}-traces").load(layout.ROLLOUT_STAGE)
+    with open(os.path.join(art.path, layout.ARTIFACT_MANIFEST), "w", encoding="utf-8") as f:
         json.dump(dict(art.manifest, args=_roll_args(a)), f, indent=2)
     return res
 
@@ -194,7 +195,7 @@ def arm_data(a: argparse.Namespace, which: Arm) -> list:
     run_id = which.run_id(a.run_id)
     if run_id == a.run_id:
         raise ValueError(f"arm {which.name} shares the skills arm's run; it has no data of its own")
-    src, dst = (os.path.join(a.root, "runs", r) for r in (a.run_id, run_id))
+    src, dst = (layout.run_dir(a.root, r) for r in (a.run_id, run_id))
     for stage in SHARED_STAGES:
         shutil.rmtree(os.path.join(dst, stage), ignore_errors=True)
         if os.path.exists(os.path.join(src, stage)):
@@ -432,14 +433,14 @@ def train_and_eval(a: argparse.Namespace, timer: Timer, results: list, name: str
         print(f"--- {name}: the export has no SFT pair; no SFT, no eval", flush=True)
         return {}, None
     fit = timer.run(f"3 SFT ({name})", sft, a, run_id)
-    return fit, timer.run(f"4 eval {name}", evaluate, a, "sft_fit", run_id)
+    return fit, timer.run(f"4 eval {name}", evaluate, a, layout.SFT_STEP, run_id)
 
 
 def skills_citations(a: argparse.Namespace, bank_rows: list[dict]) -> dict | None:
     """:func:`bench.outcome_arms.where_skills_used` of the skills arm's eval episodes (None when
     it was not evaluated)."""
     from pipeline.core.artifacts import ArtifactStore
-    art = ArtifactStore(a.root, a.run_id).load("eval_sft_fit")
+    art = ArtifactStore(a.root, a.run_id).load(layout.eval_stage(layout.SFT_STEP))
     return where_skills_used(art.read_rows(), bank_rows, "textworld") if art else None
 
 
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         best = max(trained, key=lambda k: trained[k]["success_rate"])
         run_id = arm(best).run_id(a.run_id)
         timer.run(f"5 GRPO ({best})", grpo, a, run_id)
-        s = timer.run(f"5b eval {best}+GRPO", evaluate, a, "grpo", run_id)
+        s = timer.run(f"5b eval {best}+GRPO", evaluate, a, layout.GRPO_STEP, run_id)
         rows.append({"name": f"{best}+grpo", "label": f"{arm(best).label}, then GRPO", "run_id": run_id,
                      "trained": True, "eval": s, "data": None})
         evals[f"{best}+grpo"] = s

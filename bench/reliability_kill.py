@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from bench.reliability_common import (STAGES, CallClasses, cache_keys, classify_calls, cli_args, md_table,
                                       request_key, run_cli, run_env, run_state, write_config, REPO)
 from bench.reliability_stub import SchemaStub
+from pipeline.core import layout
 from pipeline.core.waits import wait_exit
 
 POLL_S = 0.002
@@ -70,7 +71,7 @@ class KillResult:
 
 def complete(run_dir: str, stage: str) -> bool:
     """Whether ``stage`` of the run folder ``run_dir`` has a complete artifact (its manifest)."""
-    return os.path.exists(os.path.join(run_dir, stage, "_manifest.json"))
+    return os.path.exists(os.path.join(run_dir, stage, layout.ARTIFACT_MANIFEST))
 
 
 def windows(root: str, run_id: str, config: str,
@@ -78,7 +79,7 @@ def windows(root: str, run_id: str, config: str,
     """Run the pipeline once, polling the run folder; returns per stage ``(start, end)`` seconds
     after the process started (start = the previous stage complete; parse starts at 0) and the
     total wall time. ``upto``: the last stage run."""
-    run_dir = os.path.join(root, "runs", run_id)
+    run_dir = layout.run_dir(root, run_id)
     t0 = time.monotonic()
     with open(os.path.join(root, f"{run_id}.log"), "wb") as log:
         proc = subprocess.Popen(cli_args(root, run_id, config, stages=upto_stages(upto)), env=run_env(), cwd=REPO,
@@ -124,7 +125,7 @@ def kill_once(root: str, run_id: str, config: str, target: str, mode: str, delay
     """Start a run and SIGKILL it per ``mode`` ("time": ``delay_s`` after the stage before
     ``target`` is complete, or after the start for the first stage); returns (stage hit, temp
     folders at the kill, processes left, ``time.monotonic()`` of the kill)."""
-    run_dir = os.path.join(root, "runs", run_id)
+    run_dir = layout.run_dir(root, run_id)
     prev = STAGES[STAGES.index(target) - 1] if STAGES.index(target) else ""
     with open(os.path.join(root, f"{run_id}.killed.log"), "wb") as log:
         proc = subprocess.Popen(cli_args(root, run_id, config, stages=upto_stages(upto)), env=run_env(), cwd=REPO,
@@ -172,14 +173,14 @@ def matrix(work: str, seeds: int = 2, stages: tuple[str, ...] = STAGES, modes: t
         win, _ = windows(work, "reference", config, upto)
         ref = run_state(work, "reference")
         ref_calls = len(stub.requests)
-        check_keys(stub.requests, os.path.join(work, "runs", "reference", CACHE_FILE))
+        check_keys(stub.requests, os.path.join(layout.run_dir(work, "reference"), CACHE_FILE))
         for target, mode, seed in points:
             lo, hi = win[target]
             at = random.Random(f"{target}-{seed}").uniform(0.0, 0.9) * (hi - lo)
             run_id = f"kill-{target}-{mode}-{seed}"
             before = len(stub.requests)
             hit, temp_at, procs, _ = kill_once(work, run_id, config, target, mode, at, upto)
-            stored = cache_keys(os.path.join(work, "runs", run_id, CACHE_FILE))  # snapshot before the rerun
+            stored = cache_keys(os.path.join(layout.run_dir(work, run_id), CACHE_FILE))  # snapshot before the rerun
             rerun_from = len(stub.requests)
             rerun = run_cli(cli_args(work, run_id, config, stages=upto_stages(upto)),
                             log_path=os.path.join(work, f"{run_id}.log"))

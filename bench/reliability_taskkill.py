@@ -44,6 +44,7 @@ from bench.reliability_common import (CallClasses, SAMPLES, STAGES, cache_keys, 
                                       request_key, run_env, write_config, REPO)
 from bench.reliability_kill import POLL_S, check_keys, kill_group
 from bench.reliability_stub import SchemaStub
+from pipeline.core import layout
 from pipeline.core.waits import wait_exit
 
 SHARDS = 3
@@ -135,10 +136,10 @@ class Root:
     def run_dir(self, worker: str, run_id: str) -> str:
         """The run folder that worker ``worker`` works in (the root's, or its mirror's)."""
         if self.s3 is None:
-            return os.path.join(self.uri, "runs", run_id)
+            return layout.run_dir(self.uri, run_id)
         from pipeline.core.remote import mirror_dir
         with environ(self.env(worker)):
-            return os.path.join(mirror_dir(self.uri), "runs", run_id)
+            return layout.run_dir(mirror_dir(self.uri), run_id)
 
     def visible_keys(self, run_id: str, stage: str, shard: str | None) -> set[str] | None:
         """Keys of the committed remote LLM cache parts of the unit (``None`` on a local root)."""
@@ -166,7 +167,7 @@ class Root:
 
     def _stale_attempts(self, run_id: str) -> int:
         fs, n = self.s3.fs(), 0
-        for m in fs.glob(f"{self.s3.bucket}/kill/runs/{run_id}/**/_manifest.json"):
+        for m in fs.glob(f"{self.s3.bucket}/kill/runs/{run_id}/**/{layout.ARTIFACT_MANIFEST}"):
             folder = m.rsplit("/", 1)[0]
             keep = (json.loads(fs.cat_file(m)).get("attempt") or {}).get("id")
             try:
@@ -286,7 +287,7 @@ def where_hit(run_dir: str, stage: str, shard: str | None) -> str:
     """What the killed process had reached: its unit's manifest written (``task done``), its task
     lock taken (``in task``), or neither (``before task``: still starting up)."""
     unit = f"{stage}.{shard}" if shard else stage
-    if os.path.exists(os.path.join(run_dir, stage, *([shard] if shard else []), "_manifest.json")):
+    if os.path.exists(os.path.join(run_dir, stage, *([shard] if shard else []), layout.ARTIFACT_MANIFEST)):
         return "task done"
     return "in task" if os.path.exists(os.path.join(run_dir, f".skillpipe.{unit}.lock")) else "before task"
 

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.reliability_stub import SchemaStub  # noqa: E402
 from pipeline.core.config import QUALITY_RULES  # noqa: E402
+from pipeline.core.layout import run_dir, stage_manifest_path  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
 from bench.cluster import Cluster  # noqa: E402
 
@@ -71,7 +72,7 @@ def write_config(path: str, base_url: str) -> str:
 
 
 def _manifest(root: str, run_id: str, stage: str) -> dict:
-    with open(os.path.join(root, "runs", run_id, stage, "_manifest.json"), encoding="utf-8") as f:
+    with open(stage_manifest_path(root, run_id, stage), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -103,7 +104,7 @@ def shard_costs(work: str, tree: str, shards: int) -> dict:
                 "shards": n, "process_s": round(time.perf_counter() - t0, 2), "wall_s": m.get("wall_s"),
                 "rows_in": m["counts"]["in"], "rows_out": m["counts"]["out"],
                 "quarantined": m["counts"]["quarantined"],
-                "bytes": _bytes(os.path.join(root, "runs", "cost", stage)),
+                "bytes": _bytes(os.path.join(run_dir(root, "cost"), stage)),
                 "llm_calls": (m.get("llm") or {}).get("calls", 0),
                 "prompt_chars": sum(len(json.dumps(r.get("messages"))) for r in reqs),
                 "max_tokens_sum": sum(int(r.get("max_tokens") or 0) for r in reqs),

@@ -28,6 +28,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from pipeline.core.layout import run_dir, stage_manifest_path  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
 from pipeline.llm.weights import MODELS  # noqa: E402
 
@@ -38,7 +39,7 @@ LLM_STAGES = ("memory", "skills", "distill")
 
 def manifest(root: str, run_id: str, stage: str) -> dict:
     """The stage manifest of a run, ``{}`` when the stage wrote none."""
-    path = os.path.join(root, "runs", run_id, stage, "_manifest.json")
+    path = stage_manifest_path(root, run_id, stage)
     if not os.path.exists(path):
         return {}
     with open(path, encoding="utf-8") as f:
@@ -48,7 +49,7 @@ def manifest(root: str, run_id: str, stage: str) -> dict:
 def distill_split(root: str, run_id: str) -> tuple[int, int]:
     """``(kept rows with a think the model wrote, kept rows whose thinks are all recorded)``."""
     import pyarrow.dataset as ds
-    path = os.path.join(root, "runs", run_id, "distill")
+    path = os.path.join(run_dir(root, run_id), "distill")
     if not os.path.isdir(path):
         return 0, 0
     models = ds.dataset(path, format="parquet", exclude_invalid_files=True).to_table(columns=["model"]).column(0)

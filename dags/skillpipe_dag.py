@@ -20,6 +20,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, setup, task, teardown
 
+from pipeline.core.layout import GRPO_STEP, SFT_STEP, run_dir
 from pipeline.core.manifest import XCOM_KEYS
 from pipeline.stages import STAGES, get_stage
 
@@ -103,7 +104,7 @@ def collect_task(name: str):
     return _collect
 
 
-@task(task_id="sft_fit", doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
+@task(task_id=SFT_STEP, doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
 def sft_fit(export: dict, params=None) -> dict:
     """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``.
     With param ``train`` False the task is skipped, and with it GRPO and both evaluations."""
@@ -117,7 +118,7 @@ def sft_fit(export: dict, params=None) -> dict:
     return {k: m[k] for k in XCOM_KEYS}  # rows: SFT pairs trained on; fingerprint: the step's
 
 
-@task(task_id="grpo", doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
+@task(task_id=GRPO_STEP, doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
 def grpo(sft: dict, params=None) -> dict:
     """GRPO from the run's SFT checkpoint (skipped when unchanged); XCom ``{uri, rows, fingerprint}``."""
     from sft.rl.config import smoke
@@ -181,8 +182,8 @@ def skillpipe():
         from pipeline.llm.server import start_detached
         from pipeline.core.runner import safe_run_id
         from airflow.sdk import get_current_context
-        state_dir = os.path.join(params["root"] or os.getcwd(), "runs",
-                                 params["run_id"] or safe_run_id(get_current_context()["run_id"]), "_llm_server")
+        state_dir = os.path.join(run_dir(params["root"] or os.getcwd(),
+                                         params["run_id"] or safe_run_id(get_current_context()["run_id"])), "_llm_server")
         # llm_model without llm_base_url names an embedded model ("" = the default teacher); the
         # alias passed on makes the stages record the embedded model's identity
         info = start_detached(state_dir, model=params["llm_model"] or "")
@@ -224,7 +225,7 @@ def skillpipe():
             ref = stage_task(name)(llm, ref)
     ref >> stop_llm(llm)
     sft = sft_fit(ref)
-    done = [eval_task("sft_fit", "eval_sft")(sft), eval_task("grpo", "eval_grpo")(grpo(sft))]
+    done = [eval_task(SFT_STEP, "eval_sft")(sft), eval_task(GRPO_STEP, "eval_grpo")(grpo(sft))]
     done >> report()  # last: the report shows the eval numbers too
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.core import layout
 from pipeline.core.artifacts import MANIFEST, quarantine_dir, read_parquet_dir
 
 
@@ -48,13 +49,13 @@ def _load(path: str, quarantine: bool) -> tuple[pa.Table, dict]:
 
 
 #: Manifests of the training steps (not Parquet artifacts): shown as JSON.
-STEP_MANIFESTS = ("skillpipe_sft_manifest.json", "grpo_manifest.json")
+STEP_MANIFESTS = tuple(layout.STEP_MANIFESTS.values())
 
 
 def _describe_run(path: str) -> str:
     out = [f"run: {os.path.abspath(path)}"]
     from pipeline.stages import STAGES
-    order = (*STAGES, "sft_fit", "grpo")
+    order = (*STAGES, *layout.STEP_MANIFESTS)
     for name in sorted(os.listdir(path), key=lambda n: (order.index(n) if n in order else len(order), n)):
         mpath = os.path.join(path, name, MANIFEST)
         if os.path.exists(mpath):
@@ -84,7 +85,7 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
             local = pull_run(root, run_id)
             return f"run: {shown} (local mirror {local})\n" + _describe_run(local).partition("\n")[2]
         path = open_artifact(path)
-    if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == "runs":
+    if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == layout.RUNS_DIR:
         return _describe_run(path)
     for name in STEP_MANIFESTS:
         if os.path.isdir(path) and os.path.exists(os.path.join(path, name)):
@@ -128,7 +129,7 @@ def _run_dir(path: str) -> str:
         return pull_run(root, run_id)
     p = os.path.abspath(path)
     while p != os.path.dirname(p):
-        if os.path.basename(os.path.dirname(p)) == "runs":
+        if os.path.basename(os.path.dirname(p)) == layout.RUNS_DIR:
             return p
         p = os.path.dirname(p)
     raise ValueError(f"{path} is not inside a runs/<run_id>/ folder")

@@ -21,6 +21,7 @@ from typing import Optional
 
 import typer
 
+from pipeline.core.layout import ARTIFACT_MANIFEST
 from sft import config as sft_config
 from sft.manifest import ResumeError
 from sft.submit import Launch, Pod, SCHEDULERS, config_names, submit as do_submit
@@ -142,7 +143,7 @@ def _report_submit(out: dict, dry_run: bool, scheduler: str) -> None:
 def _fingerprint(pairs: str) -> Optional[str]:
     """Export fingerprint from ``<pairs>/_manifest.json`` when it is local; ``None`` otherwise
     (the resume check then trusts the checkpoint's own record, and the job re-checks it)."""
-    path = os.path.join(pairs if os.path.isdir(pairs) else os.path.dirname(pairs), "_manifest.json")
+    path = os.path.join(pairs if os.path.isdir(pairs) else os.path.dirname(pairs), ARTIFACT_MANIFEST)
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:

@@ -43,6 +43,8 @@ import pyarrow as pa
 import typer
 
 from pipeline.core.config import ConfigError, PromptConfig, build_flat, check_fields, config_field
+from pipeline.core.layout import (CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP, ROLLOUT_STAGE,
+                                  RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
 
 _f = config_field
 
@@ -137,7 +139,7 @@ def training_instances(root: str, run_id: str) -> set[str]:
     from pipeline.core.artifacts import ArtifactStore
     store = ArtifactStore(root, run_id)
     seen: set[str] = set()
-    for stage in ("export", "rollout"):
+    for stage in ("export", ROLLOUT_STAGE):
         art = store.load(stage)
         if art is not None:
             seen |= set(art.read_table().column("env_instance").to_pylist())
@@ -244,7 +246,7 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     bank = SkillBank.load(bank_path, cfg.env, _bank_env(bank_path)) if bank_path else SkillBank([], cfg.env)
     played = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "torch_threads"}  # threads: speed only
     fp = content_hash({"policy": identity or policy.model_id, "bank": bank.version, "config": played}, n=32)
-    prev = ArtifactStore(root, run_id).load(f"eval_{label}")
+    prev = ArtifactStore(root, run_id).load(eval_stage(label))
     if identity and prev is not None and prev.fingerprint == fp:  # same weights, bank and games: same episodes
         return {**prev.manifest["summary"], "uri": prev.path, "rows": prev.manifest["counts"]["out"],
                 "fingerprint": fp, "skipped": True}
@@ -255,10 +257,10 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
     counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
               "quarantined": 0, "quarantine_reasons": {}}
     art = ArtifactStore(root, run_id).write(
-        f"eval_{label}", to_table(rows, EPISODE_SCHEMA), [],
-        {"stage": f"eval_{label}", "run_id": run_id, "fingerprint": fp, "counts": counts, "summary": summary,
+        eval_stage(label), to_table(rows, EPISODE_SCHEMA), [],
+        {"stage": eval_stage(label), "run_id": run_id, "fingerprint": fp, "counts": counts, "summary": summary,
          "identity": identity or {}},
-        {"summary.json": json.dumps(summary, indent=2, sort_keys=True)})
+        {EVAL_SUMMARY: json.dumps(summary, indent=2, sort_keys=True)})
     return {**summary, "uri": art.path, "rows": len(rows), "fingerprint": fp, "skipped": False}
 
 
@@ -273,15 +275,15 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
     folder (``grpo_manifest.json``: its final checkpoint), a GRPO checkpoint (``checkpoint.json``;
     bank = the checkpoint's), or any HF model / adapter folder (no bank). Raises
     ``FileNotFoundError`` for a path that is none of these."""
-    if os.path.isfile(os.path.join(path, "grpo_manifest.json")):
-        with open(os.path.join(path, "grpo_manifest.json"), encoding="utf-8") as f:
+    if os.path.isfile(os.path.join(path, GRPO_MANIFEST)):
+        with open(os.path.join(path, GRPO_MANIFEST), encoding="utf-8") as f:
             path = json.load(f)["checkpoint"]
-    if os.path.isfile(os.path.join(path, "checkpoint.json")):
-        with open(os.path.join(path, "checkpoint.json"), encoding="utf-8") as f:
+    if os.path.isfile(os.path.join(path, CHECKPOINT_MANIFEST)):
+        with open(os.path.join(path, CHECKPOINT_MANIFEST), encoding="utf-8") as f:
             bank = os.path.join(path, json.load(f).get("bank_file", "skill_bank.json"))
         return path, bank if os.path.isfile(bank) else ""
-    if os.path.isfile(os.path.join(path, "skillpipe_sft_manifest.json")):
-        with open(os.path.join(path, "skillpipe_sft_manifest.json"), encoding="utf-8") as f:
+    if os.path.isfile(os.path.join(path, SFT_MANIFEST)):
+        with open(os.path.join(path, SFT_MANIFEST), encoding="utf-8") as f:
             pairs = (json.load(f).get("config") or {}).get("pairs", "")
         bank = os.path.join(pairs, "skill_bank.json") if pairs else ""
         return path, bank if bank and os.path.isfile(bank) else ""
@@ -332,13 +334,13 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
     import torch
     if torch.cuda.is_available():  # evaluation only: the GPU variant of bench/outcome.py
         m = m.to("cuda")
-    weights = os.path.join(folder, "policy") if os.path.isfile(os.path.join(folder, "checkpoint.json")) else folder
+    weights = os.path.join(folder, "policy") if os.path.isfile(os.path.join(folder, CHECKPOINT_MANIFEST)) else folder
     return HFPolicy(m, tok, cfg.max_new_tokens, cfg.temperature, 1.0, model_id=name), bank, \
         {"policy": name, **content_hashes(weights)}
 
 
 #: DAG/CLI checkpoint names of a run -> folder under ``runs/<run_id>/``.
-RUN_CHECKPOINTS = {"sft_fit": "sft_fit", "grpo": "grpo"}
+RUN_CHECKPOINTS = {SFT_STEP: SFT_STEP, GRPO_STEP: GRPO_STEP}
 
 
 def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = None,
@@ -386,12 +388,12 @@ def _run_of(policy: str) -> tuple[str, str] | None:
     """``(root, run_id)`` when ``policy`` is a folder ``<root>/runs/<run_id>/<name>[/...]``."""
     from pathlib import Path
     parts = Path(policy).resolve().parts
-    hits = [i for i, p in enumerate(parts[:-2]) if p == "runs"]
+    hits = [i for i, p in enumerate(parts[:-2]) if p == RUNS_DIR]
     return (str(Path(*parts[:hits[-1]])), parts[hits[-1] + 1]) if hits else None
 
 
 def eval_cmd(
-    policy: str = typer_option("--policy", "sft_fit", "sft_fit | grpo | base (of --run-id) | gold | embedded | "
+    policy: str = typer_option("--policy", SFT_STEP, "sft_fit | grpo | base (of --run-id) | gold | embedded | "
                                "endpoint | a checkpoint folder (SFT output, GRPO output or checkpoint, HF model)"),
     run_id: str = typer_option("--run-id", "", "run whose checkpoint to evaluate / where eval_<label>/ goes "
                                "(default: the run of a runs/<id>/... policy path, else 'eval')"),
@@ -431,7 +433,7 @@ def eval_cmd(
                 raise typer.BadParameter(f"not a policy name or folder: {policy!r}", param_hint="--policy")
             lab = label or (policy if not os.path.isdir(policy) else os.path.basename(os.path.normpath(policy)))
             with contextlib.ExitStack() as stack:
-                pol, bank, ident = make_policy(policy, cfg, stack, os.path.join(root, "runs", run_id), base_url,
+                pol, bank, ident = make_policy(policy, cfg, stack, run_dir(root, run_id), base_url,
                                                model, api_key_env)
                 res = evaluate(pol, cfg, root, run_id, lab.replace("/", "_"), bank, ident)
     except (FileNotFoundError, ValueError, EnvUnavailable) as e:

@@ -20,8 +20,9 @@ from typing import Any
 import yaml
 
 from pipeline.core.fsutil import atomic_write_json
+from pipeline.core.layout import SFT_MANIFEST
 
-MANIFEST_NAME = "skillpipe_sft_manifest.json"
+MANIFEST_NAME = SFT_MANIFEST  # the name is declared in pipeline.core.layout
 SCHEMA_VERSION = 1
 
 

@@ -13,11 +13,12 @@ from typing import Any, Callable
 
 from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.layout import SFT_STEP
 
 from sft import manifest as mf
 from sft.config import SFTFitConfig, to_dict
 
-STEP = "sft_fit"
+STEP = SFT_STEP
 #: Fields that name places or how to resume, not what is trained: outside the fingerprint.
 NOT_FINGERPRINTED = ("pairs", "output_dir", "resume", "resume_mode", "model_cache_dir")
 

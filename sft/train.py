@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from pipeline.core.artifacts import MANIFEST, read_parquet_dir
 from pipeline.core.fsutil import sha256_file
+from pipeline.core.layout import SFT_STEP
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 from sft import invariants, manifest as mf
@@ -73,7 +74,7 @@ def load_pairs(path: str, split: str = "train", max_rows: int = 0) -> tuple[list
             continue
         msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"] or []]
         if len(msgs) < 2 or msgs[-1]["role"] != "assistant" or not msgs[-1]["content"]:
-            quarantine.append(QuarantineRow("sft_fit", "no_assistant_turn", "messages must end with a "
+            quarantine.append(QuarantineRow(SFT_STEP, "no_assistant_turn", "messages must end with a "
                                             "non-empty assistant turn after a prompt", r.get("pair_id", ""),
                                             r.get("source_uri") or "", r.get("source_line"), json.dumps(msgs)))
             continue
@@ -102,7 +103,7 @@ def drop_too_long(rows: list[dict], tokenizer: Any, max_length: int) -> tuple[li
         if n <= max_length:
             kept.append(r)
         else:
-            quarantine.append(QuarantineRow("sft_fit", "too_long", f"{n} tokens > max_length={max_length}",
+            quarantine.append(QuarantineRow(SFT_STEP, "too_long", f"{n} tokens > max_length={max_length}",
                                             r["pair_id"], raw=json.dumps(msgs, ensure_ascii=False)))
     return kept, quarantine
 

@@ -46,9 +46,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file
+from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
-MANIFEST = "_manifest.json"
+MANIFEST = ARTIFACT_MANIFEST  # the name is declared in pipeline.core.layout
 QUARANTINE_DIR = "_quarantine"  # "_": skipped by Parquet dataset readers (see module docstring)
 LEGACY_QUARANTINE_DIR = "quarantine"  # runs written before the rename
 SPLIT_DATA_DIR = "data"  # per-split parts: data/<split>-NNNNN-of-MMMMM.parquet (Hugging Face Hub naming)
@@ -357,7 +358,7 @@ class ArtifactStore:
             raise ValueError(f"invalid run id {run_id!r}: use letters, digits, '-', '_' and '.'")
         self.root = os.path.abspath(root)
         self.run_id = run_id
-        self.run_dir = os.path.join(self.root, "runs", run_id)
+        self.run_dir = run_dir(self.root, run_id)
 
     def stage_dir(self, stage: str, shard: str | None = None) -> str:
         """``runs/<run_id>/<stage>``, or its shard folder ``.../<stage>/<shard>``."""

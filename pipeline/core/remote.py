@@ -42,6 +42,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file, temp_name
+from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ ENV_CKPT_ANSWERS = "SKILLPIPE_LLM_CHECKPOINT_ANSWERS"
 ENV_CKPT_S = "SKILLPIPE_LLM_CHECKPOINT_S"
 CKPT_ANSWERS = 20  # new LLM answers that trigger a cache checkpoint ...
 CKPT_S = 30.0  # ... or seconds since the last one, whichever comes first
-MANIFEST = "_manifest.json"
+MANIFEST = ARTIFACT_MANIFEST  # the name is declared in pipeline.core.layout
 ATTEMPTS_DIR = "_attempts"
 LLM_PARTS_DIR = "_llm_cache"
 LOCKS_DIR = "_locks"
@@ -696,7 +697,7 @@ def open_root(root: str, run_id: str) -> Iterator[tuple[str, StageHooks]]:
         return
     fs, base = remote_fs(root)
     local = mirror_dir(root)
-    hooks = RemoteHooks(RemoteRun(fs, base, run_id), os.path.join(local, "runs", run_id))
+    hooks = RemoteHooks(RemoteRun(fs, base, run_id), run_dir(local, run_id))
     hooks.pull_run_files()
     try:
         yield local, hooks
@@ -712,7 +713,7 @@ def pull_run(root: str, run_id: str) -> str:
     has no committed stage; a storage error (``OSError``, botocore's) when the endpoint fails."""
     from pipeline.stages import STAGES
     fs, base = remote_fs(root)
-    hooks = RemoteHooks(RemoteRun(fs, base, run_id), os.path.join(mirror_dir(root), "runs", run_id))
+    hooks = RemoteHooks(RemoteRun(fs, base, run_id), run_dir(mirror_dir(root), run_id))
     hooks.pull_run_files()
     with mirror_lock(hooks.local_run_dir):
         hooks._sync(STAGES[-1], None)  # the last stage reads every earlier one, whole

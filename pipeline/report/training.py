@@ -21,9 +21,8 @@ import math
 import os
 from typing import Any
 
+from pipeline.core.layout import EVAL_PREFIX, EVAL_SUMMARY, GRPO_LOG, GRPO_STEP, SFT_MANIFEST, SFT_STEP
 from pipeline.report.runinfo import read_json
-
-SFT_MANIFEST = "skillpipe_sft_manifest.json"
 
 
 def _checkpoint_history(sft_dir: str) -> list[dict[str, Any]]:
@@ -39,7 +38,7 @@ def _checkpoint_history(sft_dir: str) -> list[dict[str, Any]]:
 
 def sft_curve(run_dir: str) -> dict[str, Any]:
     """``{"steps": [int], "losses": [float], "global_step", "final_loss", "note"}`` of the run's SFT fit."""
-    sft_dir = os.path.join(run_dir, "sft_fit")
+    sft_dir = os.path.join(run_dir, SFT_STEP)
     m, why = read_json(os.path.join(sft_dir, SFT_MANIFEST))
     if not isinstance(m, dict):
         return {"steps": [], "losses": [], "note": f"no SFT fit for this run ({why})"}
@@ -73,7 +72,7 @@ def grpo_steps(run_dir: str) -> dict[str, Any]:
     Advantage statistics are over every episode of the step (group-relative advantages, so the
     mean is ~0 by construction; the spread shows how much signal the step had).
     """
-    path = os.path.join(run_dir, "grpo", "grpo_log.jsonl")
+    path = os.path.join(run_dir, GRPO_STEP, GRPO_LOG)
     if not os.path.isfile(path):
         return {"steps": [], "validations": [], "no_signal": [], "note": f"no GRPO log for this run ({path})"}
     steps, vals, no_signal, bad = [], [], [], 0
@@ -133,10 +132,10 @@ def eval_results(run_dir: str) -> dict[str, Any]:
     mean_steps}], "note"}``: one row per evaluation, then one per game when it played several.
     """
     rows = []
-    for folder in sorted(glob.glob(os.path.join(run_dir, "eval*"))):
+    for folder in sorted(glob.glob(os.path.join(run_dir, EVAL_PREFIX + "*"))):
         if not os.path.isdir(folder):
             continue
-        summary = os.path.join(folder, "summary.json")
+        summary = os.path.join(folder, EVAL_SUMMARY)
         files = [summary] if os.path.isfile(summary) else sorted(glob.glob(os.path.join(folder, "*.json")))
         for path in files:
             d, _ = read_json(path)

@@ -21,8 +21,9 @@ import time
 from typing import Any
 
 from pipeline.core.fsutil import atomic_write_json, temp_name
+from pipeline.core.layout import CHECKPOINT_MANIFEST
 
-MANIFEST = "checkpoint.json"
+MANIFEST = CHECKPOINT_MANIFEST  # the name is declared in pipeline.core.layout
 
 
 def checkpoint_dir(output_dir: str, step: int) -> str:

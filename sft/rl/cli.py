@@ -24,6 +24,8 @@ from typing import Any, Optional
 
 import typer
 
+from pipeline.core.layout import CHECKPOINT_MANIFEST
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Environment rollouts and online GRPO.")
 
 
@@ -44,7 +46,7 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
         if not base_url or not model:
             raise typer.BadParameter("--policy endpoint needs --base-url and --model")
         return OpenAIPolicy(base_url, model, api_key_env, temperature, max_tokens)
-    folder = os.path.join(policy, "policy") if os.path.isfile(os.path.join(policy, "checkpoint.json")) else policy
+    folder = os.path.join(policy, "policy") if os.path.isfile(os.path.join(policy, CHECKPOINT_MANIFEST)) else policy
     if not os.path.isdir(folder):
         raise typer.BadParameter(f"--policy must be gold, embedded, endpoint or a model folder; {policy!r} is none")
     from sft.rl.policy import HFPolicy, load_model

@@ -46,6 +46,7 @@ from typing import Any
 
 from pipeline.core.config import LLMConfig
 from pipeline.core.fsutil import atomic_write_json
+from pipeline.core.layout import GRPO_LOG, GRPO_MANIFEST
 from pipeline.progress import bar as progress_bar
 from sft.rl.rollout import Episode, episode_summary, run_episodes
 
@@ -198,7 +199,7 @@ def _with_adapter(model, cfg: GRPOConfig, saved: str | None):
 
 #: What :func:`train` writes into ``output_dir`` (removed before a fresh, non-resumed run, so
 #: a stale log or a later-step checkpoint of an earlier run can neither mix in nor be resumed).
-OUTPUTS = ("grpo_log.jsonl", "grpo_manifest.json", "checkpoints", "banks")
+OUTPUTS = (GRPO_LOG, GRPO_MANIFEST, "checkpoints", "banks")
 
 
 def _clear_outputs(output_dir: str) -> None:
@@ -273,7 +274,7 @@ def _start(cfg: GRPOConfig) -> _Run:
         state = ckpt.restore_state(resume_from, optimizer)
         start, bank = state["step"], state["bank"]
     model_dir = os.path.join(resume_from, "policy") if resume_from else start_dir
-    run = _Run(cfg, model, tok, ref_model, optimizer, bank, _Log(os.path.join(cfg.output_dir, "grpo_log.jsonl")),
+    run = _Run(cfg, model, tok, ref_model, optimizer, bank, _Log(os.path.join(cfg.output_dir, GRPO_LOG)),
                start, start_dir, model_dir, resume_from)
     model_id = f"grpo:{os.path.basename(os.path.normpath(model_dir))}"
     run.policy = HFPolicy(model, tok, cfg.max_completion_length, cfg.temperature, cfg.top_p, model_id)
@@ -368,5 +369,5 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
                "checkpoint": last_ckpt, "bank_version": run.bank.version,
                "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": run.log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": run.model_dir}
-    atomic_write_json(os.path.join(cfg.output_dir, "grpo_manifest.json"), summary)
+    atomic_write_json(os.path.join(cfg.output_dir, GRPO_MANIFEST), summary)
     return summary

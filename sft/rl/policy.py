@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.layout import CHECKPOINT_MANIFEST
 from sft.rl.rollout import Completion
 
 
@@ -38,7 +39,7 @@ def load_model(path: str | Path, dtype: str = "float32"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)
-    if (p / "checkpoint.json").is_file():
+    if (p / CHECKPOINT_MANIFEST).is_file():
         p = p / "policy"
     torch_dtype = getattr(torch, dtype)
     start = _grpo_starting_policy(p)
@@ -63,7 +64,7 @@ def load_model(path: str | Path, dtype: str = "float32"):
 def _grpo_starting_policy(policy_dir: Path) -> str | None:
     """The starting policy named by the ``checkpoint.json`` next to ``policy_dir`` when that
     folder holds a LoRA GRPO adapter, else ``None``."""
-    manifest = policy_dir.parent / "checkpoint.json"
+    manifest = policy_dir.parent / CHECKPOINT_MANIFEST
     if policy_dir.name != "policy" or not (policy_dir / "adapter_config.json").is_file() or not manifest.is_file():
         return None
     with open(manifest, encoding="utf-8") as f:

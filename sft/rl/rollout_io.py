@@ -27,11 +27,12 @@ from typing import Any
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PromptConfig
 from pipeline.core.fsutil import atomic_write
+from pipeline.core.layout import ROLLOUT_STAGE
 from pipeline.prompts import render_step_messages
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import Episode
 
-STAGE = "rollout"
+STAGE = ROLLOUT_STAGE
 
 
 def prompt_text(messages: list[dict[str, str]]) -> str:

@@ -15,12 +15,13 @@ from typing import Any, Callable
 
 from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.layout import GRPO_MANIFEST, GRPO_STEP, SFT_STEP
 
 from sft import manifest as sft_manifest
 from sft.rl.config import GRPOConfig, run_prompt_config, smoke, to_dict
 
-STEP = "grpo"
-MANIFEST_NAME = "grpo_manifest.json"
+STEP = GRPO_STEP
+MANIFEST_NAME = GRPO_MANIFEST
 #: Fields that name places or how to resume, not what is trained: outside the fingerprint (the
 #: SFT checkpoint and the bank are covered by the input facts instead of their paths).
 NOT_FINGERPRINTED = ("output_dir", "model", "model_cache_dir", "skill_bank", "resume")
@@ -38,7 +39,7 @@ def run_config(store: ArtifactStore, cfg: GRPOConfig | None = None) -> GRPOConfi
     byte). Raises ``ArtifactError`` without an export or build_pairs artifact."""
     bank = os.path.join(store.require("export").path, "skill_bank.json")
     return dataclasses.replace(cfg or smoke(), output_dir=os.path.join(store.run_dir, STEP),
-                               model=os.path.join(store.run_dir, "sft_fit"), skill_bank=bank,
+                               model=os.path.join(store.run_dir, SFT_STEP), skill_bank=bank,
                                skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
 
 
@@ -46,7 +47,7 @@ def fingerprint(store: ArtifactStore, cfg: GRPOConfig, sft: dict[str, Any]) -> t
     """``(fingerprint, facts)`` of the step: the export's content, the SFT step (``sft``: its
     manifest) and ``cfg`` without paths. Raises ``ArtifactError`` for a missing or stale export."""
     inputs = step_manifest.upstream_facts(store, ["export"])
-    inputs.append({"stage": "sft_fit", **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}})
+    inputs.append({"stage": SFT_STEP, **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}})
     config = {k: v for k, v in to_dict(cfg).items() if k not in NOT_FINGERPRINTED}
     return step_manifest.step_fingerprint(STEP, inputs, config)
 
@@ -107,7 +108,7 @@ def register_banks(root: str, run_id: str, cfg: GRPOConfig, summary: dict[str, A
     store.register(start.rows, run_id=run_id, stage="grpo_start", parent=parent)
     if summary.get("bank_file") and summary["bank_version"] != start.version:
         final = SkillBank.load(summary["bank_file"], cfg.env)
-        store.register(final.rows, run_id=run_id, stage="grpo", parent=start.version)
+        store.register(final.rows, run_id=run_id, stage=STEP, parent=start.version)
 
 
 def step_log_lines(path: str) -> list[str]:
