@@ -182,8 +182,8 @@ def skillpipe():
         from pipeline.llm.server import start_detached
         from pipeline.core.runner import safe_run_id
         from airflow.sdk import get_current_context
-        state_dir = os.path.join(run_dir(params["root"] or os.getcwd(),
-                                         params["run_id"] or safe_run_id(get_current_context()["run_id"])), "_llm_server")
+        run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
+        state_dir = os.path.join(run_dir(params["root"] or os.getcwd(), run_id), "_llm_server")
         # llm_model without llm_base_url names an embedded model ("" = the default teacher); the
         # alias passed on makes the stages record the embedded model's identity
         info = start_detached(state_dir, model=params["llm_model"] or "")

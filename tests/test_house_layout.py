@@ -56,11 +56,13 @@ def test_scanner_finds_literals_and_skips_prose():
            '    # skillpipe_sft_manifest.json in a comment\n'
            '    os.path.join(d, "checkpoint.json")\n'
            '    g = f"{d}/runs/{run_id}/**/_manifest.json"\n'
-           '    return "export folder (with _manifest.json) or a Parquet file", "runs/r/sft_fit/skillpipe_sft_manifest.json"\n')
+           '    return ("export folder (with _manifest.json) or a Parquet file",\n'
+           '            "runs/r/sft_fit/skillpipe_sft_manifest.json")\n')
     assert manifest_literals(src, "x.py") == [
         "x.py:3 '_manifest.json'", "x.py:7 'checkpoint.json'", "x.py:8 '/**/_manifest.json'",
-        "x.py:9 'runs/r/sft_fit/skillpipe_sft_manifest.json'"]
-    assert manifest_literals('from pipeline.core.layout import ARTIFACT_MANIFEST\nB = ARTIFACT_MANIFEST\n', "y.py") == []
+        "x.py:10 'runs/r/sft_fit/skillpipe_sft_manifest.json'"]
+    uses = 'from pipeline.core.layout import ARTIFACT_MANIFEST\nB = ARTIFACT_MANIFEST\n'
+    assert manifest_literals(uses, "y.py") == []
     assert names_a_manifest("grpo_manifest.json.bak") is None
     assert names_a_manifest("C:\\run\\grpo_manifest.json") == "grpo_manifest.json"
 
