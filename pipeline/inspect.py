@@ -85,7 +85,7 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
             local = pull_run(root, run_id)
             return f"run: {shown} (local mirror {local})\n" + _describe_run(local).partition("\n")[2]
         path = open_artifact(path)
-    if os.path.isdir(path) and os.path.basename(os.path.dirname(os.path.abspath(path))) == layout.RUNS_DIR:
+    if os.path.isdir(path) and layout.is_run_dir(path):
         return _describe_run(path)
     for name in STEP_MANIFESTS:
         if os.path.isdir(path) and os.path.exists(os.path.join(path, name)):
@@ -129,7 +129,7 @@ def _run_dir(path: str) -> str:
         return pull_run(root, run_id)
     p = os.path.abspath(path)
     while p != os.path.dirname(p):
-        if os.path.basename(os.path.dirname(p)) == layout.RUNS_DIR:
+        if layout.is_run_dir(p):
             return p
         p = os.path.dirname(p)
     raise ValueError(f"{path} is not inside a runs/<run_id>/ folder")

@@ -58,6 +58,11 @@ def run_dir(root: str, run_id: str) -> str:
     return os.path.join(root, RUNS_DIR, run_id)
 
 
+def is_run_dir(path: str) -> bool:
+    """Whether ``path`` is a run folder, ``.../runs/<run_id>`` (by name only; nothing is read)."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) == RUNS_DIR
+
+
 def eval_stage(label: str) -> str:
     """``eval_<label>``: the artifact (stage) name of an evaluation labelled ``label``."""
     return EVAL_PREFIX + label

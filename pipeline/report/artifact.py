@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from pipeline.core.artifacts import LEGACY_QUARANTINE_DIR, QUARANTINE_DIR, quarantine_dir
-from pipeline.core.layout import RUNS_DIR
+from pipeline.core.layout import is_run_dir
 from pipeline.inspect import STEP_MANIFESTS, _load
 from pipeline.report.render import environment
 
@@ -39,7 +39,7 @@ def artifact_facts(path: str, rows: int = 20, quarantine: bool = False) -> dict[
     Raises ``FileNotFoundError`` (no such artifact), ``ValueError`` (not Parquet/JSONL, or a run
     folder: use ``skillpipe report``), ``pipeline.core.artifacts.ArtifactError`` (no parts)."""
     apath = os.path.abspath(path)
-    if os.path.isdir(path) and os.path.basename(os.path.dirname(apath)) == RUNS_DIR:
+    if os.path.isdir(path) and is_run_dir(apath):
         raise ValueError(f"{path} is a whole run: use `skillpipe report {os.path.basename(apath)} "
                          f"--root {os.path.dirname(os.path.dirname(apath))}`")
     for name in STEP_MANIFESTS:
