@@ -4,10 +4,12 @@ limits with the ``x-ratelimit-*`` headers, and the prompt tokens it bills as cac
 * :func:`prompt_tokens`: the stub's tokenizer (:func:`pieces`: word pieces of at most 6
   characters and punctuation marks, each with the space before it, as BPE tokenizers merge it;
   other runs of white space one token: 3.4 characters per token on this README, about 4 on plain
-  English) over the messages in order (``role``, newline, ``content``, newline), then
-  the JSON Schema of ``response_format``. Where a provider puts the schema of a structured-output
-  call is not documented (vLLM and llama.cpp apply it while sampling, not as prompt text), so it
-  goes last here, where it cannot break a shared prefix of messages.
+  English) over the messages in order (``role``, newline, ``content``, newline), with the JSON
+  Schema of ``response_format``. OpenAI's prompt-caching guide says a structured-output schema
+  (``json_schema``) "serves as a prefix to the system message", so that schema comes first: a
+  schema that differs between calls leaves no shared prefix. llama.cpp's ``json_object`` schema is
+  applied while sampling, not read as prompt text; it is counted last, where it cannot break a
+  shared prefix of messages.
 * :class:`RateLimits`: a token bucket for requests and one for tokens, each refilled at its
   per-minute limit / 60 per second and holding ``burst_s`` seconds of it (OpenAI: limits "may be
   quantized, meaning they are enforced over shorter periods of time"). A call is admitted when both
@@ -39,9 +41,11 @@ def prompt_text_pieces(body: dict[str, Any]) -> list[str]:
     """The stub's tokens of a chat-completions ``body``'s prompt (module docstring)."""
     text = "".join(f"{m.get('role', '')}\n{m.get('content') or ''}\n" for m in body.get("messages") or [])
     fmt = body.get("response_format") or {}
-    schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema")
-    if schema:
-        text += json.dumps(schema, sort_keys=True)
+    prefix = (fmt.get("json_schema") or {}).get("schema")  # OpenAI: a prefix of the system message
+    if prefix:
+        text = json.dumps(prefix, sort_keys=True) + "\n" + text
+    elif fmt.get("schema"):  # llama.cpp's grammar schema: not prompt text
+        text += json.dumps(fmt["schema"], sort_keys=True)
     return pieces(text)
 
 

@@ -484,8 +484,9 @@ class LLMClient:
 
     # ---- transport ------------------------------------------------------------------------
     def _response_format(self, req: JSONRequest) -> dict[str, Any] | None:
-        if self.dialect == "json_schema":
-            return {"type": "json_schema", "json_schema": {"name": req.schema_name, "schema": req.schema}}
+        if self.dialect == "json_schema":  # the stage-wide form keeps hosted prompt prefixes identical
+            sent = req.shared_schema or req.schema
+            return {"type": "json_schema", "json_schema": {"name": req.schema_name, "schema": sent}}
         if self.dialect == "json_object":  # llama.cpp grammar: bound every string (schemas.py)
             return {"type": "json_object", "schema": grammar_schema(req.schema)}
         return None

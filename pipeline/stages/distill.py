@@ -71,6 +71,15 @@ def thinks_schema(indices: list[int], max_chars: int) -> dict[str, Any]:
     return wrap("thinks", arr)
 
 
+def shared_thinks_schema(max_chars: int) -> dict[str, Any]:
+    """The stage-wide form of :func:`thinks_schema` (the file's item count and step-index bounds),
+    sent to hosted endpoints so every request's prefix is the same (``JSONRequest.shared_schema``);
+    answers are still checked against the per-call schema."""
+    arr = load_schema(SCHEMA_FILE)
+    arr["items"]["properties"]["think"]["maxLength"] = max_chars
+    return wrap("thinks", arr)
+
+
 def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dict]], str | None] | None = None):
     """``JSONRequest.check``: the answer's step indices equal ``indices`` 1:1 and every think is
     usable, then ``content`` (the content rules, :func:`content_check`) when given. Returns
@@ -223,6 +232,7 @@ def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block
                                     messages=[{"role": "system", "content": system},
                                               {"role": "user", "content": user}],
                                     schema=thinks_schema(indices, max_chars), schema_name="reasoning",
+                                    shared_schema=shared_thinks_schema(max_chars),
                                     check=check_thinks(indices, max_chars, content_check(
                                         chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars)
                                         if qcfg else None)))

@@ -36,21 +36,24 @@ REFINED_FIELDS = ("action", "critical_observation", "reasoning")
 MISTAKE_FIELDS = ("trigger_condition", "bad_action")
 
 
-def memory_schema(outcome: str, n_actions: int) -> dict[str, Any]:
+def memory_schema(outcome: str, n_actions: int | None) -> dict[str, Any]:
     """JSON Schema of the memory answer for ``outcome`` ("success" | "failure"), derived from
     ``schemas/memory.schema.json`` (bounds and field texts come from the file).
 
     success: ``contextual_description``, ``refined_trajectory`` (``minItems`` 1, ``step_index`` an
     ``enum`` of the episode's step numbers 0..``n_actions``, so a grammar endpoint cannot invent a
-    step) and ``planning_pattern`` (a non-null string). failure: ``contextual_description`` and
-    ``mistakes_to_avoid`` (``minItems`` 1). Raises ``ValueError`` for another outcome.
+    step; ``n_actions=None``: any step number >= 0, the stage-wide form sent to hosted endpoints,
+    see ``JSONRequest.shared_schema``) and ``planning_pattern`` (a non-null string). failure:
+    ``contextual_description`` and ``mistakes_to_avoid`` (``minItems`` 1). Raises ``ValueError``
+    for another outcome.
     """
     base = load_schema(SCHEMA_FILE)
     props = base["properties"]
     if outcome == "success":
         refined = props["refined_trajectory"]
         refined["minItems"] = 1
-        refined["items"]["properties"]["step_index"] = {"type": "integer", "enum": list(range(n_actions + 1))}
+        refined["items"]["properties"]["step_index"] = ({"type": "integer", "minimum": 0} if n_actions is None else
+                                                        {"type": "integer", "enum": list(range(n_actions + 1))})
         pattern = props["planning_pattern"]
         pattern["type"] = "string"
         keep = ("contextual_description", "refined_trajectory", "planning_pattern")
@@ -211,7 +214,8 @@ def build_request(traj: Trajectory, cfg: MemoryConfig, qcfg: QualityConfig | Non
     return JSONRequest(key=traj.trajectory_id,
                        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                        schema=schema, schema_name=f"memory_{outcome}",
-                       check=check_memory(outcome, traj if qcfg else None, qcfg, tally, schema))
+                       check=check_memory(outcome, traj if qcfg else None, qcfg, tally, schema),
+                       shared_schema=memory_schema(outcome, None))
 
 
 def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str, Any]:

@@ -114,6 +114,13 @@ def answer_schema(kind: str, n: int) -> dict[str, Any]:
     return wrap("mistakes" if kind == "mistake" else "skills", arr)
 
 
+def shared_answer_schema(kind: str) -> dict[str, Any]:
+    """:func:`answer_schema` with the file's own ``maxItems``: the same for every call of
+    ``kind``, sent to hosted endpoints (``JSONRequest.shared_schema``)."""
+    arr = load_schema(SCHEMA_FILES[kind])
+    return wrap("mistakes" if kind == "mistake" else "skills", arr)
+
+
 def check_answer(kind: str, sources: list[str] | None = None, qcfg: QualityConfig | None = None,
                  tally: quality.Tally | None = None, actions: list[str] | None = None,
                  judge: ItemJudge | None = None, verdicts: dict[str, list] | None = None):
@@ -203,7 +210,7 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},
                                         {"role": "user", "content": tpl.render(section, n_skills=n, **values)}],
-                              schema=schema, schema_name=f"skills_{kind}",
+                              schema=schema, schema_name=f"skills_{kind}", shared_schema=shared_answer_schema(kind),
                               check=check_answer(kind, tally=tally, judge=judge, verdicts=verdicts))
         calls.append(Call(env, kind, category, used, request, tpl.sha, verdicts))
 

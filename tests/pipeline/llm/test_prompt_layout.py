@@ -88,3 +88,38 @@ def test_requests_are_sent_grouped_by_system_message_and_answered_in_job_order()
     send(client, jobs, "memory")
     assert client.order == [reqs[0].key, reqs[2].key, reqs[1].key]  # the two successes together
     assert [j.results[0].value["k"] for j in jobs] == [r.key for r in reqs]
+
+
+def _hosted_format(req):
+    """The ``response_format`` a hosted (``json_schema``) endpoint receives for ``req``."""
+    from pipeline.core.config import LLMConfig
+    from pipeline.llm.client import LLMClient
+    client = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m", structured_output="json_schema",
+                                 api_key_env=""))
+    return client.request_body(req, req.messages)["response_format"]
+
+
+def test_hosted_endpoints_get_one_schema_per_stage_variant_and_answers_are_checked_against_the_tight_one():
+    """OpenAI's prompt cache reads the structured-output schema as a prefix of the system
+    message: a schema naming this trajectory's step numbers would leave no shared prefix."""
+    import jsonschema
+    cfg = PipelineConfig()
+    long_ = cool_apple(tid="a")
+    short = dataclasses.replace(cool_apple(tid="b"), steps=cool_apple(tid="b").steps[:4])
+    a, b = (memory.build_request(t, cfg.memory) for t in (long_, short))
+    assert a.schema != b.schema  # step_index enums 0..5 and 0..3
+    assert _hosted_format(a) == _hosted_format(b)
+    answer = {"contextual_description": "Cool an apple in the fridge.", "planning_pattern": "find -> cool -> put",
+              "refined_trajectory": [{"step_index": 5, "action": "put apple 1 in/on countertop 1",
+                                      "critical_observation": "You put the apple 1", "reasoning": "the goal"}]}
+    jsonschema.validate(answer, b.shared_schema)  # the looser stage-wide form would take step 5 ...
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(answer, b.schema)      # ... the schema the client validates with does not
+    d1, d2 = (distill.build_requests(cool_apple(tid="a"), distill.step_entries(cool_apple(tid="a"), None), "-", n, 300)
+              for n in (2, 3))
+    assert d1[0].schema != d2[0].schema and _hosted_format(d1[0]) == _hosted_format(d2[-1])
+    calls = skills.plan_calls(MEMORIES, "alfworld", SkillsConfig())
+    by_kind = {}
+    for c in calls:
+        by_kind.setdefault(c.kind, []).append(_hosted_format(c.request))
+    assert all(len({str(f) for f in forms}) == 1 for forms in by_kind.values())
