@@ -39,6 +39,38 @@ $(LLAMA_STAMP):
 		llama-cpp-python==0.3.36
 	touch $(LLAMA_STAMP)
 
+# llama.cpp's own HTTP server (llama-server), from the same pinned llama-cpp-python sdist (its
+# vendor/llama.cpp tree, hash-checked), with the same portable baseline, statically linked into
+# .venv/bin/llama-server. The embedded endpoint prefers it (pipeline/llm/server.py: engine): on the
+# sample's memory prompts it answered 4 calls in 149-160 s where llama-cpp-python's server took
+# 216-251 s. No web UI and no download of a prebuilt one, no OpenSSL (loopback only). Best effort:
+# when the build fails (no cmake or compiler), the message says so, the stamp records the try, and
+# the embedded endpoint stays on llama-cpp-python's server.
+LLAMA_SERVER_STAMP := $(VENV)/.llama-server-0.3.36-avx2-baseline
+LLAMA_SDIST_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_SERVER_CMAKE_ARGS := $(LLAMA_CMAKE_ARGS) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
+	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+
+$(LLAMA_SERVER_STAMP): $(LLAMA_STAMP)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	echo "llama-cpp-python==0.3.36 --hash=sha256:$(LLAMA_SDIST_SHA256)" > "$$tmp/req.txt" && \
+	echo "building llama-server from the llama-cpp-python 0.3.36 sdist (~10 min on 2 cores)" && \
+	if $(BIN)/pip download -q --no-deps --no-binary :all: --require-hashes -r "$$tmp/req.txt" -d "$$tmp" \
+			>"$$tmp/build.log" 2>&1 \
+		&& tar xzf "$$tmp/llama_cpp_python-0.3.36.tar.gz" -C "$$tmp" \
+		&& cmake -S "$$tmp/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$$tmp/build" $(LLAMA_SERVER_CMAKE_ARGS) \
+			>>"$$tmp/build.log" 2>&1 \
+		&& cmake --build "$$tmp/build" --target llama-server -j "$$(nproc)" >>"$$tmp/build.log" 2>&1 \
+		&& install -m 755 "$$tmp/build/bin/llama-server" $(BIN)/llama-server; then \
+		echo "installed $(BIN)/llama-server"; \
+	else \
+		rm -f $(BIN)/llama-server; tail -n 15 "$$tmp/build.log" >&2; \
+		echo "warning: llama-server did not build (log tail above); the embedded endpoint uses" \
+			"llama-cpp-python's server instead (slower). Delete $(LLAMA_SERVER_STAMP) to try again." >&2; \
+	fi
+	touch $(LLAMA_SERVER_STAMP)
+
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
@@ -55,7 +87,7 @@ system-deps:
 		echo "(without them the report's browser test and the distributed tests are skipped or fail)" >&2; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP)
+$(STAMP): pyproject.toml constraints.txt $(LLAMA_STAMP) $(LLAMA_SERVER_STAMP)
 	$(MAKE) --no-print-directory system-deps
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	@# llama-cpp-python was installed --no-deps: its runtime dependencies first, else pip's check

