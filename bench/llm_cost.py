@@ -28,8 +28,14 @@ and batch at x ``--batch-factor`` (0.5):
 It also checks that both runs wrote the same rows and that the client's manifests count the
 cached tokens the stub billed.
 
-Run: ``.venv/bin/python bench/llm_cost.py`` (about 2 minutes; ``--parts a`` or ``b`` for one).
-The last line holds the ratios.
+**(c) The embedded server's program.** ``--calls`` (4) memory requests of the shipped sample
+(parse .. verify first, no LLM), sent through the stage's client (concurrency 2, no cache, no
+repairs) to the embedded model served by llama-cpp-python's Python server, then by llama.cpp's
+``llama-server`` (``pipeline.llm.server.engine``). ``server_ratio`` = calls per minute with
+llama-server / with the Python server (target >= 2.0). Needs ``make install``'s llama-server.
+
+Run: ``.venv/bin/python bench/llm_cost.py`` (about 2 minutes; ``--parts a`` or ``b`` for one;
+``--parts c`` about 10 minutes). The last line holds the ratios.
 """
 from __future__ import annotations
 
@@ -190,9 +196,56 @@ def part_b(a) -> dict:
     return out
 
 
+# ---- (c) ------------------------------------------------------------------------------------
+def sample_trajectories(work: str) -> list:
+    """The shipped sample's verified trajectories (parse .. verify, no LLM), in stage order."""
+    from pipeline.core.records import Trajectory
+    args = [sys.executable, "-m", "pipeline.cli", "run", "--root", work, "--run-id", "c", "--input",
+            os.path.join(REPO, "data", "samples"), "--stages", "parse,remove_loops,verify"]
+    run_bounded(args, 600, "skillpipe run (parse..verify)", env=dict(os.environ, PYTHONPATH=REPO),
+                capture_output=True, cwd=REPO, check=True)
+    return [Trajectory.from_row(r) for r in read_table(os.path.join(run_dir(work, "c"), "verify")).to_pylist()]
+
+
+def engine_run(program: str, trajs: list, model: str, work: str) -> dict:
+    """The memory requests of ``trajs`` through the stage's client against the embedded server
+    run by ``program`` (no cache, no repairs: every request is sent once)."""
+    from pipeline.core.config import PipelineConfig
+    from pipeline.llm import server
+    from pipeline.stages.memory import build_request
+    os.environ[server.ENGINE_ENV] = program
+    cfg = PipelineConfig()
+    reqs = [build_request(t, cfg.memory, cfg.quality) for t in trajs]
+    with server.EmbeddedServer(os.path.join(work, program), model=model) as url:
+        client = LLMClient(LLMConfig(base_url=url, model=server.embedded_alias(model), api_key_env="",
+                                     max_repairs=0, max_retries=0, timeout_s=3600), cache_path=None)
+        t0 = time.monotonic()
+        res = client.complete_json_many(reqs, desc=program)
+        wall = time.monotonic() - t0
+    s = client.stats_snapshot()
+    return {"engine": program, "calls": len(reqs), "wall_s": round(wall, 1), "passed": sum(r.ok for r in res),
+            "calls_per_min": round(len(reqs) / wall * 60, 3), "prompt_tokens": s["prompt_tokens"],
+            "cached_prompt_tokens": s.get("cached_prompt_tokens", 0), "completion_tokens": s["completion_tokens"]}
+
+
+def part_c(a) -> dict:
+    from pipeline.llm import server
+    if server.llama_server_path() is None:
+        raise SystemExit("(c) needs llama-server in the virtual environment: run `make install`")
+    with tempfile.TemporaryDirectory() as work:
+        trajs = sample_trajectories(work)[:a.calls]
+        runs = [engine_run(p, trajs, a.model, work) for p in ("llama-cpp-python", "llama-server")]
+    for r in runs:
+        print("(c)", json.dumps(r))
+    return {"server_ratio": round(runs[1]["calls_per_min"] / runs[0]["calls_per_min"], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="a,b", help="comma-separated: a (rate limit), b (cost)")
+    ap.add_argument("--parts", default="a,b", help="comma-separated: a (rate limit), b (cost), c (embedded "
+                    "server programs; ~10 minutes with the default teacher, so not in the default)")
+    ap.add_argument("--calls", type=int, default=4, help="(c) memory calls on the shipped sample per program")
+    ap.add_argument("--model", default="", help="(c) embedded model alias ('' = the default teacher)")
     ap.add_argument("--requests", type=int, default=240, help="(a) calls per run")
     ap.add_argument("--tpm", type=int, default=360_000, help="(a) the stub's tokens-per-minute limit")
     ap.add_argument("--envs", type=int, default=100, help="(b) environments x 2 rollouts = trajectories")
@@ -210,6 +263,8 @@ def main() -> None:
         r = part_b(a)
         ratios += [f"cost_ratio={r['cost_ratio']}", f"batch_factor={r['batch_factor']}",
                    f"prefix_factor={r['prefix_factor']}"]
+    if "c" in parts:
+        ratios += [f"server_ratio={part_c(a)['server_ratio']}"]
     print(" ".join(ratios))
 
 
