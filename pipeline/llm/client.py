@@ -63,6 +63,11 @@ COUNTERS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "com
 DIALECTS = ("auto", "json_schema", "json_object", "none")
 MAX_RETRY_AFTER_S = 120.0  # never sleep longer than this on a server's Retry-After
 WATCH_INTERVAL_S = 0.2  # how often a batch checks that the embedded server process still runs
+#: Sent with every call to the embedded model so that both programs that can serve it sample
+#: alike: 1.1 is llama-cpp-python's server default (``llama_cpp/server/types.py``), under which the
+#: embedded teacher's figures were measured; llama-server's default is 1.0 (off), and with it the
+#: teacher copied its prompt more (memory on the sample: echo_prompt 6 of 19 against 3).
+EMBEDDED_REPEAT_PENALTY = 1.1
 DEATH_GRACE_S = 1.0  # a reset can reach us a moment before the dying process's exit is visible
 TRANSPORT_ERRORS = ("connection_error", "timeout", "http_error")
 
@@ -161,6 +166,7 @@ class LLMClient:
                              "the embedded server answers online only")
         self._auto = cfg.structured_output == "auto"
         self.dialect = ("json_object" if embedded else "json_schema") if self._auto else cfg.structured_output
+        self.embedded = embedded
         self.azure = azure_settings(self.base_url, self.model) if azure is None else (azure or None)
         self._api_key()  # fail early on an unset key variable
         self._cache = ResponseCache(cache_path) if cache_path else None
@@ -383,8 +389,13 @@ class LLMClient:
     # ---- one request: shared by the online loop and batch mode (pipeline.llm.batch) ----------
     def key_of(self, req: JSONRequest) -> str:
         """The cache key of ``req``: model id, its first messages, schema and sampling parameters."""
-        params = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "seed": self.cfg.seed}
+        params = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "seed": self.cfg.seed,
+                  **self._sampling()}
         return cache_key(self.model_id, req.messages, req.schema, params)
+
+    def _sampling(self) -> dict[str, Any]:
+        """Sampling parameters beyond OpenAI's: the embedded model's repeat penalty."""
+        return {"repeat_penalty": EMBEDDED_REPEAT_PENALTY} if self.embedded else {}
 
     def lookup(self, req: JSONRequest) -> tuple[str, JSONResult | None]:
         """``(cache key, the cached result)``; the result is ``None`` on a miss, and when the
@@ -527,7 +538,7 @@ class LLMClient:
         ``response_format``. The same body goes online and into a batch file."""
         sent = schema_hint(messages, req.schema) if self.dialect == "none" else messages
         body: dict[str, Any] = dict(model=self.model, messages=sent, temperature=self.cfg.temperature,
-                                    max_tokens=self.cfg.max_tokens, seed=self.cfg.seed)
+                                    max_tokens=self.cfg.max_tokens, seed=self.cfg.seed, **self._sampling())
         fmt = self._response_format(req)
         if fmt is not None:
             body["response_format"] = fmt
@@ -557,7 +568,10 @@ class LLMClient:
     async def _call(self, oai, body: dict[str, Any], chars: int):
         """One HTTP call; feeds the answer's ``x-ratelimit-*`` headers (or the 429) to the budget."""
         try:
-            raw = await oai.chat.completions.with_raw_response.create(**body)
+            # llama.cpp's own sampling fields travel as extra JSON fields (the SDK has no argument for them)
+            extra = {k: v for k, v in body.items() if k == "repeat_penalty"}
+            known = {k: v for k, v in body.items() if k not in extra}
+            raw = await oai.chat.completions.with_raw_response.create(**known, extra_body=extra or None)
             resp = raw.parse()
         except json.JSONDecodeError as e:  # the SDK parses a JSON-typed 200 body itself
             raise self._bad_body("not JSON", e.doc) from None

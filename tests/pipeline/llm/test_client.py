@@ -269,3 +269,15 @@ def test_an_endpoint_that_refuses_every_connection_is_not_asked_for_each_request
     assert 2 <= len(sent) <= 3 and all(r.attempts == 0 for r in results if r not in sent)
     assert sent == results[:len(sent)]  # requests start in order: the not-sent ones are the later ones
     assert client.stats_snapshot()["failures"] == 12
+
+
+def test_embedded_model_calls_carry_the_repeat_penalty_both_servers_share():
+    """llama-cpp-python's server defaults to repeat_penalty 1.1, llama-server to 1.0: the client
+    sends 1.1 to the embedded model so either program samples alike; hosted calls get no such field."""
+    from pipeline.llm.client import EMBEDDED_REPEAT_PENALTY
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS
+    req = JSONRequest("k", MSGS, SCHEMA, "city")
+    embedded = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model=EMBEDDED_MODEL_ALIAS, api_key_env=""))
+    hosted = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="gpt-4o-mini", api_key_env=""))
+    assert embedded.request_body(req, MSGS)["repeat_penalty"] == EMBEDDED_REPEAT_PENALTY == 1.1
+    assert "repeat_penalty" not in hosted.request_body(req, MSGS)
