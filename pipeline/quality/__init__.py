@@ -19,7 +19,8 @@ Modules (one concept each):
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
-* :mod:`.alignment` - thinks that speak of another step, or narrate: ``think_misaligned``, ``narration``;
+* :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
+  ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
 
 Policy: every rule quarantines unless it is listed in ``quality.flag_rules`` (config), in which
@@ -64,7 +65,11 @@ REASONS: dict[str, str] = {
     "missing_key_step": "a success memory's refined steps leave out the step the task cannot succeed without "
                         "(heat/cool/clean/use, a WebShop purchase) that the trajectory took",
     "think_misaligned": "a think speaks of another step: an action on an entity or object other than its own "
-                        "action's and the goal's, or an event that has not happened yet",
+                        "action's and the goal's, another action done now (the previous one told in the present, "
+                        "not as a recap), an event that has not happened yet, or the opposite transformation of "
+                        "the goal (cooling in a heat task) as its purpose",
+    "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
+                       "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
     "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done",
 }
 

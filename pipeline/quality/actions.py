@@ -107,7 +107,8 @@ class Mention(NamedTuple):
     pos: int = 0
 
 
-def _singular(word: str) -> str:
+def singular(word: str) -> str:
+    """``word`` without a plural ``s`` (not of ``-ss`` words nor words of <= 3 letters): "mugs" -> "mug"."""
     return word[:-1] if word.endswith("s") and not word.endswith("ss") and len(word) > 3 else word
 
 
@@ -150,7 +151,7 @@ def text_mentions(text: str, known_nouns: Iterable[str] = ()) -> list[Mention]:
     the trajectory or task), or ``object``/``item``. ``pick up`` counts as ``take``; ``turn``/
     ``switch`` count as ``use`` only when followed by ``on``."""
     tokens = tokenize(text)
-    known = {_singular(n) for n in known_nouns} | RECEPTACLES | OBJECTS | {"object", "item", "target"}
+    known = {singular(n) for n in known_nouns} | RECEPTACLES | OBJECTS | {"object", "item", "target"}
     out = []
     for i, w in enumerate(tokens):
         concept = VERBS.get(w)
@@ -162,8 +163,8 @@ def text_mentions(text: str, known_nouns: Iterable[str] = ()) -> list[Mention]:
         for t in tokens[i + 1:i + 1 + _NOUN_WINDOW]:
             if (t in VERBS and t != "place") or t in _CLAUSE_END:  # "place" is also a noun ("a likely place")
                 break
-            if _singular(t) in known and _singular(t) not in nouns:
-                nouns.append(_singular(t))
+            if singular(t) in known and singular(t) not in nouns:
+                nouns.append(singular(t))
         out.append(Mention(concept, tuple(nouns), w in PAST_FORMS, i))
     return out
 

@@ -8,14 +8,21 @@ rules):
   now), ``take cup 3 from countertop 2`` got "After cooling the cup, the agent moves it to the
   diningtable." (the cup was never cooled: an event that has not happened), and a ``take`` think
   may name another object than the one taken. Allowed: the step's own action, the task's goal,
-  and past events that did happen (earlier actions).
+  and past events that did happen (earlier actions). Also: the previous action told in the
+  present as if done now ("The fridge is closed. I open it to see if there's anything inside."
+  for ``go to diningtable 1``; a ReAct recap "Now I take an apple (1). Next, ..." is allowed),
+  and the opposite transformation of the goal given as a purpose ("I put the hot apple in the
+  fridge for cooling" when the task asks for a hot apple).
+* ``think_unrelated`` (:func:`unrelated`) - the think names neither its command's verb nor any
+  of its arguments: ``open fridge 1`` got "I need to heat the apple first. Apples are usually in
+  the microwave for heating." (it does not explain opening, and the belief is false).
 * ``narration`` (:func:`narration`) - third-person, past-tense narration after the fact ("The
   agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2."), or a think that
   tells its own action as done ("I opened cabinet 2."). An SFT target teaches the policy to
   *decide*: it speaks as the agent, before the action.
 
-Measured in ``tests/pipeline/quality/test_alignment.py``: neither rule fires on the recorded
-thoughts of the samples and fixtures (ReAct ALFWorld and WebShop, ETO ALFWorld).
+Measured in ``tests/pipeline/quality/test_alignment.py``: no rule fires on the recorded thoughts
+of the samples and fixtures (ReAct ALFWorld and WebShop, ETO ALFWorld, Reflexion).
 """
 from __future__ import annotations
 
@@ -111,7 +118,43 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                      and not any(c.endswith(n) or n.endswith(c) for c in current.nouns)]
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
-    return _says_it_does_another(tokens, act.text_mentions(think, nouns), current, earlier[-1:], action, concepts)
+    return _opposite_purpose(tokens, traj.task) or \
+        _says_it_does_another(tokens, act.text_mentions(think, nouns), current, earlier[-1:], action, concepts)
+
+
+#: The two transformations that undo each other, and the task words that ask for each ("put a
+#: hot apple in fridge", "cool some bread and put it in diningtable").
+_OPPOSITE = {"heat": "cool", "cool": "heat"}
+_GOAL_WORDS = {"heat": frozenset({"hot", "heat", "heated", "warm"}),
+               "cool": frozenset({"cool", "cold", "cooled", "chilled"})}
+#: Words before "for"/"to" that make it a description of a thing, not the agent's purpose:
+#: "the fridge is for cooling", "an appliance used to heat food".
+_DESCRIBES = _STATE | {"used", "only", "meant", "designed", "made"}
+
+
+def _task_goal(task: str) -> str | None:
+    """``heat`` or ``cool`` when the task asks for exactly one of them (:data:`_GOAL_WORDS`), else ``None``."""
+    words = set(re.findall(r"[a-z]+", (task or "").lower()))
+    goals = [g for g, w in _GOAL_WORDS.items() if words & w]
+    return goals[0] if len(goals) == 1 else None
+
+
+def _opposite_purpose(tokens: list[str], task: str) -> str | None:
+    """Why the think gives the opposite transformation of the task's goal as the purpose of what
+    it does ("I put the hot apple in the fridge for cooling" when the task asks for a hot apple),
+    else ``None``: a verb of that concept right after "for"/"to", not negated in the three words
+    before, and not a description of a thing ("the fridge is for cooling")."""
+    goal = _task_goal(task)
+    if goal is None:
+        return None
+    for j in range(1, len(tokens)):
+        if act.VERBS.get(tokens[j]) != _OPPOSITE[goal] or tokens[j] in act.PAST_FORMS \
+                or tokens[j - 1] not in ("for", "to"):
+            continue
+        if set(tokens[max(0, j - 4):j - 1]) & _NEGATION or (j >= 2 and tokens[j - 2] in _DESCRIBES):
+            continue
+        return f"gives '{tokens[j - 1]} {tokens[j]}' as its purpose, but the task asks to {goal}"
+    return None
 
 
 #: Words before a verb that make it the agent's own action now, in the present: "I take", "so I
@@ -124,12 +167,18 @@ def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], curren
     """Why the think says the agent does another action now, else ``None``: a first-person
     present or immediate-future verb ("I take it", "I'll go to the diningtable") of another
     concept than this step's action, while no such verb names this step's concept. A recap of
-    the previous action ("Now I take a spraybottle (2)" before going on, as ReAct agents write)
-    is not another action."""
-    if current is None or any(m.concept == current.concept for m in mentions if not m.past):
-        return None  # it speaks of this step's action too ("I use the microwave to heat the mug")
+    the previous action framed as one (:func:`_framed_as_recap`: "Now I take a spraybottle (2)"
+    before going on, as ReAct agents write) is not another action; the previous action told in
+    the present ("The fridge is closed. I open it to see ..." after ``open fridge 1``) is."""
+    verb = (action or "").split()[0].lower() if (action or "").strip() else ""
+    if current is None or any(m.concept == current.concept or tokens[m.pos] == verb
+                              for m in mentions if not m.past):
+        # it speaks of this step's action too ("I use the microwave to heat the mug"), or in the
+        # command's own verb ("I move cup 3 to diningtable 4": newer ALFWorld's put)
+        return None
     now = [m for m in mentions if not m.past and any(tuple(tokens[max(0, m.pos - len(w)):m.pos]) == w for w in _NOW)]
-    other = [m for m in now if m.concept in concepts and not any(act.same_event(m, p) for p in previous)
+    other = [m for m in now if m.concept in concepts
+             and not (_framed_as_recap(tokens, m.pos) and any(act.same_event(m, p) for p in previous))
              and "look" not in tokens[m.pos + 1:m.pos + 4]]  # "I take a quick look"
     if other:
         m = other[0]
@@ -137,7 +186,70 @@ def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], curren
     return None
 
 
+#: Tokens that end a sentence (a recap opens one).
+_SENTENCE_END = frozenset({".", "!", "?", ";", ":"})
+
+
+def _framed_as_recap(tokens: list[str], pos: int) -> bool:
+    """Whether the first-person verb at ``pos`` is framed as a recap of what was just done: a
+    sentence that opens with "Now I <verb>" ("Now I take an apple (1). Next, I need to ..."), as
+    ReAct agents write after each action. A present-tense purpose clause ("I open it to see if
+    there's anything inside") is not: it tells an action as the one being taken."""
+    return pos >= 2 and tokens[pos - 2:pos] == ["now", "i"] and (pos == 2 or tokens[pos - 3] in _SENTENCE_END)
+
+
 _ACTING = frozenset({"go", "open", "close", "take", "put", "heat", "cool", "clean", "use", "examine"})
+
+
+#: Other words for an argument of a command (ALFWorld's one-word kind names) that models write,
+#: beyond the parts :func:`_names_argument` already accepts ("table" for ``diningtable``, "lamp"
+#: for ``desklamp``).
+_ARGUMENT_WORDS = {"fridge": {"refrigerator"}, "garbagecan": {"trash", "bin"}, "sofa": {"couch"},
+                   "cd": {"disc"}, "sinkbasin": {"sink"}, "bathtubbasin": {"bathtub", "tub"}}
+
+
+#: Words that make a ``go`` a search ("There's no mug here; I'll continue searching."): a go
+#: that explores need not name where it goes.
+_SEARCH = frozenset("""search searching look looking check checking find finding explore exploring scan scanning
+continue resume keep elsewhere try retrace""".split())
+
+
+def _names_argument(tokens: list[str], noun: str) -> bool:
+    """Whether ``tokens`` name the command argument ``noun`` (a kind, no number): the word itself
+    or its plural, written as two words ("dining table", "coffee machine"), or a part of at least
+    four letters at its start or end ("counter", "table", "lamp", "phone"), or a word of
+    :data:`_ARGUMENT_WORDS`."""
+    words = {act.singular(t) for t in tokens} | {t[:-3] + "f" for t in tokens if t.endswith("ves")} \
+        | {a + b for a, b in zip(tokens, tokens[1:])}
+    if noun in words or words & _ARGUMENT_WORDS.get(noun, set()):
+        return True
+    return any(len(w) >= 4 and w != noun and (noun.startswith(w) or noun.endswith(w)) for w in words)
+
+
+def unrelated(think: str, action: str) -> str | None:
+    """Why the think does not explain ``action`` at all, else ``None``: for a command of the
+    ALFWorld grammar (an acting verb of :func:`pipeline.quality.actions.command_mention`), a think
+    that names neither the command's verb (any form or synonym of its concept) nor any of its
+    arguments (object or receptacle kind). "I need to heat the apple first. Apples are usually in
+    the microwave for heating." for ``open fridge 1`` says nothing of opening nor of the fridge. A
+    pronoun alone ("I check it") does not name an argument: without the verb nothing says what
+    it stands for. WebShop's ``search``/``click`` and other commands are not judged."""
+    current = act.command_mention(action)
+    if current is None or current.concept not in _ACTING:
+        return None
+    tokens = act.tokenize(think)
+    verb = action.split()[0].lower()
+    if any(act.VERBS.get(t) == current.concept or t == verb for t in tokens):
+        return None  # its concept in any form, or the command's own verb ("move" of "move cup 3 to ...")
+    if current.concept == "go" and _SEARCH & set(tokens):
+        return None  # "I'll keep looking elsewhere": a go that explores
+    if current.concept == "go" and any(set(current.nouns) & act.TRANSFORM_TOOLS.get(act.VERBS.get(t, ""), set())
+                                       for t in tokens):
+        return None  # "I should wash it" before going to the sinkbasin: the purpose of the go
+    if any(_names_argument(tokens, n) for n in current.nouns):
+        return None
+    named = " nor ".join(dict.fromkeys(current.nouns)) or "its object"
+    return f"names neither '{current.concept}' nor {named}, so it does not explain {action!r}"
 
 
 def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> str | None:
@@ -172,4 +284,9 @@ def think_violations(thinks: Iterable[tuple[int, str]], traj: Trajectory, action
         why = misaligned(think, traj, i, actions[i])
         if why:
             out.append(Violation("think_misaligned", f"the think for step {i} {why}; explain this step's action"))
+            continue
+        why = unrelated(think, actions[i])
+        if why:
+            out.append(Violation("think_unrelated", f"the think for step {i} {why}; say why the agent takes this "
+                                                    "action now"))
     return out

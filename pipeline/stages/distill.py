@@ -120,7 +120,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     step), ``ungrounded_think`` (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
-    :func:`prompt_vocab`), ``narration`` and ``think_misaligned``
+    :func:`prompt_vocab`), ``narration``, ``think_misaligned`` and ``think_unrelated``
     (:func:`pipeline.quality.alignment.think_violations`), ``cut_off`` at ``max_chars`` (the
     schema bound of an LLM think; ``None`` for a recorded thought), then ``off_topic`` against
     the step (observation as shown + action) and the task."""
@@ -280,7 +280,7 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "3"  # think_misaligned, narration and cut_off; echo of worked examples
+    version = "4"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -125,10 +125,12 @@ def test_distill_step_indices_repair_then_quarantine(tmp_path, indices):
 
 def test_distill_repaired_answer_and_never_an_empty_think(tmp_path):
     empty = json.dumps({"thinks": [{"step_index": i, "think": "" if i == 2 else "ok"} for i in range(4)]})
-    # (an on-topic text: a think unrelated to its step is quarantined off_topic, pipeline.quality)
-    res, art, _ = distill_run(tmp_path, [{"content": empty}, {"content": thinks(range(4), "heat\nthe mug, step")}])
+    # (an on-topic text that names each action's object or receptacle: a think unrelated to its
+    # step is quarantined off_topic or think_unrelated, pipeline.quality)
+    res, art, _ = distill_run(tmp_path, [{"content": empty},
+                                         {"content": thinks(range(4), "heat\nthe mug from the cabinet, step")}])
     assert (res.manifest["counts"]["out"], res.manifest["counts"]["quarantined"]) == (1, 0)
     [row] = art.read_rows()
-    assert row["thinks"] == [{"step_index": i, "think": f"heat the mug, step {i}"} for i in range(4)]
+    assert row["thinks"] == [{"step_index": i, "think": f"heat the mug from the cabinet, step {i}"} for i in range(4)]
     assert row["synthetic_done"] is True
     assert llm_counts(res.manifest)["repairs"] == 1

@@ -48,12 +48,14 @@ def test_narration_in_the_third_person_or_after_the_fact():
                                two.actions[:4]) is None
 
 
-@pytest.mark.parametrize("sample", ["eto-alfworld", "react-alfworld", "react-webshop"])
-def test_recorded_thoughts_of_the_samples_pass(sample, tmp_path):
+@pytest.mark.parametrize("sample, thoughts", [("eto-alfworld", 21), ("react-alfworld", 11), ("react-webshop", 7),
+                                              ("reflexion-fewshot-failures", 12)])
+def test_recorded_thoughts_of_the_samples_pass(sample, thoughts, tmp_path):
     """Measured on the recorded thoughts of the whole shared ETO, ReAct ALFWorld and ReAct WebShop
-    sets (1,776 thoughts): 4 fire, each a real defect of its record (a pot "cooled" that was
-    never cooled, a thought that says the pot is cooled before the cool action). The samples'
-    thoughts: none."""
+    sets (1,776 thoughts): 13 fire, all ETO's, each a defect of its record or a thought that does
+    not explain its step (a pot called cooled before the cool action, a heated apple put in the
+    fridge "to cool it down", thoughts about the coffee table while the agent opens drawers).
+    The samples' thoughts: none."""
     _, trajs = parsed_sample(tmp_path, sample, sample)
     n, fired = 0, []
     for t in trajs:
@@ -61,9 +63,10 @@ def test_recorded_thoughts_of_the_samples_pass(sample, tmp_path):
             think, action = (t.steps[i + 1].thought or "").strip(), t.steps[i + 1].action or ""
             if think:
                 n += 1
-                if why := alignment.narration(think, action, t.actions[:i]) or alignment.misaligned(think, t, i, action):
+                if why := alignment.narration(think, action, t.actions[:i]) or alignment.misaligned(think, t, i, action) \
+                        or alignment.unrelated(think, action):
                     fired.append((i, why))
-    assert n >= 5 and fired == []
+    assert n == thoughts and fired == []
 
 
 def test_a_think_that_does_another_action_now():
@@ -83,3 +86,85 @@ def test_a_think_that_does_another_action_now():
         .startswith("says the agent will now 'go to the diningtable'")
     assert alignment.misaligned("I use the microwave to heat the apple.", apple, 3,
                                 "heat apple 1 with microwave 1") is None
+
+
+#: The 1.5B teacher's run on the sample's "put a hot apple in fridge" (think i explains action i + 1).
+HOT_APPLE = trajectory("put a hot apple in fridge.",
+                       ["go to fridge 1", "open fridge 1", "go to diningtable 1", "take apple 1 from diningtable 1",
+                        "go to microwave 1", "heat apple 1 with microwave 1", "go to fridge 1",
+                        "put apple 1 in/on fridge 1"], "heat")
+
+
+def think_reasons(think: str, traj: Trajectory, i: int) -> list[str]:
+    return [v.reason for v in alignment.think_violations([(i, think)], traj, {i: traj.actions[i]})]
+
+
+def test_the_teachers_thinks_that_do_not_explain_their_step():
+    """Three thinks the older rules let through, and four of the same run that must still pass."""
+    # open fridge 1: neither opening nor the fridge, and a false belief
+    think = "I need to heat the apple first. Apples are usually in the microwave for heating."
+    assert alignment.unrelated(think, "open fridge 1") == \
+        "names neither 'open' nor fridge, so it does not explain 'open fridge 1'"
+    assert think_reasons(think, HOT_APPLE, 1) == ["think_unrelated"]
+    # go to diningtable 1: the previous action (open fridge 1) told as if done now
+    think = "The fridge is closed. I open it to see if there's anything inside."
+    assert alignment.misaligned(think, HOT_APPLE, 2, "go to diningtable 1") == \
+        "says the agent will now 'open it to see', but this step's action is 'go to diningtable 1'"
+    assert think_reasons(think, HOT_APPLE, 2) == ["think_misaligned"]
+    # put apple 1 in/on fridge 1 in a heat task: cooling is not the purpose
+    think = "The fridge is open. I put the hot apple in the fridge for cooling."
+    assert alignment.misaligned(think, HOT_APPLE, 7, "put apple 1 in/on fridge 1") == \
+        "gives 'for cooling' as its purpose, but the task asks to heat"
+    good = {3: "Now I find an apple (1). Next, I need to take it.",
+            4: "Now I take an apple (1). Next, I need to go to a microwave (1) and heat it.",
+            5: "The microwave is closed. I heat the apple with the microwave before putting it in the fridge.",
+            7: "The fridge is open. I put the hot apple in it, as the task asks."}
+    assert {i: think_reasons(t, HOT_APPLE, i) for i, t in good.items()} == {i: [] for i in good}
+    cabinet = trajectory("put some spraybottle on toilet.", ["go to cabinet 1", "go to cabinet 2", "open cabinet 2"])
+    assert think_reasons("Cabinet 2 is closed. I open it to see if there's anything inside.", cabinet, 2) == []
+
+
+def test_a_recap_must_open_with_now_i():
+    """The same words as a ReAct recap, but told as the action being taken: not a recap."""
+    assert alignment.misaligned("Now I open the fridge (1). Next, I need to find an apple.", HOT_APPLE, 2,
+                                "go to diningtable 1") is None
+    assert alignment.misaligned("I open the fridge (1) to find an apple.", HOT_APPLE, 2, "go to diningtable 1") \
+        == "says the agent will now 'open the fridge 1', but this step's action is 'go to diningtable 1'"
+    # newer ALFWorld's put is "move X to Y": the command's own verb is this step's action, not a go
+    moved = trajectory("put a cup in diningtable.", ["go to diningtable 4", "move cup 3 to diningtable 4"])
+    assert alignment.misaligned("I move cup 3 to diningtable 4 now.", moved, 1, "move cup 3 to diningtable 4") is None
+
+
+def test_what_names_an_action():
+    """The verb in any form or synonym, an argument in two words or by a part of it, a search
+    for a go, or the transformation the go's target is for; a pronoun alone names nothing."""
+    assert alignment.unrelated("The dining table may have the apple.", "go to diningtable 1") is None
+    assert alignment.unrelated("The table may have it.", "go to diningtable 1") is None
+    assert alignment.unrelated("I'll head there next.", "go to diningtable 1") is None
+    assert alignment.unrelated("Back to the shelves it is.", "go to shelf 4") is None
+    assert alignment.unrelated("There's no mug here. I'll keep looking.", "go to cabinet 8") is None
+    assert alignment.unrelated("I have the cup; I should wash it before putting it away.", "go to sinkbasin 1") is None
+    assert alignment.unrelated("I have the cup; I should wash it before putting it away.", "go to microwave 1") == \
+        "names neither 'go' nor microwave, so it does not explain 'go to microwave 1'"
+    assert alignment.unrelated("It is closed, so I check it.", "open drawer 3") == \
+        "names neither 'open' nor drawer, so it does not explain 'open drawer 3'"
+    assert alignment.unrelated("Here it is! I'll grab it.", "take apple 1 from diningtable 1") is None
+    assert alignment.unrelated("I move it there now.", "move cup 3 to diningtable 4") is None
+    # WebShop commands and words outside the grammar are not judged
+    assert alignment.unrelated("The second item looks right.", "click[B07XYZ]") is None
+    assert alignment.unrelated("Nothing fits; try again.", "search[red mug]") is None
+    assert alignment.unrelated("I am done.", "done") is None
+
+
+def test_the_opposite_purpose_only_as_the_agents_purpose():
+    """A fridge described as for cooling, a negated purpose, a cool task's own cooling and a
+    cool task given a heating purpose."""
+    assert alignment.misaligned("The fridge is for cooling, so I go to the microwave to heat it.", HOT_APPLE, 4,
+                                "go to microwave 1") is None
+    assert alignment.misaligned("I put the apple in the fridge. I don't want to cool it.", HOT_APPLE, 7,
+                                "put apple 1 in/on fridge 1") is None
+    cool = trajectory("cool some bread and put it in diningtable.", ["go to fridge 1", "cool bread 1 with fridge 1"],
+                      "cool")
+    assert alignment.misaligned("I go to the fridge to cool the bread.", cool, 0, "go to fridge 1") is None
+    assert alignment.misaligned("I go to the fridge to heat the bread.", cool, 0, "go to fridge 1") == \
+        "gives 'to heat' as its purpose, but the task asks to cool"

@@ -120,11 +120,14 @@ def test_distill_future_leak_repaired(sample_store):
 
 
 # the off_topic think shares "see" with the observations ("you see a ..."), so ungrounded_think
-# passes it and the embedding rule is the one that rejects it
+# passes it and the embedding rule is the one that rejects it; it explains the synthetic done (a
+# command's think that names neither its verb nor its arguments is think_unrelated first)
 @pytest.mark.parametrize("over,reason", [({2: "1.25"}, "no_words"),
                                          ({3: "To progress, I go to desk 4 now."}, "reused_think"),
                                          ({4: "take take take take take take"}, "ngram_loop"),
-                                         ({5: "The weather is nice today and I like football, you see."}, "off_topic")])
+                                         ({6: "The weather is nice today and I like football, you see."}, "off_topic"),
+                                         ({5: "The weather is nice today and I like football, you see."},
+                                          "think_unrelated")])
 def test_distill_degenerate_think_quarantines_the_trajectory(sample_store, over, reason):
     store, ids = sample_store
     bad = thinks(over)
