@@ -174,7 +174,8 @@ def part_b(a) -> dict:
         for mode in ("online", "batch"):
             with StubEndpoint(prefix_cache=True) as stub:
                 cfg = write_config(os.path.join(work, f"{mode}.yaml"), stub.base_url,
-                                   llm={"api_key_env": "", "concurrency": 8, "batch_poll_s": 0.2},
+                                   llm={"api_key_env": "", "concurrency": 8, "batch_poll_s": 0.2,
+                                        "stable_schema": a.stable_schema},
                                    quality={"off_topic_threshold": -1})
                 cli_run(work, mode, cfg, tree, mode)
                 bills[mode] = [b for b in stub.bills]
@@ -244,6 +245,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="a,b", help="comma-separated: a (rate limit), b (cost), c (embedded "
                     "server programs; ~10 minutes with the default teacher, so not in the default)")
+    ap.add_argument("--no-stable-schema", dest="stable_schema", action="store_false",
+                    help="(b) send each call's tight schema (llm.stable_schema off, the default of the pipeline)")
     ap.add_argument("--calls", type=int, default=4, help="(c) memory calls on the shipped sample per program")
     ap.add_argument("--model", default="", help="(c) embedded model alias ('' = the default teacher)")
     ap.add_argument("--requests", type=int, default=240, help="(a) calls per run")

@@ -157,6 +157,8 @@ def request_key(body: dict[str, Any]) -> str:
     from pipeline.llm.cache import cache_key
     schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
     params = {k: body.get(k) for k in ("temperature", "max_tokens", "seed")}
+    if "repeat_penalty" in body:  # sent to the embedded model only, and part of its key
+        params["repeat_penalty"] = body["repeat_penalty"]
     return cache_key(body.get("model") or "", body.get("messages") or [], schema, params)
 
 

@@ -170,6 +170,11 @@ class LLMConfig:
                           min=0)
     concurrency: int = _f(2, "max concurrent requests", min=1)
     seed: int = _f(0, "sampling seed sent to the endpoint")
+    stable_schema: bool = _f(False, "json_schema endpoints get one stage-wide schema per stage variant instead of "
+                             "each call's tight one (step numbers, item counts), so every request of a stage "
+                             "starts with the same text and a hosted prompt cache bills it as cached (OpenAI "
+                             "reads the schema as the start of the prompt); answers are still checked against "
+                             "the tight schema, and one outside it costs a repair call")
     max_endpoint_failure_rate: float = _f(0.1, "a stage fails (nothing written, rerun retries) when more than "
                                                "this fraction of its items got no answer from the endpoint",
                                                min=0, max=1)

@@ -388,10 +388,18 @@ class LLMClient:
 
     # ---- one request: shared by the online loop and batch mode (pipeline.llm.batch) ----------
     def key_of(self, req: JSONRequest) -> str:
-        """The cache key of ``req``: model id, its first messages, schema and sampling parameters."""
+        """The cache key of ``req``: model id, its first messages, the schema as sent
+        (:meth:`_sent_schema`) and sampling parameters. A cached answer is still checked against
+        ``req.schema`` on every lookup."""
         params = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "seed": self.cfg.seed,
                   **self._sampling()}
-        return cache_key(self.model_id, req.messages, req.schema, params)
+        return cache_key(self.model_id, req.messages, self._sent_schema(req), params)
+
+    def _sent_schema(self, req: JSONRequest) -> dict[str, Any]:
+        """The schema a ``json_schema`` endpoint receives: the stage-wide one with
+        ``llm.stable_schema`` (when the request has one), else the request's own."""
+        stable = self.cfg.stable_schema and self.dialect == "json_schema" and req.shared_schema
+        return req.shared_schema if stable else req.schema
 
     def _sampling(self) -> dict[str, Any]:
         """Sampling parameters beyond OpenAI's: the embedded model's repeat penalty."""
@@ -495,9 +503,8 @@ class LLMClient:
 
     # ---- transport ------------------------------------------------------------------------
     def _response_format(self, req: JSONRequest) -> dict[str, Any] | None:
-        if self.dialect == "json_schema":  # the stage-wide form keeps hosted prompt prefixes identical
-            sent = req.shared_schema or req.schema
-            return {"type": "json_schema", "json_schema": {"name": req.schema_name, "schema": sent}}
+        if self.dialect == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": req.schema_name, "schema": self._sent_schema(req)}}
         if self.dialect == "json_object":  # llama.cpp grammar: bound every string (schemas.py)
             return {"type": "json_object", "schema": grammar_schema(req.schema)}
         return None

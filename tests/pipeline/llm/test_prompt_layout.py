@@ -95,7 +95,7 @@ def _hosted_format(req):
     from pipeline.core.config import LLMConfig
     from pipeline.llm.client import LLMClient
     client = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m", structured_output="json_schema",
-                                 api_key_env=""))
+                                 api_key_env="", stable_schema=True))
     return client.request_body(req, req.messages)["response_format"]
 
 
@@ -123,3 +123,8 @@ def test_hosted_endpoints_get_one_schema_per_stage_variant_and_answers_are_check
     for c in calls:
         by_kind.setdefault(c.kind, []).append(_hosted_format(c.request))
     assert all(len({str(f) for f in forms}) == 1 for forms in by_kind.values())
+    from pipeline.core.config import LLMConfig
+    from pipeline.llm.client import LLMClient
+    tight = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m", structured_output="json_schema",
+                                api_key_env=""))  # llm.stable_schema off (the default): each call's own schema
+    assert tight.request_body(a, a.messages)["response_format"]["json_schema"]["schema"] == a.schema
