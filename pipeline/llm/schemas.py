@@ -92,6 +92,10 @@ def grammar_schema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: grammar_schema(v) for k, v in schema.items() if k != FORBID_KEY}
+    if out.get("items") is False and "prefixItems" in out:
+        # llama-server's converter refuses a boolean schema ("schema must be an object"); the
+        # tuple's maxItems already forbids items past prefixItems, so the grammar loses nothing
+        del out["items"]
     types = schema.get("type")
     is_string = types == "string" or (isinstance(types, list) and "string" in types)
     if is_string and "maxLength" in schema and "pattern" not in schema:
