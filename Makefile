@@ -41,11 +41,11 @@ $(LLAMA_STAMP):
 
 # llama.cpp's own HTTP server (llama-server), from the same pinned llama-cpp-python sdist (its
 # vendor/llama.cpp tree, hash-checked), with the same portable baseline, statically linked into
-# .venv/bin/llama-server. The embedded endpoint prefers it (pipeline/llm/server.py: engine): on the
-# sample's memory prompts it answered 4 calls in 149-160 s where llama-cpp-python's server took
-# 216-251 s. No web UI and no download of a prebuilt one, no OpenSSL (loopback only). Best effort:
+# .venv/bin/llama-server. SKILLPIPE_EMBEDDED_ENGINE=llama-server makes the embedded endpoint use
+# it (pipeline/llm/server.py: engine): on the sample's memory prompts it answered 4 calls in
+# 149-160 s where llama-cpp-python's server took 216-251 s. No web UI and no download of a prebuilt one, no OpenSSL (loopback only). Best effort:
 # when the build fails (no cmake or compiler), the message says so, the stamp records the try, and
-# the embedded endpoint stays on llama-cpp-python's server.
+# the embedded endpoint can only use llama-cpp-python's server.
 LLAMA_SERVER_STAMP := $(VENV)/.llama-server-0.3.36-avx2-baseline
 LLAMA_SDIST_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LLAMA_SERVER_CMAKE_ARGS := $(LLAMA_CMAKE_ARGS) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
