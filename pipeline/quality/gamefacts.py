@@ -32,14 +32,9 @@ _CLAUSE_END = frozenset({".", ",", ";", ":", "!", "?", "and", "then", "but", "so
                          "while", "because", "until"})
 
 
-def _kind(word: str) -> str:
-    """``word`` without a plural ``s`` (``"vases"`` -> ``"vase"``; ``"glass"`` unchanged)."""
-    return word[:-1] if word.endswith("s") and not word.endswith("ss") and len(word) > 3 else word
-
-
 def _objects(known_nouns: Iterable[str]) -> set[str]:
     """Object kinds (not receptacles, not generic words) a text may name."""
-    return (act.OBJECTS | {_kind(n) for n in known_nouns}) - act.RECEPTACLES - {"object", "item", "target"}
+    return (act.OBJECTS | {act.singular(n) for n in known_nouns}) - act.RECEPTACLES - {"object", "item", "target"}
 
 
 def self_target(text: str, title: str = "", known_nouns: Iterable[str] = ()) -> str | None:
@@ -54,7 +49,7 @@ def self_target(text: str, title: str = "", known_nouns: Iterable[str] = ()) -> 
     counts (putting a cabinet is no command)."""
     objects = _objects(known_nouns)
     tokens = act.tokenize(text)
-    title_objects = [_kind(t) for t in act.tokenize(title) if _kind(t) in objects]
+    title_objects = [act.singular(t) for t in act.tokenize(title) if act.singular(t) in objects]
     for i, tok in enumerate(tokens):
         if act.VERBS.get(tok) != "put" or (i and tokens[i - 1] in ("the", "a", "an", "likely", "usual")):
             continue
@@ -62,13 +57,13 @@ def self_target(text: str, title: str = "", known_nouns: Iterable[str] = ()) -> 
                      if tokens[j] in _PUT_INTO or tokens[j] in _CLAUSE_END), None)
         if prep is None or tokens[prep] not in _PUT_INTO:
             continue
-        dest = next((_kind(t) for t in tokens[prep + 1:prep + 4]
-                     if _kind(t) in objects or t in act.RECEPTACLES), None)
+        dest = next((act.singular(t) for t in tokens[prep + 1:prep + 4]
+                     if act.singular(t) in objects or t in act.RECEPTACLES), None)
         if dest is None or dest not in objects:
             continue
-        carried = [_kind(t) for t in tokens[i + 1:prep] if _kind(t) in objects]
+        carried = [act.singular(t) for t in tokens[i + 1:prep] if act.singular(t) in objects]
         if not carried and _PRONOUNS & set(tokens[i + 1:prep]):
-            before = [_kind(t) for t in tokens[:i] if _kind(t) in objects]
+            before = [act.singular(t) for t in tokens[:i] if act.singular(t) in objects]
             carried = before[-1:] or title_objects[-1:]
         if dest in carried:
             return dest
