@@ -107,12 +107,13 @@ def answer_schema(max_new: int) -> dict[str, Any]:
     return schema
 
 
-def item_judge(category: str, qcfg: QualityConfig | None = None) -> ItemJudge:
-    """The content rules an evolved skill of ``category`` must pass: those of the skills stage
-    (:class:`pipeline.bank.judge.ItemJudge`) against the updater prompt's fixed words and the
-    answer schema's bounds (no memories, so neither ``off_topic`` nor ``contradicts_success``)."""
+def item_judge(category: str, qcfg: QualityConfig | None = None, env: str = "") -> ItemJudge:
+    """The content rules an evolved skill of ``category`` in ``env`` must pass: those of the
+    skills stage (:class:`pipeline.bank.judge.ItemJudge`) against the updater prompt's fixed words
+    and the answer schema's bounds (no memories, so no ``off_topic``; ``contradicts_success``
+    judges an order against the game's order of an ALFWorld category only)."""
     return ItemJudge("task_specific", qcfg or QualityConfig(), PROMPT_WORDS, category=category,
-                     bounds=field_bounds({"items": answer_schema(1)["items"]}))
+                     bounds=field_bounds({"items": answer_schema(1)["items"]}), env=env)
 
 
 def update_request(bank: SkillBank, category: str, rate: float, threshold: float, failures: str,
@@ -127,7 +128,7 @@ def update_request(bank: SkillBank, category: str, rate: float, threshold: float
     reason. :func:`apply_updates` drops the skills of an accepted answer that break a rule."""
     titles = sorted({(r.get("title") or r.get("description") or "").strip() for r in bank.rows} - {""})
     existing = {t.lower() for t in titles}
-    judge = item_judge(category, qcfg)
+    judge = item_judge(category, qcfg, bank.env)
 
     def check(value: list[dict]) -> str | None:
         seen = set()
@@ -204,7 +205,7 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
                                               f"{step} failed: {res.detail}", c).__dict__)
             continue
         answer = res.value[:max_new]
-        judge = item_judge(c, qcfg)
+        judge = item_judge(c, qcfg, bank.env)
         kept = []
         for s, verdict in zip(answer, judge.judge(answer)):
             bad = blocking(verdict, quality.Tally(judge.qcfg.flag_rules))

@@ -15,6 +15,8 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
   fix that only replays a recorded action;
 * ``restated_action`` (skills), ``contradicts_success`` (skills: order and tool; mistakes: the
   fix's order), ``duplicate_mistake`` (mistakes; :mod:`pipeline.quality.bankrules`);
+* ``self_target`` (a principle or fix), ``missing_control`` (WebShop: a principle or fix),
+  ``feeling_reason`` (principle, when-to-apply, fix; :mod:`pipeline.quality.gamefacts`);
 * ``off_topic`` (:func:`pipeline.quality.topic.off_domain`), one encoder call per answer.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pipeline import quality
 from pipeline.bank import rows as skillbank
 from pipeline.core.config import QualityConfig
 from pipeline.core.records import Trajectory
-from pipeline.quality import Violation, bankrules, echo, text, topic
+from pipeline.quality import Violation, bankrules, echo, gamefacts, text, topic
 from pipeline.quality import actions as act
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS
@@ -59,6 +61,7 @@ class ItemJudge:
         category: the task category of a task-specific call ("" otherwise).
         bounds: ``{field: maxLength}`` of the answer schema (``cut_off``).
         examples: the prompt's worked-example strings an item must not copy (``echo_prompt``).
+        env: the environment of the items (``missing_control`` checks WebShop items only).
     """
     kind: str
     qcfg: QualityConfig
@@ -69,6 +72,7 @@ class ItemJudge:
     category: str = ""
     bounds: dict[str, int] = field(default_factory=dict)
     examples: Sequence[str] = ()
+    env: str = ""
 
     @property
     def key(self) -> str:
@@ -98,7 +102,8 @@ class ItemJudge:
         return out + echo.action_field_violations(name, item, list(self.actions))
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
-        """``restated_action`` and ``contradicts_success`` of one item."""
+        """``restated_action``, ``contradicts_success``, ``self_target``, ``missing_control`` and
+        ``feeling_reason`` of one item."""
         out = []
         nouns = act.nouns_of(self.actions)
         if self.kind != "mistake":
@@ -106,9 +111,17 @@ class ItemJudge:
             whole = " ".join(str(item.get(f) or "") for f in self.fields)
             out += bankrules.tool_violations(name, whole, str(item.get("principle") or ""), self.successes,
                                              self.category)
+        title = str(item.get("title") or "")
         for f in ("principle", "how_to_avoid"):
             if f in self.fields:
-                out += bankrules.order_violations(f"{name}.{f}", str(item.get(f) or ""), self.successes)
+                value = str(item.get(f) or "")
+                out += bankrules.order_violations(f"{name}.{f}", value, self.successes, self.category)
+                out += gamefacts.self_target_violations(f"{name}.{f}", value, title, nouns)
+                if self.env == "webshop":
+                    out += gamefacts.control_violations(f"{name}.{f}", value)
+        for f in ("principle", "when_to_apply", "how_to_avoid"):
+            if f in self.fields:
+                out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))
         return out
 
     def judge(self, items: Sequence[dict[str, Any]]) -> list[list[Violation]]:

@@ -346,7 +346,8 @@ QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungr
                  "ungrounded_observation", "future_leak", "ungrounded_think", "unknown_source_memory",
                  "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable", "cut_off",
                  "restated_action", "contradicts_success", "duplicate_mistake", "missing_key_step",
-                 "think_misaligned", "think_unrelated", "narration")
+                 "think_misaligned", "think_unrelated", "narration", "self_target", "missing_control",
+                 "feeling_reason")
 
 
 @dataclass

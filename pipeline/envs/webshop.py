@@ -34,6 +34,12 @@ KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 CATEGORIES = tuple(c for c, _ in KEYWORDS) + ("other",)
 
+#: The fixed buttons of WebShop's text pages, besides product ids and option values: every
+#: bracketed item of the 300 ReAct WebShop episodes (shared real data, ``react-webshop``) that
+#: is neither an id nor an option. There is no drop-down, filter, sort, cart or login (rule
+#: ``missing_control``).
+PAGE_BUTTONS = ("Search", "Back to Search", "< Prev", "Next >", "Description", "Features", "Reviews", "Buy Now")
+
 #: First line of our WebShop agent prompt (our wording; the reference's differs, D-P7).
 HEADER = "You are an expert shopping agent operating in the WebShop online store."
 

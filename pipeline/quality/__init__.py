@@ -19,6 +19,8 @@ Modules (one concept each):
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
+* :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
+  ``missing_control``, ``feeling_reason``;
 * :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
   ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
@@ -60,8 +62,10 @@ REASONS: dict[str, str] = {
     "restated_action": "a skill's principle is one command in other words (one action verb, no order, "
                        "condition or reason)",
     "contradicts_success": "a skill or mistake prescribes an order of actions (or an appliance) that every "
-                           "successful train episode of its kind contradicts",
-    "duplicate_mistake": "a common mistake whose cause or fix is near-identical to an earlier one's",
+                           "successful train episode of its kind contradicts, or, when none can tell, the order "
+                           "ALFWorld's rules force (take before heat/cool/clean/use the lamp, transform before put)",
+    "duplicate_mistake": "a common mistake whose cause or fix is near-identical to an earlier one's (verbs compared "
+                         "as actions: select = click)",
     "missing_key_step": "a success memory's refined steps leave out the step the task cannot succeed without "
                         "(heat/cool/clean/use, a WebShop purchase) that the trajectory took",
     "think_misaligned": "a think speaks of another step: an action on an entity or object other than its own "
@@ -71,6 +75,12 @@ REASONS: dict[str, str] = {
     "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
                        "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
     "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done",
+    "self_target": "a skill or a mistake's fix puts the goal object in or on an object of its own kind "
+                   "(\"cool the vase ... before putting it in the vase\")",
+    "missing_control": "a WebShop skill or fix tells the agent to use a page element WebShop does not have "
+                       "(drop-down, filter, sort, slider, checkbox, cart, checkout, login, tabs)",
+    "feeling_reason": "a skill or fix gives the agent's feelings (frustration, confusion, boredom) as the reason "
+                      "for what it prescribes",
 }
 
 

@@ -8,10 +8,14 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample:
 * ``contradicts_success`` - "Cool the Vase: go to the fridge before taking the vase." contradicts
   every successful cool episode (they take the object, then go to the fridge); "Heat Mug: first
   locate the stoveburner" names a place no successful heat episode used (ALFWorld heats in the
-  microwave). A skill's prescribed order, or its first step, is checked against the successful
-  source trajectories of its category (:func:`order_violations`).
+  microwave); "Use Light Source: use the light source first before moving to the target" in a
+  look-in-light task, whose object must be in hand when the lamp goes on. A skill's prescribed
+  order, or its first step, is checked against the successful source trajectories of its
+  category (:func:`order_violations`), or, when none can tell, against the order ALFWorld's
+  rules force (:data:`GAME_ORDER`).
 * ``duplicate_mistake`` - five mistakes with one boilerplate cause ("did not remember where X is
-  located in the kitchen"): the later copies add nothing (:func:`duplicate_mistakes`).
+  located in the kitchen"); WebShop's "does not click on the required option" and "does not
+  select any option": the later copies add nothing (:func:`duplicate_mistakes`).
 
 Each rule is measured on the samples' and fixtures' real banks in
 ``tests/pipeline/quality/test_bankrules.py``: none of SkillRL's 43 ALFWorld and 47 WebShop skills
@@ -26,7 +30,7 @@ from typing import Any, Iterable, Sequence
 from pipeline.core.records import Trajectory
 from pipeline.quality import Violation
 from pipeline.quality import actions as act
-from pipeline.quality.echo import STOP, content_words
+from pipeline.quality.echo import STOP, stem
 
 #: Words that make a principle more than one command: an order, a condition, a reason, a choice
 #: or a scope ("before", "if", "so", "instead", "every"...). A principle with any of them is
@@ -44,9 +48,11 @@ follow task goal location order properly carefully successfully complete accompl
 way area spot place exact exactly designated particular mentioned needed
 """.split())
 #: ``duplicate_mistake``: two mistakes whose cause (or fix) share this share of their words, in
-#: order (``difflib`` ratio over content words), say the same thing. The five boilerplate causes
-#: of the sample bank score 0.83-0.92 with one another; the most similar pair of SkillRL's own
-#: ALFWorld mistakes scores 0.29.
+#: order (``difflib`` ratio over content words, verbs as their action concept), say the same
+#: thing. The five boilerplate causes of the sample bank score 0.83-0.92 with one another, the
+#: 1.5B teacher's "does not click on the required option" / "does not select any option" 0.83;
+#: its "does not check if it matches the description" scores 0.46 against either (another
+#: cause); the most similar pair of SkillRL's own ALFWorld, WebShop or Search mistakes scores 0.33.
 DUPLICATE_RATIO = 0.75
 
 
@@ -110,9 +116,10 @@ def order_claims(text: str, known_nouns: Iterable[str] = ()) -> list[tuple[act.M
     """The order a text prescribes, as ``(earlier, later)`` mentions: ``A before B``, ``A then B``,
     ``after A, B`` / ``B after A``, and ``first A`` (``later`` is ``None``: A comes before the
     task's key step). Mentions of ``go``/``open``/``use`` must name a receptacle to count."""
+    text = lamp_prose(text)
     tokens = act.tokenize(text)
-    mentions = [m for m in act.text_mentions(text, known_nouns)
-                if m.concept not in ("go", "open", "use") or any(n in act.RECEPTACLES for n in m.nouns)]
+    mentions = [m for m in act.text_mentions(text, set(known_nouns) | {LAMP})
+                if m.concept not in ("go", "open", "use") or any(n in act.RECEPTACLES or n == LAMP for n in m.nouns)]
     claims: list[tuple[act.Mention, act.Mention | None]] = []
     for p, tok in enumerate(tokens):
         before = [m for m in mentions if m.pos < p]
@@ -126,7 +133,7 @@ def order_claims(text: str, known_nouns: Iterable[str] = ()) -> list[tuple[act.M
             main = [m for m in mentions if m.pos > clause_end] if not before or tokens[p - 1] in ",.;" else before[-1:]
             if main:
                 claims.append((after[0], main[0] if main[0].pos > p else main[-1]))
-        elif tok == "first" and after and after[0].pos - p <= 3:
+        elif tok == "first" and after and after[0].pos - p <= 3 and not _FIRST_ENDS & set(tokens[p + 1:after[0].pos]):
             claims.append((after[0], None))
         elif tok == "first" and before and p - before[-1].pos <= 4:  # "locate the fridge first"
             claims.append((before[-1], None))
@@ -135,22 +142,58 @@ def order_claims(text: str, known_nouns: Iterable[str] = ()) -> list[tuple[act.M
 
 
 _CONDITIONAL = frozenset({"if", "unless", "otherwise", "whenever", "when"})
+#: Tokens that close the phrase ``first`` ends: "take it first, then go ...", "heat it first
+#: before putting it" speak of the action before ``first``, not of the one after.
+_FIRST_ENDS = frozenset({",", ".", ";", ":", "then", "before", "and"})
+
+#: The noun a skill's "lamp", "light" or "light source" becomes (:func:`lamp_prose`); it matches
+#: a command on either lamp kind of ALFWorld (:data:`LAMPS`).
+LAMP = "lamp"
+LAMPS = frozenset({"desklamp", "floorlamp"})
+_LIGHT_SOURCE = re.compile(r"\b(?:(?:desk|floor)\s*)?(?:light\s+sources?|lights?|lamps?)\b", re.I)
+_LOOK_IN_LAMP = re.compile(r"\blook(?:s|ing)?\s+(?:in|into|at|under|through|with)\s+(?:the\s+|a\s+)?lamp\b", re.I)
+
+
+def lamp_prose(text: str) -> str:
+    """``text`` with the words a skill uses for ALFWorld's lamps made one noun :data:`LAMP`
+    ("light source", "light", "desk lamp", "desklamp", "floorlamp"), and "look in/at/under the
+    lamp" read as "use the lamp" (the look-in-light tasks' only lamp action is ``use desklamp 1``):
+    "look in the light source first" -> "use the lamp first"."""
+    return _LOOK_IN_LAMP.sub("use the lamp", _LIGHT_SOURCE.sub(LAMP, text or ""))
+
+
+def _matches(claim: act.Mention, done: act.Mention) -> bool:
+    """:func:`pipeline.quality.actions.matches`, where the prose :data:`LAMP` is either lamp kind."""
+    return act.matches(claim, done) and (LAMP not in claim.nouns or bool(LAMPS & set(done.nouns)))
 
 
 def _first(steps: Sequence[act.Mention | None], claim: act.Mention) -> int | None:
-    return next((k for k, s in enumerate(steps) if s is not None and act.matches(claim, s)), None)
+    return next((k for k, s in enumerate(steps) if s is not None and _matches(claim, s)), None)
 
 
-def violated_by(claim: tuple[act.Mention, act.Mention | None], traj: Trajectory) -> bool | None:
-    """Whether a successful ``traj`` contradicts ``claim``: its later action happens first (or
-    without the earlier one), or, for ``first A``, A never happens before the task's key step
-    (:data:`pipeline.quality.actions.KEY_VERB`; the last action when the category has none).
-    ``None`` when the trajectory takes neither action (it cannot tell)."""
-    steps = [act.command_mention(a) for a in traj.actions]
+#: Steps whose order ``first A`` is judged among: taking the object, transforming it, putting it.
+_MAIN = frozenset({"take", "put", "heat", "cool", "clean", "use"})
+
+
+def violated_in(claim: tuple[act.Mention, act.Mention | None], steps: Sequence[act.Mention | None],
+                category: str) -> bool | None:
+    """Whether the successful sequence ``steps`` (command mentions) of a ``category`` task
+    contradicts ``claim``: its later action happens first (or without the earlier one), or, for
+    ``first A``, A never happens before the task's key step (:data:`pipeline.quality.actions.KEY_VERB`;
+    the last action when the category has none). When A *is* the key step ("use the lamp first"
+    in a look-in-light task), "first" can only mean before the other main steps (take, put,
+    transform): it is contradicted when one of them comes before A and none after it (the object
+    is taken, then the lamp used, and the episode ends). ``None`` when ``steps`` take neither
+    action (they cannot tell)."""
     earlier, later = claim
     ia = _first(steps, earlier)
     if later is None:
-        key = act.KEY_VERB.get(traj.category)
+        key = act.KEY_VERB.get(category)
+        if key and earlier.concept == key:
+            if ia is None:
+                return None
+            main = [k for k, s in enumerate(steps) if s is not None and s.concept in _MAIN and k != ia]
+            return bool(main) and all(k < ia for k in main)
         ik = next((k for k, s in enumerate(steps) if s is not None and s.concept == key), None) if key else None
         ik = ik if ik is not None else len(steps) - 1
         return ia is None or ia > ik
@@ -160,29 +203,60 @@ def violated_by(claim: tuple[act.Mention, act.Mention | None], traj: Trajectory)
     return ib is not None and (ia is None or ib < ia)
 
 
+def violated_by(claim: tuple[act.Mention, act.Mention | None], traj: Trajectory) -> bool | None:
+    """Whether a successful ``traj`` contradicts ``claim`` (:func:`violated_in` over its commands)."""
+    return violated_in(claim, [act.command_mention(a) for a in traj.actions], traj.category)
+
+
+#: The order ALFWorld's PDDL domain forces on the steps of each task type, as command concepts:
+#: heat/cool/clean need the object in hand (``HeatObject``/``CoolObject``/``CleanObject``
+#: preconditions ``holds``), so does ``put`` and the look-in-light goal (hold the object while the
+#: lamp is on); the transformed object must then be put. Used when no successful episode of the
+#: category can tell (:func:`order_violations`). Going and opening are left out: the game lets
+#: the agent go anywhere in any order.
+GAME_ORDER: dict[str, tuple[str, ...]] = {
+    "pick_and_place": ("take", "put"), "pick_two_obj_and_place": ("take", "put"),
+    "look_at_obj_in_light": ("take", "use"), "heat": ("take", "heat", "put"),
+    "cool": ("take", "cool", "put"), "clean": ("take", "clean", "put")}
+
+
+def game_violated(claim: tuple[act.Mention, act.Mention | None], category: str) -> bool | None:
+    """Whether :data:`GAME_ORDER` of ``category`` contradicts ``claim`` (concepts only: the game's
+    order names no receptacle). ``None`` when the category has no known order or the claim
+    names a step outside it."""
+    order = GAME_ORDER.get(category)
+    if order is None or any(m is not None and m.concept not in order for m in claim):
+        return None
+    bare = tuple(None if m is None else act.Mention(m.concept, ()) for m in claim)
+    return violated_in(bare, [act.Mention(c, ()) for c in order], category)
+
+
 def _claim_text(claim: tuple[act.Mention, act.Mention | None]) -> str:
     a, b = claim
     first = f"{a.concept} {' '.join(a.nouns)}".strip()
     return f"'{first}' first" if b is None else f"'{first}' before '{b.concept} {' '.join(b.nouns)}'".replace(" '", " '")
 
 
-def order_violations(name: str, text: str, successes: Sequence[Trajectory]) -> list[Violation]:
+def order_violations(name: str, text: str, successes: Sequence[Trajectory], category: str = "") -> list[Violation]:
     """``contradicts_success`` when one order :func:`order_claims` finds in ``text`` is violated
-    by every trajectory of ``successes`` that can tell (at least one must)."""
-    if not successes:
-        return []
+    by every trajectory of ``successes`` that can tell (at least one must); when none can tell
+    and ``category`` is an ALFWorld task type, by the order its game rules force
+    (:func:`game_violated`: "use the lamp first" in a look-in-light task, whose object must be
+    in hand when the lamp is on)."""
     nouns = act.nouns_of(a for t in successes for a in t.actions)
     # only verbs these episodes' command grammar has ("search" is no ALFWorld command)
     concepts = {m.concept for t in successes for m in map(act.command_mention, t.actions) if m is not None}
     for claim in order_claims(text, nouns):
-        if any(m is not None and m.concept not in concepts for m in claim):
-            continue
-        verdicts = [violated_by(claim, t) for t in successes]
-        told = [v for v in verdicts if v is not None]
+        told = []
+        if not any(m is not None and m.concept not in concepts for m in claim):
+            told = [v for v in (violated_by(claim, t) for t in successes) if v is not None]
         if told and all(told):
             return [Violation("contradicts_success", f"{name} prescribes {_claim_text(claim)}, which none of the "
                                                      f"{len(told)} successful episodes of its kind did; describe "
                                                      "the order the successes followed")]
+        if not told and game_violated(claim, category):
+            return [Violation("contradicts_success", f"{name} prescribes {_claim_text(claim)}, but the game's rules "
+                                                     f"order a {category} task {' -> '.join(GAME_ORDER[category])}")]
     return []
 
 
@@ -218,7 +292,9 @@ def tool_violations(name: str, item_text: str, principle: str, successes: Sequen
 
 
 def _mistake_words(text: str) -> list[str]:
-    return [w for w in content_words(text) if w not in STOP]
+    """Content words of a mistake field, each verb of the command grammar as its concept
+    (:data:`pipeline.quality.actions.VERBS`: "select an option" and "click the option" say one thing)."""
+    return [act.VERBS.get(w) or stem(w) for w in re.findall(r"[a-z]{2,}", (text or "").lower()) if w not in STOP]
 
 
 def duplicate_mistakes(key: str, items: Sequence[dict[str, Any]]) -> list[Violation]:

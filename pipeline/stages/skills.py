@@ -205,7 +205,7 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
         judge = None if qcfg is None else ItemJudge(
             kind, qcfg, _prompt_vocab(), memory_sources(used), echo.memory_actions(used),
             [t for t in successes or [] if not category or t.category == category], category, field_bounds(schema),
-            _templates.example_texts(NAME, env))
+            _templates.example_texts(NAME, env), env)
         verdicts: dict[str, list] = {}
         request = JSONRequest(key=f"{env}/{kind}/{category}",
                               messages=[{"role": "system", "content": system},
@@ -368,7 +368,9 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "3"  # items judged one by one; restated_action, contradicts_success, duplicate_mistake, cut_off; echo of worked examples
+    version = "4"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
+    # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
+    # game's order in contradicts_success, duplicate_mistake over verb concepts
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

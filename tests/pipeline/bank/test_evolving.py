@@ -59,3 +59,29 @@ def test_a_failed_answer_changes_nothing_and_is_quarantined(tmp_path):
     back = SkillBank.load(path, "textworld")
     assert back.version == bank.version and back.history[0]["event"] == "import"
     assert json.load(open(path))["metadata"]["env"] == "textworld"
+
+
+def test_an_evolved_skill_meets_the_rules_of_its_env_and_the_games_order():
+    """The updater has no successful episodes to judge an order against: a look-in-light skill
+    that uses the lamp before the object is taken breaks ALFWorld's own order; a WebShop skill
+    that names a drop-down breaks WebShop's pages. (Skills of the 1.5B teacher, quoted.)"""
+    light = {"title": "Use Light Source", "principle": "When the goal asks for a light, use the light source first "
+             "before moving to the target.", "when_to_apply": "While the object has not been found yet."}
+    carry = {"title": "Carry Object To Lamp", "principle": "Take the object first, then go to the desklamp and "
+             "turn it on while holding it.", "when_to_apply": "The goal asks to look at an object under a lamp."}
+    up = apply_updates(SkillBank(list(STATIC), env="alfworld"),
+                       [JSONResult("look_at_obj_in_light", True, [light, carry])],
+                       {"look_at_obj_in_light": ["traj-1"]}, "m", max_new=2, cap=6, step=5)
+    assert [r["title"] for r in up.bank.rows if r["skill_id"] in up.added] == ["Carry Object To Lamp"]
+    [q] = up.quarantine
+    assert (q["reason"], json.loads(q["raw"])["title"]) == ("contradicts_success", "Use Light Source")
+    assert q["detail"].endswith("prescribes 'use lamp' first, but the game's rules order a look_at_obj_in_light "
+                                "task take -> use")
+
+    price = {"title": "Filter by Price", "principle": "After searching for products, select the price range from the "
+             "drop-down menu to narrow down your results.", "when_to_apply": "After finding products but before "
+             "making a purchase."}
+    req = update_request(SkillBank(list(STATIC), env="webshop"), "beauty_health", 0.0, 0.4, "- Task: buy cream", 1)
+    assert req.check([price]).startswith("missing_control: skills[0].principle tells the agent to use drop-down, menu")
+    # the same words in a TextWorld bank name no WebShop page
+    assert update_request(SkillBank(list(STATIC)), "cooking", 0.0, 0.4, "- Task: cook", 1).check([price]) is None

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from pipeline.core.records import Trajectory
-from pipeline.quality import bankrules
+from pipeline.quality import Violation, bankrules
 from tests.helpers.paths import FIXTURES
 from tests.helpers.quality_data import parsed_sample
 
@@ -113,7 +113,8 @@ def test_no_skillrl_skill_or_mistake_contradicts_the_sample_successes(env, sampl
         cat = SKILLRL_CATEGORY.get(key, "")
         src = [t for t in succ if not cat or t.category == cat]
         for s in skills:
-            found += bankrules.order_violations(s["title"], s["principle"], src)
+            found += bankrules.order_violations(s["title"], s["principle"], src, cat)
+            found += bankrules.order_violations(s["title"], s["principle"], [], cat)  # the game's order alone
             found += bankrules.tool_violations(s["title"], " ".join(s.values()), s["principle"], src, cat)
     for m in b["common_mistakes"]:
         found += bankrules.order_violations(m["description"], m["how_to_avoid"], succ)
@@ -128,3 +129,99 @@ def test_a_command_title_with_a_bare_principle_is_a_restated_action():
     assert [v.reason for v in got] == ["restated_action"]
     assert bankrules.restated_violations("s", {"title": "Heat Object", "principle": "Take the object first, then heat "
                                                "it in the microwave before going to the target."}, []) == []
+
+
+LOOK = "look_at_obj_in_light"
+
+
+def teacher_bank(env: str) -> dict:
+    with open(os.path.join(FIXTURES, "quality", f"teacher_bank_{env}.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_lamp_used_before_the_object_is_taken(sample_successes):
+    """The 1.5B teacher's two look-in-light skills: the lamp first, though the object must be in
+    hand when the lamp goes on. Two sample successes tell (take, then use desklamp 1, then the
+    episode ends); the two synthetic SkillRL ones never use the lamp and cannot tell."""
+    look = [t for t in sample_successes if t.category == LOOK]
+    assert len(look) == 4
+    skills = teacher_bank("alfworld")["task_specific_skills"][LOOK]
+    assert [s["principle"] for s in skills] == [
+        "When the goal asks for a light, look in the light source first before moving to the target.",
+        "When the goal asks for a light, use the light source first before moving to the target."]
+    for s in skills:
+        [v] = bankrules.order_violations("skills[0].principle", s["principle"], look, LOOK)
+        assert v == Violation("contradicts_success", "skills[0].principle prescribes 'use lamp' first, which none "
+                              "of the 2 successful episodes of its kind did; describe the order the successes followed")
+        # no success of the category at all (the skill updater during GRPO): the game's order
+        [v] = bankrules.order_violations("p", s["principle"], [], LOOK)
+        assert v.detail == "p prescribes 'use lamp' first, but the game's rules order a look_at_obj_in_light task " \
+                           "take -> use"
+    assert bankrules.order_violations("p", "Turn on the desk lamp before picking up the object.", [], LOOK) != []
+    for good in ("Take the object first, then go to the desklamp and turn it on.",
+                 "Find and take the object before you use the lamp."):
+        assert bankrules.order_violations("p", good, look, LOOK) == []
+        assert bankrules.order_violations("p", good, [], LOOK) == []
+
+
+def test_first_reads_the_action_it_follows():
+    """"first" before a comma, "then" or "before" closes the phrase of the action before it:
+    "take the object first, then go to the desklamp" prescribes the take first, not the go."""
+    [(a, b), _] = bankrules.order_claims("Take the object first, then go to the desklamp and turn it on.")
+    assert (a.concept, b) == ("take", None)
+    [(a, b), _] = bankrules.order_claims("Heat the mug first before putting it in the cabinet.")
+    assert (a.concept, b) == ("heat", None)
+    assert bankrules.order_violations("p", "Heat the mug first before putting it in the cabinet.", [], "heat") == []
+
+
+def test_the_games_order_stands_in_when_no_success_tells():
+    bad = bankrules.order_violations("p", "Put the mug in the cabinet, then heat it in the microwave.", [], "heat")
+    assert [v.detail for v in bad] == ["p prescribes 'put mug cabinet' before 'heat microwave', but the game's "
+                                       "rules order a heat task take -> heat -> put"]
+    assert bankrules.order_violations("p", "Heat the mug in the microwave, then put it in the cabinet.", [],
+                                      "heat") == []
+    # going is free in the game: no order is known for it
+    assert bankrules.order_violations("p", "Go to the fridge before taking the vase.", [], "cool") == []
+    assert bankrules.order_violations("p", "Put the mug in the cabinet, then heat it.", [], "") == []
+
+
+def test_two_mistakes_with_one_cause_in_other_verbs():
+    """The teacher's three WebShop mistakes. Causes, as content words with verbs as actions
+    (difflib ratio): [1] "does not click on the required option" vs [2] "does not select any
+    option" 0.83 (0.67 with "select" and "click" as different words); [0] "does not check if it
+    matches the description" vs either 0.46: another mistake (the wrong product, not the wrong
+    option), kept. Fixes score 0.2-0.6. SkillRL's most similar pair scores 0.33."""
+    mistakes = teacher_bank("webshop")["common_mistakes"]
+    assert [m["why_it_happens"] for m in mistakes] == [
+        "It opens the first result and does not check if it matches the description.",
+        "It opens the first result and does not click on the required option.",
+        "It opens the first result and does not select any option."]
+    got = bankrules.duplicate_mistakes("mistakes", mistakes)
+    assert [(v.reason, v.detail) for v in got] == [("duplicate_mistake", "mistakes[2].why_it_happens repeats "
+                                                    "mistakes[1]'s; merge them or name a different cause and fix")]
+
+
+def test_the_teachers_bank_item_by_item(sample_successes):
+    """Every item of the 1.5B teacher's bank through every rule of the skills stage (no
+    off_topic: no encoder): the five wrong or useless items and the repeated mistake are
+    quarantined, each with its rule; the other eleven pass."""
+    from pipeline.bank.judge import ItemJudge
+    from pipeline.core.config import QualityConfig
+    qcfg = QualityConfig(off_topic_threshold=-1)
+    reasons = {}
+    for env in ("alfworld", "webshop"):
+        bank = teacher_bank(env)
+        groups = [("general", "", bank["general_skills"]), ("mistake", "", bank["common_mistakes"])]
+        groups += [("task_specific", c, items) for c, items in bank["task_specific_skills"].items() if items]
+        for kind, cat, items in groups:
+            succ = [t for t in sample_successes if t.env == env and (not cat or t.category == cat)]
+            judge = ItemJudge(kind, qcfg, successes=succ, category=cat, env=env)
+            for item, verdict in zip(items, judge.judge(items)):
+                reasons[item.get("title") or item["description"]] = [v.reason for v in verdict]
+    assert len(reasons) == 16  # 17 items; the two "Select Size Constraint" share one title
+    assert {k: v for k, v in reasons.items() if v} == {
+        "Avoid Revisiting Empty Places": ["feeling_reason"], "Look In Light": ["contradicts_success"],
+        "Use Light Source": ["contradicts_success"], "Cool Vase": ["self_target"],
+        "Filter by Price": ["missing_control"],
+        "The agent buys a product without selecting any option from the list of available options.":
+            ["duplicate_mistake"]}

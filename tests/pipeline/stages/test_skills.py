@@ -294,3 +294,47 @@ def test_a_task_specific_skill_that_repeats_a_general_one_merges_into_it():
     kept, merges = _skillmerge.merge_similar(rows, 0.9)
     assert [r["skill_id"] for r in kept] == ["g", "h"] and kept[0]["source_memory_ids"] == ["m1", "m2"]
     assert [(m["kept"], m["dropped"], m["kind"]) for m in merges] == [("g", "t", "general")]
+
+
+def test_items_that_say_what_the_game_does_not_have_are_quarantined(tmp_path):
+    """Two items of the 1.5B teacher's bank (tests/fixtures/quality/teacher_bank_alfworld.json):
+    the vase put in the vase (``self_target``) and frustration as a reason (``feeling_reason``);
+    the good items of the same answers make the bank."""
+    from bench.chat_stub import ChatStub
+    from tests.helpers.llm_faults import stage_ctx, stub_llm_config
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    state = {"title": "Check Goal for State Change", "principle": "Before taking an object, check if the goal "
+             "specifies a state change (hot, cool or clean). If so, take it first and carry it to the appropriate "
+             "appliance.", "when_to_apply": "When the goal names a state change and the object is in hand."}
+    revisit = {"title": "Avoid Revisiting Empty Places", "principle": "Do not revisit a place that is empty, as this "
+               "may lead to confusion or frustration.", "when_to_apply": "While the object has not been found yet."}
+    vase = {"title": "Cool Vase", "principle": "When the goal asks for a cool vase, take it first, carry it to the "
+            "fridge and cool it there before putting it in the vase.", "when_to_apply": "As soon as the goal names "
+            "a state change and the vase is in hand."}
+    egg = {"title": "Heat Egg with Microwave", "principle": "When the goal asks for a hot egg, take it first, carry "
+           "it to the microwave and heat it there before going to the target.", "when_to_apply": "As soon as the "
+           "goal names a hot object and the egg is in hand."}
+    script = [{"content": json.dumps({"skills": [state, revisit]})},
+              {"content": json.dumps({"skills": [vase, dict(egg, title="Cool Egg in Fridge", principle=egg[
+                  "principle"].replace("hot", "cool").replace("microwave", "fridge").replace("heat", "cool"))]})},
+              {"content": json.dumps({"skills": [egg]})},
+              {"content": json.dumps({"mistakes": [{"description": "The apple is warmed instead of cooled.",
+                                                    "why_it_happens": "The agent took the microwave for a fridge.",
+                                                    "how_to_avoid": "Cool the object in the fridge, never the "
+                                                                    "microwave."}]})}]
+    with ChatStub(script) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert len(stub.requests) == 4  # no repair: each answer had a good item
+    rows = store.require("skills").read_rows()
+    assert [r["title"] or r["description"] for r in rows] == [
+        "Check Goal for State Change", "Cool Egg in Fridge", "Heat Egg with Microwave",
+        "The apple is warmed instead of cooled."]
+    quarantine = store.require("skills").read_rows(quarantine=True)
+    assert sorted((q["reason"], json.loads(q["raw"])["title"]) for q in quarantine) == [
+        ("feeling_reason", "Avoid Revisiting Empty Places"), ("self_target", "Cool Vase")]
+    assert res.manifest["counters"]["items_quarantined"] == {"feeling_reason": 1, "self_target": 1}

@@ -1,0 +1,206 @@
+"""Skill-bank rules that check what an item says against facts of the game.
+
+Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample, each passing every other rule:
+
+* ``self_target`` - "Cool Vase: When the goal asks for a cool vase, take it first, carry it to the
+  fridge and cool it there before putting it in the vase." The object is put in or on an object
+  of its own kind: no ALFWorld task asks that, and no episode can do it (:func:`self_target`).
+* ``missing_control`` - WebShop "Filter by Price: After searching for products, select the price
+  range from the drop-down menu to narrow down your results." WebShop's text pages have no
+  drop-down, filter, sort, slider, checkbox, cart, checkout or login; an agent that follows the
+  skill issues clicks the page answers with "Invalid action!" (:func:`missing_controls`).
+* ``feeling_reason`` - "Do not revisit a place that is empty, as this may lead to confusion or
+  frustration." A game has no frustration; the real cost (steps lost against the step limit)
+  goes unsaid (:func:`feeling_words`).
+
+The rules read the fields that tell the agent what to do (a skill's principle, a mistake's
+how-to-avoid; ``feeling_reason`` also a skill's when-to-apply), and are measured on the shipped
+banks in ``tests/pipeline/quality/test_gamefacts.py``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from pipeline.envs import webshop
+from pipeline.quality import Violation
+from pipeline.quality import actions as act
+
+_PUT_INTO = frozenset({"in", "into", "on", "onto", "inside"})
+_PRONOUNS = frozenset({"it", "them"})
+_CLAUSE_END = frozenset({".", ",", ";", ":", "!", "?", "and", "then", "but", "so", "or", "before", "after",
+                         "while", "because", "until"})
+
+
+def _objects(known_nouns: Iterable[str]) -> set[str]:
+    """Object kinds (not receptacles, not generic words) a text may name."""
+    return (act.OBJECTS | {act.singular(n) for n in known_nouns}) - act.RECEPTACLES - {"object", "item", "target"}
+
+
+def self_target(text: str, title: str = "", known_nouns: Iterable[str] = ()) -> str | None:
+    """The object kind ``text`` puts in or on an object of the same kind, else ``None``.
+
+    A put verb (:data:`pipeline.quality.actions.VERBS`: put, place, drop...) carries the object
+    kinds named between it and its preposition (in, into, on, onto, inside); "it"/"them" stand
+    for the last object kind named before the verb, or in ``title`` when the text names none
+    ("Cool Vase"). Its destination is the first object or receptacle kind after the preposition,
+    within three tokens. ``"take the vase and cool it before putting it in the vase"`` -> ``"vase"``;
+    ``"put the pencil in the mug"`` -> ``None``. A receptacle kind as the destination never
+    counts (putting a cabinet is no command)."""
+    objects = _objects(known_nouns)
+    tokens = act.tokenize(text)
+    title_objects = [act.singular(t) for t in act.tokenize(title) if act.singular(t) in objects]
+    for i, tok in enumerate(tokens):
+        if act.VERBS.get(tok) != "put" or (i and tokens[i - 1] in ("the", "a", "an", "likely", "usual")):
+            continue
+        prep = next((j for j in range(i + 1, min(i + 7, len(tokens)))
+                     if tokens[j] in _PUT_INTO or tokens[j] in _CLAUSE_END), None)
+        if prep is None or tokens[prep] not in _PUT_INTO:
+            continue
+        dest = next((act.singular(t) for t in tokens[prep + 1:prep + 4]
+                     if act.singular(t) in objects or t in act.RECEPTACLES), None)
+        if dest is None or dest not in objects:
+            continue
+        carried = [act.singular(t) for t in tokens[i + 1:prep] if act.singular(t) in objects]
+        if not carried and _PRONOUNS & set(tokens[i + 1:prep]):
+            before = [act.singular(t) for t in tokens[:i] if act.singular(t) in objects]
+            carried = before[-1:] or title_objects[-1:]
+        if dest in carried:
+            return dest
+    return None
+
+
+def self_target_violations(name: str, text: str, title: str = "", known_nouns: Iterable[str] = ()
+                           ) -> list[Violation]:
+    """``self_target`` of one field (``name``: the field in messages) (:func:`self_target`)."""
+    kind = self_target(text, title, known_nouns)
+    if kind is None:
+        return []
+    return [Violation("self_target", f"{name} puts the {kind} in or on a {kind}: the goal object is not its own "
+                                     "target; name the receptacle the goal gives")]
+
+
+#: Page elements a shopping skill may tell the agent to use that WebShop's text pages lack (their
+#: clickables are :data:`pipeline.envs.webshop.PAGE_BUTTONS`, a product id and an option value).
+#: Each pattern is the element as the thing operated: "dropdown option" (WebShop's options are
+#: clickable values) and "hard filters in the query" (constraints, not a control) do not match.
+MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
+    "drop-down": r"\bdrop[- ]?downs?\b(?!\s*(?:/\s*\w+\s*)?(?:options?|selections?|choices?|values?)\b)",
+    "menu": r"\bmenus?\b",
+    "filter": r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)\s+filters?\b"
+              r"|\bfilters?\s+(?:by|menu|panel|settings?)\b"
+              r"|\bfilter\s+(?:the\s+)?(?:results|products|items|list|listings)\b"
+              r"|\b(?:apply|use|add|adjust)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|any\s+|some\s+|more\s+)?"
+              r"(?:\w+\s+)?filters?\b",
+    "sort": r"\bsort(?:s|ed|ing)?\s+(?:the\s+)?(?:results|products|items|list|listings|by)\b"
+            r"|\b(?:adjust|change|use|apply|set)(?:s|es|ing|ed)?\s+(?:the\s+)?sort(?:ing)?\b"
+            r"|\bsort(?:ing)?\s+(?:options?|order|menu|buttons?)\b",
+    "slider": r"\bsliders?\b",
+    "checkbox": r"\bcheck[- ]?box(?:es)?\b|\bradio\s+buttons?\b",
+    "cart": r"\b(?:shopping\s+)?cart\b",
+    "checkout": r"\bcheck-?out\s+(?:page|button|screen)\b|\bcheckout\b",
+    "login": r"\blog[- ]?in\b|\bsign[- ]?in\b|\b(?:user|your)\s+account\b|\bpassword\b",
+    "wish list or coupon": r"\bwish[- ]?lists?\b|\bcoupons?\b|\b(?:promo|promotion|discount)\s+codes?\b",
+    "tabs": r"\b(?:new|browser|another|separate)\s+(?:tabs?|windows?)\b",
+    "category browsing": r"\bbrowse\s+(?:the\s+|by\s+)?(?:categor|department)\w*"
+                         r"|\b(?:categor(?:y|ies)|department)\s+(?:menu|tree|links?|navigation|sidebar)\b",
+}.items()}
+#: Elements a skill may name for WebShop's option buttons ("choose the size from the drop-down",
+#: "toggle the on-page filters (men, women)" in SkillRL's memories): they pass when their clause
+#: names an option kind (:data:`OPTION_KINDS`).
+OPTION_LIKE = frozenset({"drop-down", "menu", "filter", "checkbox"})
+OPTION_KINDS = re.compile(r"\b(?:size|color|colour|style|flavou?r|scent|pack|count|fit|pattern|length|width|variant"
+                          r"|options?)s?\b")
+#: Words that make the element something not to use ("do not re-filter", "avoid global filters").
+_NEGATION = re.compile(r"\b(?:not|never|avoid|avoiding|without|no|don't|instead\s+of)\b")
+
+
+#: A clause ends at ``. ! ? ; :`` before a space, but not at the dots of "e.g." and "i.e.".
+_CLAUSE_END_MARK = re.compile(r"(?<![a-z]\.[a-z])[.!?;:](?=\s|$)")
+
+
+def _clause_start(text: str, pos: int) -> int:
+    """Where the clause holding ``text[pos]`` starts (just after the last clause end before it)."""
+    ends = [m.end() for m in _CLAUSE_END_MARK.finditer(text, 0, pos)]
+    return ends[-1] if ends else 0
+
+
+_NEGATION_WINDOW = 40  # characters before an element searched for a :data:`_NEGATION` word (about 6 words)
+
+
+def missing_controls(text: str) -> list[str]:
+    """The names of :data:`MISSING_CONTROLS` that ``text`` tells the agent to use, in table order:
+    an element matched (one of :data:`OPTION_LIKE` only when its clause names no option kind)
+    with no negation (:data:`_NEGATION`) in the :data:`_NEGATION_WINDOW`
+    characters before it in its clause: "do not re-filter the product" is advice against it, not
+    an instruction; in "broader colors (e.g., red instead of blush) and narrow down with on-page
+    filters" the "instead of" is too far to negate the filters."""
+    low = (text or "").lower().replace("\u2019", "'")
+    found = []
+    for name, pattern in MISSING_CONTROLS.items():
+        for m in pattern.finditer(low):
+            clause = _clause_start(low, m.start())
+            end = _CLAUSE_END_MARK.search(low, m.end())
+            if name in OPTION_LIKE and OPTION_KINDS.search(low, clause, end.start() if end else len(low)):
+                continue
+            if not _NEGATION.search(low, max(clause, m.start() - _NEGATION_WINDOW), m.start()):
+                found.append(name)
+                break
+    return found
+
+
+def control_violations(name: str, text: str) -> list[Violation]:
+    """``missing_control`` of one field of a WebShop item (:func:`missing_controls`)."""
+    names = missing_controls(text)
+    if not names:
+        return []
+    return [Violation("missing_control", f"{name} tells the agent to use {', '.join(names)}, which WebShop pages do "
+                                         "not have: they offer search[...] and click[...] on a product id, an option "
+                                         f"or {', '.join(webshop.PAGE_BUTTONS)}")]
+
+
+#: The agent's feelings a skill may give as the reason for a rule ("overwhelming" is left out:
+#: SkillRL writes "an overwhelming result set" of the page; "discourage" and "stress" are verbs
+#: there: "metrics that discourage repeating", "stress the key attribute").
+FEELINGS = re.compile(r"\b(?:frustrat\w*|confus(?:ion|ed)|confusing|bored(?:om)?|boring|annoy\w*|anxi(?:ety|ous)"
+                      r"|tired(?:ness)?|fatigue|disappoint\w*|impatien\w*|upset|embarrass\w*|feel(?:s|ing|ings)?)\b")
+#: Words that make what follows a reason or a consequence ("as this may lead to confusion",
+#: "to avoid frustration"); a feeling without one ("when confused, re-read the goal") is a state
+#: the rule applies in, not its reason.
+_CAUSE = re.compile(r"\b(?:as|because|since|lead|leads|leading|cause|causes|causing|result|results|resulting|avoid"
+                    r"|avoids|avoiding|prevent|prevents|preventing|reduce|reduces|reducing|minimi[sz]e|otherwise)\b")
+#: "confusion between two cabinets", "confusing the 5x with the 5x-large" are factual mix-ups.
+_MIX_UP = re.compile(r"\s+(?:between|with|about|of)\b|(?:\s+\S+){1,3}\s+with\b")
+_CAUSE_WINDOW = 60  # characters before a feeling word searched for a :data:`_CAUSE` word (about 10 words)
+
+
+def feeling_words(text: str) -> list[str]:
+    """The feelings ``text`` gives as a reason (:data:`FEELINGS` after a :data:`_CAUSE` word in
+    the same clause, at most :data:`_CAUSE_WINDOW` characters before it), in order; a mix-up
+    ("confusing the 5x with 5x-large", "confusion between two drawers") is not one."""
+    low = (text or "").lower()
+    out = []
+    for m in FEELINGS.finditer(low):
+        if m.group(0).startswith("confus") and _MIX_UP.match(low, m.end()):
+            continue
+        start = max(_clause_start(low, m.start()), m.start() - _CAUSE_WINDOW)
+        if _CAUSE.search(low, start, m.start()):
+            out.append(m.group(0))
+    return out
+
+
+def feeling_violations(name: str, text: str) -> list[Violation]:
+    """``feeling_reason`` of one field (:func:`feeling_words`).
+
+    Quarantines (not a flag) although the advice beside it may be sound: a skill bank is prompt
+    text the trained agent reads at every step, and a feeling given as the reason teaches a
+    cause the game does not have (the episode's cost is steps against the limit, which the item
+    leaves unsaid); thinks written from such a prompt repeat it. A bank loses little: the sound
+    advice comes back in another item or in the repair round. ``quality.flag_rules:
+    [feeling_reason]`` makes it a count only."""
+    words = feeling_words(text)
+    if not words:
+        return []
+    return [Violation("feeling_reason", f"{name} gives the agent's feelings ({', '.join(dict.fromkeys(words))}) as "
+                                        "a reason; give what happens in the game instead (steps lost, an object "
+                                        "missed)")]

@@ -1,0 +1,118 @@
+"""Rules that check a skill-bank item against facts of the game (pipeline.quality.gamefacts).
+
+Bad data: items of the bank the 1.5B teacher built from the shipped sample
+(tests/fixtures/quality/teacher_bank_*.json). Good data: SkillRL's released ALFWorld, WebShop
+and Search banks (55, 66 and 41 items), where only ``missing_control`` fires, on six WebShop
+items that tell the agent to use a filter, sort, slider, cart, checkout or tabs WebShop lacks."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pipeline.quality import gamefacts
+from tests.helpers.paths import FIXTURES
+
+SKILLRL = {"alfworld": os.path.join(FIXTURES, "skillrl-memory", "alfworld", "claude_style_skills.json"),
+           "webshop": os.path.join(FIXTURES, "skillrl-memory", "webshop", "claude_style_skills.json"),
+           "search": os.path.join(FIXTURES, "formats", "real", "claude_style_skills_search.json")}
+
+
+def teacher_item(env: str, title: str) -> dict:
+    with open(os.path.join(FIXTURES, "quality", f"teacher_bank_{env}.json"), encoding="utf-8") as f:
+        bank = json.load(f)
+    items = bank["general_skills"] + [s for v in bank["task_specific_skills"].values() for s in v]
+    return next(s for s in items if s["title"] == title)
+
+
+def bank_items(env: str) -> list[tuple[str, str, dict]]:
+    """``(kind, name, item)`` of every skill and mistake of a SkillRL bank."""
+    with open(SKILLRL[env], encoding="utf-8") as f:
+        bank = json.load(f)
+    groups = bank.get("task_specific_skills") or bank.get("query_type_skills")
+    skills = bank["general_skills"] + [s for v in groups.values() for s in v]
+    return ([("skill", s["title"], s) for s in skills]
+            + [("mistake", m["description"], m) for m in bank["common_mistakes"]])
+
+
+def verdicts(env: str, kind: str, item: dict) -> list:
+    """The three rules as the skills stage runs them on one item (pipeline.bank.judge)."""
+    field = "how_to_avoid" if kind == "mistake" else "principle"
+    out = gamefacts.self_target_violations(field, item[field], item.get("title", ""))
+    if env == "webshop":
+        out += gamefacts.control_violations(field, item[field])
+    for f in ("principle", "when_to_apply", "how_to_avoid"):
+        out += gamefacts.feeling_violations(f, item.get(f, ""))
+    return out
+
+
+def test_the_goal_object_put_in_itself():
+    cool_vase = teacher_item("alfworld", "Cool Vase")["principle"]
+    assert cool_vase == ("When the goal asks for a cool vase, take it first, carry it to the fridge and cool it there "
+                         "before putting it in the vase.")
+    assert gamefacts.self_target(cool_vase, "Cool Vase") == "vase"
+    [v] = gamefacts.self_target_violations("skills[0].principle", cool_vase)
+    assert v.reason == "self_target" and v.detail.startswith("skills[0].principle puts the vase in or on a vase")
+    # the same teacher's "Cool Cup" (quarantined then for its sinkbasin): "it" is the cup
+    assert gamefacts.self_target("When the goal asks for a cool cup, take it first, carry it to the sinkbasin and "
+                                 "cool it there before putting it in the cup.") == "cup"
+    # "it" with no object named before it refers to the title's object
+    assert gamefacts.self_target("Take it and put it on the plate.", "Chill Plate") == "plate"
+    assert gamefacts.self_target("Take the pencil and put it in the mug.", "Pencil In Mug") is None
+    assert gamefacts.self_target("Cool the apple, then place it on the plate.") is None
+    assert gamefacts.self_target("Put the vase in the cabinet, not on the shelf.") is None
+
+
+def test_a_webshop_control_that_does_not_exist():
+    price = teacher_item("webshop", "Filter by Price")["principle"]
+    assert price == ("After searching for products, select the price range from the drop-down menu to narrow down "
+                     "your results.")
+    assert gamefacts.missing_controls(price) == ["drop-down", "menu"]
+    [v] = gamefacts.control_violations("skills[1].principle", price)
+    assert v.reason == "missing_control" and v.detail.endswith(
+        "search[...] and click[...] on a product id, an option or Search, Back to Search, < Prev, Next >, "
+        "Description, Features, Reviews, Buy Now")
+    assert gamefacts.missing_controls("Sort the results by price and open the cheapest.") == ["sort"]
+    assert gamefacts.missing_controls("Add the item to the cart, then log in to your account.") == ["cart", "login"]
+    # WebShop's options read as a drop-down or a filter: the click exists
+    assert gamefacts.missing_controls("Choose the size from the drop-down menu before Buy Now.") == []
+    assert gamefacts.missing_controls("Use the size filter on the product page.") == []
+    # advice against an element, and a negation too far back to reach it
+    assert gamefacts.missing_controls("Do not re-apply the same filters on one product.") == []
+    assert gamefacts.missing_controls("Do not guess. Apply the price filter after searching.") == ["filter"]
+    # the project's real pages: the buttons the rule names as what WebShop has
+    assert gamefacts.missing_controls("Click [Features] and [Reviews], then [Back to Search] or [Next >].") == []
+
+
+def test_a_feeling_given_as_the_reason():
+    revisit = teacher_item("alfworld", "Avoid Revisiting Empty Places")["principle"]
+    assert revisit == "Do not revisit a place that is empty, as this may lead to confusion or frustration."
+    assert gamefacts.feeling_words(revisit) == ["confusion", "frustration"]
+    [v] = gamefacts.feeling_violations("skills[2].principle", revisit)
+    assert v.reason == "feeling_reason" and "(confusion, frustration) as a reason" in v.detail
+    assert gamefacts.feeling_words("Keep moving to avoid boredom.") == ["boredom"]
+    # a state the rule applies in, a mix-up of two things, and a verb are no reasons
+    assert gamefacts.feeling_words("When confused, re-read the goal before acting.") == []
+    assert gamefacts.feeling_words("Avoid confusing the 5x with the 5x-large size.") == []
+    assert gamefacts.feeling_words("Use metrics that discourage repeating identical actions.") == []
+
+
+@pytest.mark.parametrize("env,count", [("alfworld", 55), ("webshop", 66), ("search", 41)])
+def test_skillrl_banks(env, count):
+    """Measured: self_target and feeling_reason fire on none of SkillRL's 162 items;
+    missing_control on six WebShop items, each naming an element WebShop does not have."""
+    items = bank_items(env)
+    assert len(items) == count
+    fired = {name: sorted({v.reason for v in verdicts(env, kind, item)}) for kind, name, item in items}
+    fired = {k: v for k, v in fired.items() if v}
+    assert fired == ({} if env != "webshop" else {
+        "Iterative Query Refinement": ["missing_control"],      # "or apply site filters"
+        "Use Result Pagination": ["missing_control"],           # "adjust sorting/filters"
+        "Refine If No Match": ["missing_control"],              # "add filters (e.g., synonyms, price slider)"
+        "Ignoring shipping costs or add-on pricing that push the total above the user\u2019s budget.":
+            ["missing_control"],                                # "after adding to cart or at checkout"
+        "Skipping availability checks and attempting to purchase out-of-stock variants, leading to failure "
+        "screens.": ["missing_control"],                        # "the 'Add to Cart/Buy Now' button"
+        "Navigating back to the results page after configuring a product, causing loss of selected options and "
+        "wasted steps.": ["missing_control"]})                  # "open new tabs/windows"
