@@ -39,12 +39,25 @@ def skill_text(row: dict[str, Any]) -> str:
     return ". ".join((row.get(k) or "").strip().rstrip(".") for k in keys if (row.get(k) or "").strip())
 
 
+#: Two skills of a group whose principles alone (mistakes: descriptions) reach this cosine
+#: similarity are one skill whatever their titles: the 1.5B teacher wrote "Heat Eggs" and "Heat
+#: Water" with the same principle and condition word for word (whole-text similarity 0.893, under
+#: the 0.9 merge threshold, because the titles differ), while the paraphrased principles of
+#: tests/pipeline/stages/test_skills.py stay apart.
+SAME_CORE = 0.97
+
+
+def core_text(row: dict[str, Any]) -> str:
+    """The rule itself, without its label: the principle of a skill, the description of a mistake."""
+    return (row.get("description" if row["kind"] == "mistake" else "principle") or "").strip()
+
+
 def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder | None = None,
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Greedy merge of near-duplicates within each (kind, category) group, order kept.
 
-    A row whose cosine similarity to an earlier kept row of its group is ``>= threshold`` is
-    dropped and its ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row
+    A row whose cosine similarity to an earlier kept row of its group is ``>= threshold`` (or
+    whose principle's is ``>= SAME_CORE``, :func:`core_text`) is dropped and its ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row
     (the most similar one). Then a task-specific row that is as similar to a general row merges
     into it (every prompt of a category shows the general skills too). Exact duplicates (same
     ``skill_id``) always merge, without encoding.
@@ -71,13 +84,17 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
     kinds = {r["kind"] for r in unique}
     if any(len(ix) > 1 for ix in groups.values()) or {"general", "task_specific"} <= kinds:
         vecs = (encoder or encode)([skill_text(r) for r in unique])
+        cores = (encoder or encode)([core_text(r) for r in unique])
     dropped: set[int] = set()
     for ix in groups.values():
         for pos, i in enumerate(ix):
             earlier = [j for j in ix[:pos] if j not in dropped]
             if not earlier:
                 continue
-            sims = vecs[earlier] @ vecs[i]
+            # a principle repeated under another title counts as reaching the threshold
+            same = (cores[earlier] @ cores[i]) >= SAME_CORE
+            full = (vecs[earlier] @ vecs[i]).astype(np.float64)  # float64: threshold itself must compare >=
+            sims = np.where(same, np.maximum(full, threshold), full)
             best = int(np.argmax(sims))
             if float(sims[best]) >= threshold:
                 target = unique[earlier[best]]

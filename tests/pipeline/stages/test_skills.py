@@ -106,6 +106,23 @@ def test_merge_by_embedding_similarity():
     assert rows[0]["source_memory_ids"] == ["m1"]  # inputs are not mutated
 
 
+def test_one_principle_under_two_titles_is_one_skill():
+    """The teacher's heat bank: "Heat Eggs" and "Heat Water" with the same principle and condition
+    (whole-text similarity 0.89, under the 0.9 threshold because of the titles)."""
+    principle = ("When the goal asks for a hot object, take it first, carry it to the microwave and heat it "
+                 "there before going to the target.")
+    when = "As soon as the goal names a state change and the object is in hand."
+    rows = [_skill("h1", "Heat Eggs", principle, when, "m1", kind="task_specific", category="heat"),
+            _skill("h2", "Heat Water", principle, when, "m2", kind="task_specific", category="heat"),
+            _skill("h3", "Cool With Fridge", "Carry the object to the fridge and cool it there.", when, "m3",
+                   kind="task_specific", category="heat")]
+    kept, merges = _skillmerge.merge_similar(rows, 0.9)
+    assert [r["skill_id"] for r in kept] == ["h1", "h3"]
+    assert kept[0]["source_memory_ids"] == ["m1", "m2"]
+    assert [(m["kept"], m["dropped"]) for m in merges] == [("h1", "h2")]
+    assert merges[0]["similarity"] == pytest.approx(0.9, abs=1e-4)  # recorded at the threshold it reached
+
+
 def test_exact_duplicates_merge_without_encoder():
     rows = [_skill("a", "T", "P", "W", "m1"), _skill("a", "T", "P", "W", "m2")]
 
