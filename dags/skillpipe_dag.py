@@ -211,7 +211,8 @@ def skillpipe():
         root = a["root"]
         if is_remote(root):  # the report reads a local folder: this worker's mirror of the run
             root = os.path.dirname(os.path.dirname(pull_run(root, a["run_id"])))
-        r = build_report(root, a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True))
+        r = build_report(root, a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True),
+                         bank_root=a["root"])  # banks/ stays in the bucket of an object-storage root
         print(f"[report] {r['bytes'] / 1e6:.2f} MB: file://{r['path']}", flush=True)
         return {"uri": f"file://{r['path']}", "rows": len(r["pngs"]), "fingerprint": ""}
 

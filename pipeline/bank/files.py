@@ -114,18 +114,21 @@ class RemoteFiles:
         self.fs.pipe_file(self._path(rel), text.encode("utf-8"))
 
     @contextlib.contextmanager
-    def writing(self, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-        """Hold the lease on ``banks/_lock.json`` while writing, waiting up to ``wait_s`` seconds
-        for another writer's; then :class:`~pipeline.core.lease.LeaseHeld` names the holder."""
+    def writing(self, wait_s: float | None = None) -> Iterator[None]:
+        """Hold the lease on ``banks/_lock.json`` while writing, waiting for another writer's
+        up to ``wait_s`` seconds (default ``$SKILLPIPE_BANK_LOCK_S`` or :data:`LOCK_WAIT_S`);
+        then :class:`~pipeline.core.waits.WaitTimeout` names the holder."""
         from pipeline.core.lease import Lease, LeaseHeld
+        from pipeline.core.waits import WaitTimeout, seconds_from_env
+        wait_s = wait_s or seconds_from_env("SKILLPIPE_BANK_LOCK_S", LOCK_WAIT_S)
         end = time.monotonic() + wait_s
         while True:
             try:
-                lease = Lease(self.fs, self._path(LOCK_FILE)).acquire()
+                lease = Lease(self.fs, self._path(LOCK_FILE)).acquire()  # takes it or raises at once
                 break
-            except LeaseHeld:
+            except LeaseHeld as e:
                 if time.monotonic() >= end:
-                    raise
+                    raise WaitTimeout(f"the writer of {self.where()}", e.holder.get("pid"), wait_s, str(e)) from None
                 time.sleep(0.5)
         try:
             yield
