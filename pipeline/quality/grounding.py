@@ -196,7 +196,9 @@ def reground_steps(refined: list[dict[str, Any]], traj: Trajectory, min_overlap:
     * a ``critical_observation`` that is no (near-)quote of the observation before or after its
       step (:func:`span_coverage` < ``min_overlap``) becomes the observation the action produced,
       cut at a sentence or word end within ``max_chars`` (the model paraphrased: "You put the mug
-      1 on the coffee machine." for "You put the mug 1 in/on the coffeemachine 1.").
+      1 on the coffee machine." for "You put the mug 1 in/on the coffeemachine 1."), or the
+      observation before the step when the step recorded none (the final step of many ETO
+      episodes, where the 1.5B teacher makes one up).
 
     A step whose action is recorded nowhere, or at several steps, is left for ``ungrounded_step``."""
     fixed = {"step_index": 0, "critical_observation": 0}
@@ -211,8 +213,11 @@ def reground_steps(refined: list[dict[str, Any]], traj: Trajectory, min_overlap:
             fixed["step_index"] += 1
         crit = str(s.get("critical_observation") or "")
         best = max(span_coverage(crit, traj.steps[k - 1].observation), span_coverage(crit, traj.steps[k].observation))
-        if best < min_overlap and (traj.steps[k].observation or "").strip():
-            s["critical_observation"] = _clip_quote(traj.steps[k].observation, max_chars or 200)
+        # the last step of a finished episode often has no recorded observation: then the
+        # observation the action was taken on is the quote (the prompt allows either)
+        source = next((o for o in (traj.steps[k].observation, traj.steps[k - 1].observation) if (o or "").strip()), "")
+        if best < min_overlap and source:
+            s["critical_observation"] = _clip_quote(source, max_chars or 200)
             fixed["critical_observation"] += 1
     return fixed
 

@@ -237,7 +237,7 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 class MemoryStage(LLMStage):
     """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
-    version = "3"  # missing_key_step and cut_off; echo of worked examples
+    version = "4"  # an unrecorded last observation is requoted from the step before
     inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")

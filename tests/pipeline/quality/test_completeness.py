@@ -64,6 +64,22 @@ def test_refined_steps_are_regrounded_from_the_record():
     assert grounding.memory_step_violations(steps, traj, 0.6) == []
 
 
+def test_a_made_up_quote_of_an_unrecorded_last_observation_becomes_the_one_before():
+    """ETO's toiletpaper episode records no observation after its final put; the teacher quoted
+    "You put the toiletpaper 1 on the toiletpaperhanger 1." there, which the record never says."""
+    traj = Trajectory("t", "alfworld", "e", "put a toiletpaper in toiletpaperhanger.", "pick_and_place", "success",
+                      1.0, [Step(0, None, "room"), Step(1, "take toiletpaper 1 from toilet 1",
+                                                           "You pick up the toiletpaper 1 from the toilet 1."),
+                            Step(2, "go to toiletpaperhanger 1", "On the toiletpaperhanger 1, you see nothing."),
+                            Step(3, "put toiletpaper 1 in/on toiletpaperhanger 1", "")], "u", "f", 0)
+    steps = [dict(step(3, "put toiletpaper 1 in/on toiletpaperhanger 1"),
+                  critical_observation="You put the toiletpaper 1 on the toiletpaperhanger 1.")]
+    assert [v.reason for v in grounding.memory_step_violations(steps, traj, 0.6)] == ["ungrounded_observation"]
+    assert grounding.reground_steps(steps, traj, 0.6) == {"step_index": 0, "critical_observation": 1}
+    assert steps[0]["critical_observation"] == "On the toiletpaperhanger 1, you see nothing."
+    assert grounding.memory_step_violations(steps, traj, 0.6) == []
+
+
 def test_an_action_recorded_nowhere_is_left_for_the_rule():
     steps = [step(3, "take toiletpaper 1 from toilet 1")]
     assert grounding.reground_steps(steps, HOT_APPLE, 0.6) == {"step_index": 0, "critical_observation": 0}
