@@ -363,6 +363,19 @@ def _run_of(policy: str) -> tuple[str, str] | None:
     return (str(Path(*parts[:hits[-1]])), parts[hits[-1] + 1]) if hits else None
 
 
+def cli_config(config: Optional[str], given: dict[str, Any]) -> EvalConfig:
+    """The EvalConfig of ``skillpipe eval``: the options ``given`` (``None`` = not given) over the
+    ``eval:`` section of the run config ``config`` (as the DAG's eval tasks read it), or over
+    :class:`EvalConfig`'s defaults without one. A bad value is a usage error."""
+    if config:
+        from sft.cli import run_config_section
+        return run_config_section(config, "eval", given)
+    try:
+        return eval_config(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        raise typer.BadParameter(str(e))
+
+
 def eval_cmd(
     policy: str = typer_option("--policy", SFT_STEP, "sft_fit | grpo | base (of --run-id) | gold | embedded | "
                                "endpoint | a checkpoint folder (SFT output, GRPO output or checkpoint, HF model)"),
@@ -371,8 +384,8 @@ def eval_cmd(
     root: str = typer_option("--root", "", "folder that holds runs/ (default: that of the policy path, else .)"),
     label: str = typer_option("--label", "", "output name: runs/RUN_ID/eval_LABEL/ (default from --policy)"),
     config: Optional[str] = typer_option("--config", None, "run config YAML (the file of skillpipe run --config): "
-                                         "its eval: section, as the DAG's eval tasks read it; the options below "
-                                         "override it"),
+                                         "its eval: section, as the DAG's eval tasks read it (defaults: 4 games of "
+                                         "<= 5 actions of 48 tokens); the options below override it"),
     games: Optional[str] = typer_option("--games", None, "comma-separated TextWorld Express games (default twc)"),
     game_params: Optional[str] = typer_option("--game-params", None, "TextWorld Express gameParams ('' = small "
                                               "defaults)"),
@@ -390,13 +403,12 @@ def eval_cmd(
 ):
     """Play a policy on held-out games; print success (95 % Wilson CI), reward, valid-action and
     format-error rates, mean steps; write runs/RUN_ID/eval_LABEL/ (Parquet per episode + summary.json).
-    Settings: the eval: section of --config (or its defaults), each option given overriding it."""
+    Settings: each option given, over the eval: section of --config when given, else over the
+    defaults shown below."""
     from pipeline.envs.sim.alfworld import EnvUnavailable
-    from sft.cli import run_config_section
-    cfg = run_config_section(config, "eval", dict(env=env, games=games, game_params=game_params, fold=fold,
-                                                  seed0=seed0, episodes=episodes, max_steps=max_steps,
-                                                  max_new_tokens=max_new_tokens, temperature=temperature,
-                                                  batch_size=batch_size))
+    cfg = cli_config(config, dict(env=env, games=games, game_params=game_params, fold=fold, seed0=seed0,
+                                  episodes=episodes, max_steps=max_steps, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, batch_size=batch_size))
     found = _run_of(policy) if os.path.isdir(policy) else None
     root = root or (found[0] if found else ".")
     run_id = run_id or (found[1] if found else "eval")

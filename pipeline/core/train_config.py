@@ -9,10 +9,11 @@ evolution) and :class:`EvalConfig` (the ``eval_sft`` / ``eval_grpo`` evaluations
 ``pipeline`` never imports ``sft``; ``sft.config``, ``sft.rl.config`` and ``sft.eval`` re-export
 them with their loaders.
 
-Defaults of the run config's sections (:data:`RUN_DEFAULTS`) are the budgets of ``make run`` on
-CPU: ``sft`` = :class:`SFTFitConfig` defaults (3 LoRA steps), ``grpo`` = :data:`GRPO_SMOKE` (2
-steps of 1 task x 2 episodes), ``eval`` = :class:`EvalConfig` defaults (those of
-``skillpipe eval``; the DAG's smaller demo budget is a set of DAG params).
+Defaults of the run config's sections (:func:`run_defaults`) are the CPU budgets of ``make run``
+and the DAG: ``sft`` = :class:`SFTFitConfig` defaults (3 LoRA steps), ``grpo`` = :data:`GRPO_SMOKE`
+(2 steps of 1 task x 2 episodes), ``eval`` = :data:`EVAL_SMOKE` (4 games of <= 5 actions). The
+class defaults stay those of the standalone commands without a run config: SkillRL's GPU budget
+for ``skillpipe rl grpo --config FLAT.yaml``, 8 games of <= 10 actions for ``skillpipe eval``.
 """
 from __future__ import annotations
 
@@ -221,6 +222,11 @@ GRPO_SMOKE = dict(max_steps=2, tasks_per_step=1, num_generations=2, max_env_step
                   learning_rate=1e-4, lora_r=8, train_seeds=4, val_tasks=2, eval_steps=2, save_steps=0,
                   micro_batch_size=2)
 
+#: The CPU budget of the DAG's evaluations (``eval_sft``, ``eval_grpo``; the default ``eval:``
+#: section): 4 held-out games of at most 5 actions of 48 new tokens, torch on one thread. The other
+#: fields keep :class:`EvalConfig`'s defaults, those of ``skillpipe eval`` without ``--config``.
+EVAL_SMOKE = dict(episodes=4, max_steps=5, max_new_tokens=48, torch_threads=1)
+
 #: Training config classes by run config section.
 SECTION_CLASSES = {"sft": SFTFitConfig, "grpo": GRPOConfig, "eval": EvalConfig}
 
@@ -234,9 +240,10 @@ RUN_SET = {"sft": ("pairs", "output_dir"),
 
 def run_defaults(section: str) -> Any:
     """The default of run config section ``section`` (``sft``, ``grpo`` or ``eval``): the class
-    defaults, for ``grpo`` with :data:`GRPO_SMOKE` applied (module docstring)."""
-    cls = SECTION_CLASSES[section]
-    return dataclasses.replace(cls(), **GRPO_SMOKE) if section == "grpo" else cls()
+    defaults, with :data:`GRPO_SMOKE` for ``grpo`` and :data:`EVAL_SMOKE` for ``eval`` applied
+    (module docstring)."""
+    smoke = {"grpo": GRPO_SMOKE, "eval": EVAL_SMOKE}.get(section, {})
+    return dataclasses.replace(SECTION_CLASSES[section](), **smoke)
 
 
 def section_keys(section: str, cfg: Any) -> list[str]:
