@@ -3,7 +3,9 @@
 Every field has a default and a help text (``field(metadata={"help": ...})``), in the manner of
 TRL's config dataclasses; ``skillpipe config --show`` prints them beside the effective values. A
 stage's config is part of its fingerprint: changing a value reruns that stage and everything
-downstream. Load overrides from YAML with :func:`load_config`.
+downstream. Load overrides from YAML with :func:`load_config`. The sections ``sft``, ``grpo`` and
+``eval`` hold the training steps after export (:mod:`pipeline.core.train_config`); no stage
+fingerprint covers them, the training steps fingerprint their own config.
 
 Loading is strict: every value is checked against the type of its default (:func:`coerce`: no
 silent ``bool("false") == True`` or ``int(1.7) == 1``) and against the range or choices declared
