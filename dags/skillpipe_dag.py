@@ -11,6 +11,10 @@ and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
 stops it, whatever happens in between. `eval_sft` and `eval_grpo` play each checkpoint on
 held-out TextWorld Express games (test fold) and return its success rate with a 95 % interval.
+`sft_fit`, `grpo` and the evaluations take their settings from the `sft:`, `grpo:` and `eval:`
+sections of param `config` (as `skillpipe sft fit / rl grpo / eval --config` do; without a file,
+the CPU demo budget); params `sft_max_steps`, `grpo_max_steps`, `eval_episodes`, `eval_games`
+override one key each when set.
 """
 from __future__ import annotations
 
@@ -104,6 +108,16 @@ def collect_task(name: str):
     return _collect
 
 
+def training(params: dict, section: str, **overrides):
+    """Training section ``section`` (``sft``, ``grpo``, ``eval``) of the run's config (param
+    ``config``; empty = the defaults, the CPU budget) with the DAG params given in ``overrides``
+    applied when set (``None`` = not set). The same function the CLI commands read ``--config``
+    with (``pipeline.core.train_config.training_config``), so the DAG and the CLI train alike.
+    Raises ``ConfigError`` (a ``ValueError``) for a bad config or param value."""
+    from pipeline.core.train_config import training_config
+    return training_config(params["config"] or None, section, overrides)
+
+
 @task(task_id=SFT_STEP, doc_md="SFT fit (TRL SFTTrainer, LoRA) on the export artifact: sft/run_step.py.")
 def sft_fit(export: dict, params=None) -> dict:
     """Train on the run's export (skipped when unchanged); XCom ``{uri, rows, fingerprint}``.
@@ -111,20 +125,18 @@ def sft_fit(export: dict, params=None) -> dict:
     if not params.get("train", True):
         from airflow.sdk.exceptions import AirflowSkipException
         raise AirflowSkipException("param train is False: the run stops after export")
-    from sft.config import SFTFitConfig
     from sft.run_step import fit_for_run
     a = _args(params, {"base_url": "", "model": ""})
-    m = fit_for_run(a["root"], a["run_id"], SFTFitConfig(max_steps=int(params["sft_max_steps"])))
+    m = fit_for_run(a["root"], a["run_id"], training(params, "sft", max_steps=params.get("sft_max_steps")))
     return {k: m[k] for k in XCOM_KEYS}  # rows: SFT pairs trained on; fingerprint: the step's
 
 
 @task(task_id=GRPO_STEP, doc_md="Online GRPO on TextWorld Express from the SFT checkpoint: sft/rl/step.py.")
 def grpo(sft: dict, params=None) -> dict:
     """GRPO from the run's SFT checkpoint (skipped when unchanged); XCom ``{uri, rows, fingerprint}``."""
-    from sft.rl.config import smoke
     from sft.rl.step import grpo_for_run
     a = _args(params, {"base_url": "", "model": ""})
-    m = grpo_for_run(a["root"], a["run_id"], smoke(max_steps=int(params["grpo_max_steps"])))
+    m = grpo_for_run(a["root"], a["run_id"], training(params, "grpo", max_steps=params.get("grpo_max_steps")))
     return {k: m[k] for k in XCOM_KEYS}  # rows: training episodes; fingerprint: the step's
 
 
@@ -133,10 +145,9 @@ def eval_task(which: str, task_id: str):
     @task(task_id=task_id, doc_md=f"Evaluate the `{which}` checkpoint on held-out TextWorld Express games "
                                   "(sft/eval.py): success with a 95 % Wilson interval, valid-action rate.")
     def _eval(ckpt: dict, params=None) -> dict:
-        from sft.eval import eval_config, eval_for_run
+        from sft.eval import eval_for_run
         a = _args(params, {"base_url": "", "model": ""})
-        cfg = eval_config(games=params["eval_games"], episodes=int(params["eval_episodes"]), max_steps=5,
-                          max_new_tokens=48, torch_threads=1)
+        cfg = training(params, "eval", games=params.get("eval_games") or None, episodes=params.get("eval_episodes"))
         r = eval_for_run(a["root"], a["run_id"], which, cfg, progress=False)
         return {**{k: r[k] for k in XCOM_KEYS}, "success_rate": r["success_rate"],
                 "success_ci95": r["success_ci95"]}
@@ -162,11 +173,17 @@ def eval_task(which: str, task_id: str):
                           description="online or batch (the endpoint's Batch API; empty: llm.mode of the config)"),
         "shards": Param(0, type="integer", minimum=0, description="shards of the map stages (0: one per 256 MB)"),
         "train": Param(True, type="boolean", description="SFT, GRPO and eval after export (False: stop after export)"),
-        "sft_max_steps": Param(3, type="integer", minimum=1, description="SFT optimizer steps (CPU demo budget)"),
-        "grpo_max_steps": Param(2, type="integer", minimum=1, description="GRPO steps (CPU demo budget)"),
-        "eval_episodes": Param(4, type="integer", minimum=1,
-                               description="held-out TextWorld Express games (test fold) per checkpoint evaluation"),
-        "eval_games": Param("twc", type="string", description="comma-separated TextWorld Express games to evaluate on"),
+        # training settings come from the config's sft:, grpo:, eval: sections (defaults: the CPU
+        # demo budget); these params override one key each when set
+        "sft_max_steps": Param(None, type=["null", "integer"], minimum=1,
+                               description="SFT optimizer steps (empty: sft.max_steps of the config, default 3)"),
+        "grpo_max_steps": Param(None, type=["null", "integer"], minimum=1,
+                                description="GRPO steps (empty: grpo.max_steps of the config, default 2)"),
+        "eval_episodes": Param(None, type=["null", "integer"], minimum=1,
+                               description="held-out TextWorld Express games (test fold) per checkpoint evaluation "
+                                           "(empty: eval.episodes of the config, default 4)"),
+        "eval_games": Param("", type="string", description="comma-separated TextWorld Express games to evaluate on "
+                                                          "(empty: eval.games of the config, default twc)"),
     },
 )
 def skillpipe():
@@ -211,7 +228,8 @@ def skillpipe():
         root = a["root"]
         if is_remote(root):  # the report reads a local folder: this worker's mirror of the run
             root = os.path.dirname(os.path.dirname(pull_run(root, a["run_id"])))
-        r = build_report(root, a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True))
+        r = build_report(root, a["run_id"], progress=lambda m: print(f"[report] {m}", flush=True),
+                         bank_root=a["root"])  # banks/ stays in the bucket of an object-storage root
         print(f"[report] {r['bytes'] / 1e6:.2f} MB: file://{r['path']}", flush=True)
         return {"uri": f"file://{r['path']}", "rows": len(r["pngs"]), "fingerprint": ""}
 

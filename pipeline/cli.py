@@ -569,7 +569,7 @@ def report(
     quality, training, lineage explorer) and print its path."""
     from pipeline.core.remote import check_bucket, is_remote, pull_run
     from pipeline.report import build_report
-    root = _plain_path(root)
+    root = bank_root = _plain_path(root)  # on object storage the bank history is read in the bucket
     try:
         if is_remote(root):
             check_bucket(root)  # else s3fs's bare "The specified bucket does not exist"
@@ -580,7 +580,7 @@ def report(
         _fail(_storage_failure(e, root))
     try:
         res = build_report(root, run_id, out, price_prompt=price_prompt, price_completion=price_completion,
-                           price_cached=price_cached,
+                           price_cached=price_cached, bank_root=bank_root,
                            progress=lambda m: err.print(f"[report] {m}", highlight=False, markup=False))
     except (FileNotFoundError, ValueError, OSError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")

@@ -2,7 +2,10 @@
 
 :func:`commented_yaml` renders a config (usually the effective one: defaults merged with a YAML
 file by :func:`pipeline.core.config.load_config`) as YAML with each key's help text as a comment
-above it; ``skillpipe config --show`` prints it, and the output loads back as a config file.
+above it; ``skillpipe config --show`` prints it, and the output loads back as a config file. The
+training sections (``sft``, ``grpo``, ``eval``) show the keys a config file may set: not the
+paths, policy, bank and prompt a pipeline run sets itself
+(``pipeline.core.train_config.RUN_SET``).
 :func:`section_names` feeds the section list in ``skillpipe run --help``.
 """
 from __future__ import annotations
@@ -12,6 +15,7 @@ import textwrap
 from typing import Any
 
 from pipeline.core.config import PipelineConfig
+from pipeline.core.train_config import section_keys
 
 #: Width of a help comment line (the ``# `` prefix and indent included).
 COMMENT_WIDTH = 100
@@ -42,7 +46,8 @@ def commented_yaml(cfg: PipelineConfig, header: str = "") -> str:
     for section in dataclasses.fields(cfg):
         out += ["", f"{section.name}:"]
         values = getattr(cfg, section.name)
-        for f in dataclasses.fields(values):
+        keys = section_keys(section.name, values)  # a training section without its run-set fields
+        for f in (f for f in dataclasses.fields(values) if f.name in keys):
             out += _comment(field_help(f), indent="  ")
             out += _key_value(f.name, getattr(values, f.name), indent="  ")
     return "\n".join(out).lstrip("\n") + "\n"

@@ -35,11 +35,15 @@ def _group() -> None:
     """Keeps ``sft`` a command group (typer collapses a one-command app into that command)."""
 
 
-def _train_config(path: Optional[str], overrides: dict | None = None) -> sft_config.SFTFitConfig:
-    """The SFT config of ``--train-config`` (or the defaults) with ``overrides``, checked; a bad
-    file or value is a usage error (exit 2, one line), never a traceback."""
+def _train_config(path: Optional[str], overrides: dict | None = None,
+                  base: sft_config.SFTFitConfig | None = None) -> sft_config.SFTFitConfig:
+    """The SFT config of ``--train-config`` (or ``base``, default the defaults) with
+    ``overrides``, checked; a bad file or value is a usage error (exit 2, one line), never a
+    traceback. The file's keys are applied over ``base``."""
     try:
-        cfg = sft_config.load_yaml(path) if path else sft_config.SFTFitConfig()
+        cfg = base or sft_config.SFTFitConfig()
+        if path:
+            cfg = sft_config.from_dict(sft_config.read_yaml(path), cfg)
         return sft_config.from_dict(overrides or {}, cfg)
     except OSError as e:
         raise typer.BadParameter(f"cannot read {path}: {e.strerror or e}", param_hint="--train-config")
@@ -47,18 +51,39 @@ def _train_config(path: Optional[str], overrides: dict | None = None) -> sft_con
         raise typer.BadParameter(str(e))
 
 
+def run_config_section(path: Optional[str], section: str, overrides: dict | None = None):
+    """Section ``section`` (``sft``, ``grpo``, ``eval``) of the run config at ``path`` (``None``
+    = defaults) with the given options (``None`` = not given) applied, as the DAG tasks read it
+    (``pipeline.core.train_config``). A file that cannot be read or holds a bad value is a usage
+    error of ``--config`` naming the file and the key; a bad option value one naming the key."""
+    import yaml
+    from pipeline.core.train_config import training_config, with_overrides
+    try:
+        cfg = training_config(path, section)
+    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint="--config")
+    try:
+        return with_overrides(section, cfg, overrides or {})
+    except ValueError as e:
+        raise typer.BadParameter(str(e))
+
+
 @app.command("fit")
 def fit_cmd(
     run_id: str = typer.Option("default", "--run-id", help="run whose export artifact to train on"),
     root: str = typer.Option(".", help="folder that holds runs/"),
-    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig)"),
-    max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the small CPU budget)"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="run config YAML (the file of skillpipe run "
+                                         "--config): its sft: section; the options below override it"),
+    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig), "
+                                               "applied over --config"),
+    max_steps: Optional[int] = typer.Option(None, help="optimizer steps (default: sft.max_steps of the config, 3)"),
     force: bool = typer.Option(False, help="train even when the export and config are unchanged"),
 ) -> None:
     """Train in this process on runs/RUN_ID/export (the `sft_fit` step of `make run` and the DAG)."""
     from pipeline.core.artifacts import ArtifactError
     from sft.run_step import fit_for_run
-    cfg = _train_config(train_config, {} if max_steps is None else {"max_steps": max_steps})
+    base = run_config_section(config, "sft")
+    cfg = _train_config(train_config, {} if max_steps is None else {"max_steps": max_steps}, base)
     try:
         m = fit_for_run(root, run_id, cfg, force=force, log=typer.echo)
     except (ArtifactError, ResumeError, ValueError) as e:

@@ -36,17 +36,15 @@ import dataclasses
 import json
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 import typer
 
-from pipeline.core.config import ConfigError, PromptConfig, build_flat, check_fields, config_field
+from pipeline.core.config import build_flat
 from pipeline.core.layout import (CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP, ROLLOUT_STAGE,
                                   RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
-
-_f = config_field
+from pipeline.core.train_config import EvalConfig  # the `eval:` section of the run config
 
 
 def typer_option(name: str, default: Any, help: str) -> Any:
@@ -63,26 +61,6 @@ EPISODE_SCHEMA = pa.schema([
 ])
 
 
-@dataclass
-class EvalConfig:
-    """What an evaluation plays (module docstring). Defaults: a small CPU budget."""
-    env: str = _f("textworld", "textworld (TextWorld Express) | alfworld (needs ALFWORLD_DATA)",
-                  choices=("textworld", "alfworld"))
-    games: list = _f(["twc"], "TextWorld Express games (cycled over the episodes)")
-    game_params: str = _f("", "TextWorld Express gameParams ('' = small per-game defaults)")
-    fold: str = _f("test", "held-out fold: test | dev (TextWorld); ALFWorld uses valid_unseen / valid_seen",
-                   choices=("test", "dev"))
-    seed0: int = _f(0, "first seed; episode i plays seed seed0 + i // len(games)", min=0)
-    episodes: int = _f(8, "episodes (distinct games) to play", min=1)
-    max_steps: int = _f(10, "actions per episode at most", min=1)
-    max_new_tokens: int = _f(96, "new tokens per action (think + action)", min=1)
-    temperature: float = _f(0.0, "sampling temperature; 0 = greedy (repeatable)", min=0)
-    batch_size: int = _f(8, "episodes played in lock-step (one batched generation per step)", min=1)
-    prompt: PromptConfig = dataclasses.field(default_factory=PromptConfig, metadata={
-        "help": "prompt rendering; a run's checkpoint is evaluated with the run's own `prompt` section"})
-    torch_threads: int = _f(0, "CPU threads for torch (0 = torch default)", min=0)
-
-
 def eval_config(**overrides: Any) -> EvalConfig:
     """An :class:`EvalConfig` from flat overrides (``games`` may be a comma-separated string);
     raises :class:`pipeline.core.config.ConfigError` for an unknown key, bad type or range, or an
@@ -94,14 +72,7 @@ def eval_config(**overrides: Any) -> EvalConfig:
     cfg = build_flat(EvalConfig, overrides, what="eval config")
     if prompt is not None:
         cfg.prompt = prompt
-    check_fields(cfg.prompt, "prompt")
-    if cfg.env == "textworld":
-        from pipeline.envs.sim.textworld import GAME_CATEGORIES
-        bad = [g for g in cfg.games if g not in GAME_CATEGORIES] or ([] if cfg.games else ["(none)"])
-        if bad:
-            raise ConfigError(f"games: unknown TextWorld Express game(s) {', '.join(bad)}; "
-                              f"known: {', '.join(sorted(GAME_CATEGORIES))}")
-    return cfg
+    return cfg.validate()
 
 
 def wilson_interval(wins: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -392,6 +363,19 @@ def _run_of(policy: str) -> tuple[str, str] | None:
     return (str(Path(*parts[:hits[-1]])), parts[hits[-1] + 1]) if hits else None
 
 
+def cli_config(config: Optional[str], given: dict[str, Any]) -> EvalConfig:
+    """The EvalConfig of ``skillpipe eval``: the options ``given`` (``None`` = not given) over the
+    ``eval:`` section of the run config ``config`` (as the DAG's eval tasks read it), or over
+    :class:`EvalConfig`'s defaults without one. A bad value is a usage error."""
+    if config:
+        from sft.cli import run_config_section
+        return run_config_section(config, "eval", given)
+    try:
+        return eval_config(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        raise typer.BadParameter(str(e))
+
+
 def eval_cmd(
     policy: str = typer_option("--policy", SFT_STEP, "sft_fit | grpo | base (of --run-id) | gold | embedded | "
                                "endpoint | a checkpoint folder (SFT output, GRPO output or checkpoint, HF model)"),
@@ -399,29 +383,32 @@ def eval_cmd(
                                "(default: the run of a runs/<id>/... policy path, else 'eval')"),
     root: str = typer_option("--root", "", "folder that holds runs/ (default: that of the policy path, else .)"),
     label: str = typer_option("--label", "", "output name: runs/RUN_ID/eval_LABEL/ (default from --policy)"),
-    games: str = typer_option("--games", "twc", "comma-separated TextWorld Express games"),
-    game_params: str = typer_option("--game-params", "", "TextWorld Express gameParams ('' = small defaults)"),
-    fold: str = typer_option("--fold", "test", "held-out fold: test | dev"),
-    seed0: int = typer_option("--seed0", 0, "first seed"),
-    episodes: int = typer_option("--episodes", 8, "episodes (distinct games)"),
-    max_steps: int = typer_option("--max-steps", 10, "actions per episode at most"),
-    max_new_tokens: int = typer_option("--max-new-tokens", 96, "new tokens per action"),
-    temperature: float = typer_option("--temperature", 0.0, "0 = greedy"),
-    batch_size: int = typer_option("--batch-size", 8, "episodes in lock-step"),
-    env: str = typer_option("--env", "textworld", "textworld | alfworld"),
+    config: Optional[str] = typer_option("--config", None, "run config YAML (the file of skillpipe run --config): "
+                                         "its eval: section, as the DAG's eval tasks read it (defaults: 4 games of "
+                                         "<= 5 actions of 48 tokens); the options below override it"),
+    games: Optional[str] = typer_option("--games", None, "comma-separated TextWorld Express games (default twc)"),
+    game_params: Optional[str] = typer_option("--game-params", None, "TextWorld Express gameParams ('' = small "
+                                              "defaults)"),
+    fold: Optional[str] = typer_option("--fold", None, "held-out fold: test (default) | dev"),
+    seed0: Optional[int] = typer_option("--seed0", None, "first seed (default 0)"),
+    episodes: Optional[int] = typer_option("--episodes", None, "episodes (distinct games; default 8)"),
+    max_steps: Optional[int] = typer_option("--max-steps", None, "actions per episode at most (default 10)"),
+    max_new_tokens: Optional[int] = typer_option("--max-new-tokens", None, "new tokens per action (default 96)"),
+    temperature: Optional[float] = typer_option("--temperature", None, "0 = greedy (the default)"),
+    batch_size: Optional[int] = typer_option("--batch-size", None, "episodes in lock-step (default 8)"),
+    env: Optional[str] = typer_option("--env", None, "textworld (default) | alfworld"),
     base_url: str = typer_option("--base-url", "", "endpoint URL for --policy endpoint"),
     model: str = typer_option("--model", "", "model name for --policy endpoint"),
     api_key_env: str = typer_option("--api-key-env", "", "env var holding the endpoint's API key"),
 ):
     """Play a policy on held-out games; print success (95 % Wilson CI), reward, valid-action and
-    format-error rates, mean steps; write runs/RUN_ID/eval_LABEL/ (Parquet per episode + summary.json)."""
+    format-error rates, mean steps; write runs/RUN_ID/eval_LABEL/ (Parquet per episode + summary.json).
+    Settings: each option given, over the eval: section of --config when given, else over the
+    defaults shown below."""
     from pipeline.envs.sim.alfworld import EnvUnavailable
-    try:
-        cfg = eval_config(env=env, games=games, game_params=game_params, fold=fold, seed0=seed0, episodes=episodes,
-                          max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
-                          batch_size=batch_size)
-    except ValueError as e:
-        raise typer.BadParameter(str(e))
+    cfg = cli_config(config, dict(env=env, games=games, game_params=game_params, fold=fold, seed0=seed0,
+                                  episodes=episodes, max_steps=max_steps, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, batch_size=batch_size))
     found = _run_of(policy) if os.path.isdir(policy) else None
     root = root or (found[0] if found else ".")
     run_id = run_id or (found[1] if found else "eval")

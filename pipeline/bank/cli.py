@@ -3,6 +3,7 @@
 Mounted by ``pipeline/cli.py`` as ``app.add_typer(bank_app, name="bank")``. Examples::
 
     skillpipe bank list --root .                      # versions, parents, creators; * = HEAD
+    skillpipe bank list --root s3://bucket/prefix     # the banks of runs written to object storage
     skillpipe bank show bank-3f2a                     # one version (a unique prefix is enough)
     skillpipe bank diff bank-3f2a HEAD                # added / removed skills, source changes
     skillpipe bank restore bank-3f2a                  # make an older version current again
@@ -22,11 +23,20 @@ from pipeline.bank.store import BankError, BankStore, diff, label
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Versioned skill banks under ROOT/banks: list, show, diff, restore, export.")
 console = Console()
-ROOT = typer.Option(".", "--root", help="folder that holds runs/ and banks/")
+ROOT = typer.Option(".", "--root", help="folder that holds runs/ and banks/, or the object-storage URI the runs "
+                    "were given (s3://bucket/prefix: banks/ is read and written in the bucket)")
 
 
 def _store(root: str) -> BankStore:
-    return BankStore(root)
+    """The bank history of ``root``; for an object-storage root its bucket must exist (else one
+    error line naming it) and its storage options be valid."""
+    from pipeline.core.remote import RootMissing, check_bucket, is_remote
+    try:
+        if is_remote(root):
+            check_bucket(root)
+        return BankStore(root)
+    except (RootMissing, ImportError, ValueError) as e:  # ImportError: fsspec lacks the scheme's package
+        _fail(e)
 
 
 def _fail(e: Exception) -> None:

@@ -6,8 +6,11 @@ Layout (versioned: content hash, parent version, history)::
     <root>/banks/history.jsonl          one event per line, append-only: create | reuse | restore
     <root>/banks/HEAD                   the current version (text, one line)
 
-``<root>`` is the folder that holds ``runs/`` (the artifact store root), so every run under it
-shares one bank history. A version id is :func:`pipeline.bank.rows.bank_version` of its rows
+``<root>`` is the folder that holds ``runs/`` (the artifact store root), or the object-storage
+URI a run was given as its root (``s3://bucket/prefix``: the bank files are then objects in the
+bucket, :mod:`pipeline.bank.files`), so every run under it shares one bank history. The skills
+stage's bank is registered by the runner once the stage's artifact is committed
+(:meth:`pipeline.core.stage.Stage.after_commit`). A version id is :func:`pipeline.bank.rows.bank_version` of its rows
 (``bank-<hash>`` of the skills' kind, category and text; source ids and order do not count), so
 registering the same bank twice - a rerun, a retried Airflow task, a crash after registration -
 returns the first record and writes nothing: artifacts stay identical across reruns.
@@ -21,15 +24,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pipeline.core import lineage
-from pipeline.core.fsutil import atomic_write, publish_dir, temp_name
-
 from pipeline.bank import rows as skillbank
+from pipeline.bank.files import bank_files
 
 
 class BankError(ValueError):
@@ -59,15 +60,19 @@ def _now() -> str:
 
 
 class BankStore:
-    """The bank history under ``<root>/banks`` (see the module docstring).
+    """The bank history under ``<root>/banks`` (see the module docstring); ``root`` is a local
+    folder or an object-storage URI (``s3://bucket/prefix``: the files live in the bucket,
+    :mod:`pipeline.bank.files`).
 
-    Single-writer per version (atomic directory rename); ``history.jsonl`` appends are one
-    ``write`` of one line each, so concurrent writers interleave whole lines.
+    Single-writer per version (a version folder appears whole); on a local folder
+    ``history.jsonl`` appends are one ``write`` of one line each, so concurrent writers
+    interleave whole lines; on object storage every write holds the history's lease.
     """
 
     def __init__(self, root: str):
-        self.root = os.path.abspath(root)
-        self.dir = os.path.join(self.root, "banks")
+        self.files = bank_files(root)
+        self.dir = self.files.where()
+        self.root = self.dir[:-len("/banks")]  # both kinds of files name the folder <root>/banks
 
     # ---- reading --------------------------------------------------------------------------
     def versions(self) -> list[str]:
@@ -80,19 +85,12 @@ class BankStore:
 
     def history(self) -> list[dict[str, Any]]:
         """Every event, oldest first: ``{event, version, at, ...}``."""
-        path = os.path.join(self.dir, "history.jsonl")
-        if not os.path.exists(path):
-            return []
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        text = self.files.read("history.jsonl")
+        return [json.loads(line) for line in (text or "").splitlines() if line.strip()]
 
     def head(self) -> str | None:
         """The current version, or ``None`` for an empty store."""
-        path = os.path.join(self.dir, "HEAD")
-        if not os.path.exists(path):
-            return None
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip() or None
+        return (self.files.read("HEAD") or "").strip() or None
 
     def resolve(self, ref: str) -> str:
         """A full version id from ``ref``: an id, a unique prefix (with or without ``bank-``) or
@@ -113,12 +111,14 @@ class BankStore:
     def get(self, ref: str) -> BankVersion:
         """The stored version ``ref`` (see :meth:`resolve`). Raises :class:`BankError`."""
         version = self.resolve(ref)
-        path = os.path.join(self.dir, version, "bank.json")
+        rel = f"{version}/bank.json"
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
+            text = self.files.read(rel)
+            if text is None:
+                raise FileNotFoundError("no such file")
+            data = json.loads(text)
         except (OSError, ValueError) as e:
-            raise BankError(f"bank {version}: cannot read {path}: {e}") from None
+            raise BankError(f"bank {version}: cannot read {self.files.where(rel)}: {e}") from None
         if skillbank.bank_version(data["rows"]) != version:
             raise BankError(f"bank {version}: content hash does not match its rows (file edited?)")
         return BankVersion(data["record"], data["rows"])
@@ -126,7 +126,7 @@ class BankStore:
     # ---- writing --------------------------------------------------------------------------
     def has(self, version: str) -> bool:
         """Whether ``version`` (a full version id) is stored."""
-        return os.path.exists(os.path.join(self.dir, version, "bank.json"))
+        return self.files.exists(f"{version}/bank.json")
 
     def register(self, rows: list[dict[str, Any]], *, run_id: str, stage: str, fingerprint: str = "",
                  parent: str | None = "HEAD") -> BankVersion:
@@ -140,54 +140,51 @@ class BankStore:
                 ref, or ``None``. A version is never its own parent.
         """
         version = skillbank.bank_version(rows)
-        folder = os.path.join(self.dir, version)
-        if os.path.exists(os.path.join(folder, "bank.json")):
-            existing = self.get(version)
-            if self.head() != version:  # an older bank produced again: it becomes current
-                self._event({"event": "reuse", "version": version, "previous": self.head(), "at": _now(),
-                             "run_id": run_id, "stage": stage})
-                self._set_head(version)
-            return existing
-        if parent == "HEAD":
-            parent = self.head()
-        elif parent is not None:
-            parent = self.resolve(parent)
-        if parent == version:
-            parent = None
-        record = {"version": version, "parent": parent, "created_at": _now(), "run_id": run_id, "stage": stage,
-                  "fingerprint": fingerprint, "counts": counts_of(rows),
-                  "envs": sorted({r.get("env") or "" for r in rows})}
-        # ids are content hashes: recompute them, so an edited row can never keep a stale id
-        stored = [dict(r, bank_version=version, skill_id=lineage.skill_id(r["kind"], r.get("category") or "",
-                                                                         skillbank.skill_content(r)))
-                  for r in rows]
-        os.makedirs(self.dir, exist_ok=True)
-        tmp = temp_name(os.path.join(self.dir, "." + version))  # hidden: never listed as a version
-        os.makedirs(tmp)
-        with open(os.path.join(tmp, "bank.json"), "w", encoding="utf-8") as f:
-            json.dump({"record": record, "rows": stored}, f, ensure_ascii=False, indent=1, sort_keys=True)
-        if not publish_dir(tmp, folder):  # another writer stored the same version first: theirs is identical
-            return self.get(version)
-        self._event({"event": "create", **record})
-        self._set_head(version)
+        with self.files.writing():
+            if self.has(version):
+                return self._reuse(version, run_id, stage)
+            if parent == "HEAD":
+                parent = self.head()
+            elif parent is not None:
+                parent = self.resolve(parent)
+            record = {"version": version, "parent": None if parent == version else parent, "created_at": _now(),
+                      "run_id": run_id, "stage": stage, "fingerprint": fingerprint, "counts": counts_of(rows),
+                      "envs": sorted({r.get("env") or "" for r in rows})}
+            # ids are content hashes: recompute them, so an edited row can never keep a stale id
+            stored = [dict(r, bank_version=version, skill_id=lineage.skill_id(r["kind"], r.get("category") or "",
+                                                                             skillbank.skill_content(r)))
+                      for r in rows]
+            text = json.dumps({"record": record, "rows": stored}, ensure_ascii=False, indent=1, sort_keys=True)
+            if not self.files.create(f"{version}/bank.json", text):  # another writer was first: theirs is identical
+                return self.get(version)
+            self._event({"event": "create", **record})
+            self._set_head(version)
         return BankVersion(record, stored)
+
+    def _reuse(self, version: str, run_id: str, stage: str) -> BankVersion:
+        """The stored ``version``, made HEAD again (a ``reuse`` event) when it is not HEAD."""
+        existing = self.get(version)
+        if self.head() != version:  # an older bank produced again: it becomes current
+            self._event({"event": "reuse", "version": version, "previous": self.head(), "at": _now(),
+                         "run_id": run_id, "stage": stage})
+            self._set_head(version)
+        return existing
 
     def restore(self, ref: str, *, note: str = "") -> BankVersion:
         """Make version ``ref`` HEAD again (recorded as a ``restore`` event); returns it."""
         bank = self.get(ref)
-        self._event({"event": "restore", "version": bank.version, "previous": self.head(), "at": _now(),
-                     "note": note})
-        self._set_head(bank.version)
+        with self.files.writing():
+            self._event({"event": "restore", "version": bank.version, "previous": self.head(), "at": _now(),
+                         "note": note})
+            self._set_head(bank.version)
         return bank
 
     def _event(self, event: dict[str, Any]) -> None:
-        os.makedirs(self.dir, exist_ok=True)
         event.setdefault("at", event.get("created_at") or _now())
-        with open(os.path.join(self.dir, "history.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(event, ensure_ascii=False, sort_keys=True) + "\n")
+        self.files.append("history.jsonl", json.dumps(event, ensure_ascii=False, sort_keys=True) + "\n")
 
     def _set_head(self, version: str) -> None:
-        atomic_write(os.path.join(self.dir, "HEAD"), version + "\n")
+        self.files.replace("HEAD", version + "\n")
 
 
 def diff(old: BankVersion, new: BankVersion) -> dict[str, list[dict[str, Any]]]:

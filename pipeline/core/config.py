@@ -3,7 +3,9 @@
 Every field has a default and a help text (``field(metadata={"help": ...})``), in the manner of
 TRL's config dataclasses; ``skillpipe config --show`` prints them beside the effective values. A
 stage's config is part of its fingerprint: changing a value reruns that stage and everything
-downstream. Load overrides from YAML with :func:`load_config`.
+downstream. Load overrides from YAML with :func:`load_config`. The sections ``sft``, ``grpo`` and
+``eval`` hold the training steps after export (:mod:`pipeline.core.train_config`); no stage
+fingerprint covers them, the training steps fingerprint their own config.
 
 Loading is strict: every value is checked against the type of its default (:func:`coerce`: no
 silent ``bool("false") == True`` or ``int(1.7) == 1``) and against the range or choices declared
@@ -408,12 +410,35 @@ class PipelineConfig:
     build_pairs: BuildPairsConfig = field(default_factory=BuildPairsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    # training steps after export (pipeline.core.train_config; no stage fingerprint covers them)
+    sft: Any = field(default_factory=lambda: _training_defaults("sft"))
+    grpo: Any = field(default_factory=lambda: _training_defaults("grpo"))
+    eval: Any = field(default_factory=lambda: _training_defaults("eval"))
+
+
+def _training_defaults(section: str) -> Any:
+    # imported here: pipeline.core.train_config builds its classes on this module
+    from pipeline.core.train_config import run_defaults
+    return run_defaults(section)
+
+
+def _section_keys(section: str, values: Any) -> list[str]:
+    """The keys a config file may set in ``section`` (every field but the run-set ones of a
+    training section, ``pipeline.core.train_config.RUN_SET``)."""
+    from pipeline.core.train_config import section_keys
+    return section_keys(section, values)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Config dataclass ``cfg`` as nested plain dicts (``dataclasses.asdict``): JSON-ready, the
-    form fingerprints and ``skillpipe config --show --json`` use."""
-    return dataclasses.asdict(cfg)
+    form fingerprints and ``skillpipe config --show --json`` use. For a :class:`PipelineConfig`
+    only the keys a config file may set (the training sections lose their run-set fields)."""
+    out = dataclasses.asdict(cfg)
+    if isinstance(cfg, PipelineConfig):
+        for f in dataclasses.fields(cfg):
+            keys = _section_keys(f.name, getattr(cfg, f.name))
+            out[f.name] = {k: v for k, v in out[f.name].items() if k in keys}
+    return out
 
 
 #: Caps of :class:`ParseConfig` that ``parse.per_env`` may override per env: the keys
@@ -454,8 +479,11 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     ``distill.reasoning: none`` (needs ``build_pairs.empty_think: flag``); returns
     ``cfg`` (with ``per_env`` normalised) or raises :class:`ConfigError` ``section.key: message``.
     (A module function: ``build_pairs`` is a section name of :class:`PipelineConfig`.)"""
+    from pipeline.core.train_config import SECTION_CLASSES, check_section
     for f in dataclasses.fields(cfg):
         check_fields(getattr(cfg, f.name), f.name)
+    for section in SECTION_CLASSES:  # their own checks (games, lora_r), and the run's prompt section
+        setattr(cfg, section, check_section(section, getattr(cfg, section), cfg.prompt))
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
     check_verify_rules(cfg.verify)
     unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
@@ -520,12 +548,21 @@ def from_dict(data: dict[str, Any]) -> PipelineConfig:
             raise ConfigError(f"{section}: expected a mapping of keys to values, got {type(values).__name__} "
                               f"{values!r}")
         sub = getattr(cfg, section)
-        names = {f.name for f in dataclasses.fields(sub)}
+        names = set(_section_keys(section, sub))
         for k, v in values.items():
             if k not in names:
-                raise ConfigError(f"unknown config key {section}.{k}; known: {sorted(names)}")
+                raise ConfigError(_unknown_key(section, k, names))
             setattr(sub, k, coerce(v, getattr(sub, k), f"{section}.{k}"))
     return check_config(cfg)
+
+
+def _unknown_key(section: str, key: Any, names: set[str]) -> str:
+    """The error of key ``key`` that section ``section`` does not have (``names``: those it has)."""
+    from pipeline.core.train_config import RUN_SET
+    if key in RUN_SET.get(section, ()):
+        why = "the run's prompt: section" if key == "prompt" else "the run (runs/<run_id>/...)"
+        return f"{section}.{key}: not a config key: set by {why}"
+    return f"unknown config key {section}.{key}; known: {sorted(names)}"
 
 
 def load_config(path: str | None) -> PipelineConfig:

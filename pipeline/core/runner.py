@@ -231,8 +231,13 @@ def _counted(out: StageOutput) -> Iterator[tuple[Any, Any]]:
 
 
 def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = False,
-              log: Callable[[str], None] = print) -> StageResult:
+              log: Callable[[str], None] = print, commit: Callable[[], None] | None = None) -> StageResult:
     """Run stage ``name`` of the run in ``ctx`` unless an identical artifact exists.
+
+    Once the artifact is written (or reused), ``commit`` is called when given (on object storage:
+    publishing it, :meth:`~pipeline.core.remote.StageHooks.after`), then the stage's
+    :meth:`~pipeline.core.stage.Stage.after_commit` (not for one shard of a map stage). Nothing
+    of either happens when the stage fails or its counts do not reconcile.
 
     Raises:
         ValueError: unknown stage name.
@@ -245,6 +250,7 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         check_fresh(ctx.store, s, shard=ctx.shard if ctx.reads_shard(s) else None)
     reused, fp, facts = _reusable(stage, ctx, model_id, force, log)
     if reused is not None:
+        _after_commit(stage, ctx, True, commit)
         return reused
     t0 = time.monotonic()
     llm_before = ctx.llm_snapshot()
@@ -267,7 +273,17 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
         art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine + out.demoted,
                               manifest, extra, split_files=stage.split_files, shard=ctx.shard)
     _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
+    _after_commit(stage, ctx, False, commit)
     return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)
+
+
+def _after_commit(stage: Stage, ctx: StageContext, reused: bool, commit: Callable[[], None] | None) -> None:
+    """Commit the artifact beyond this machine (``commit``), then let the stage write its
+    registries (:meth:`Stage.after_commit`; the whole stage only, never one shard)."""
+    if commit is not None:
+        commit()
+    if ctx.shard is None:
+        stage.after_commit(ctx, ctx.store.require(stage.name), reused)
 
 
 def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]) -> None:
@@ -350,7 +366,7 @@ def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, en
         lock = run_lock(store.run_dir, run_id) if unit is None else task_lock(store.run_dir, unit, run_id)
         with lock, contextlib.ExitStack() as stack:
             ctx = StageContext(store, config, input_path=input_path, env=env,
-                               llm_factory=llm_factory(config.llm, store.run_dir, stack))
+                               llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root)
             yield ctx, model_id_for(config.llm) if any(s.uses_llm for s in chosen) else "", hooks
 
 
@@ -367,9 +383,7 @@ def _run_unit(stage: Stage, ctx: StageContext, model: str, force: bool, log: Cal
                 _collect_unit(up, ctx, log, hooks)
     remove_stale_temp(ctx.store, stage.name, log)
     hooks.before(stage.name)
-    result = run_stage(stage.name, ctx, model_id=model, force=force, log=log)
-    hooks.after(stage.name)
-    return result
+    return run_stage(stage.name, ctx, model_id=model, force=force, log=log, commit=lambda: hooks.after(stage.name))
 
 
 def _run_shard(stage: Stage, ctx: StageContext, shard: str, model: str, force: bool,

@@ -37,7 +37,11 @@ order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for
 * **count invariant** after running: units in = units out + quarantined (``StageOutput``), else
   :class:`CountMismatch` and nothing is written;
 * **atomic write** of the Parquet parts, the quarantine and the manifest (a killed process leaves
-  the previous artifact or none, never half of one).
+  the previous artifact or none, never half of one);
+* **after the commit** (the atomic write, and on object storage the publication of the manifest):
+  :meth:`Stage.after_commit`, where a stage writes what lives outside its run folder (skills: its
+  bank as a version of ``<root>/banks``), so nothing is registered for an artifact that was never
+  committed.
 
 LLM stages subclass :class:`pipeline.core.llmstage.LLMStage`, which adds the request/answer loop.
 
@@ -123,6 +127,13 @@ class Stage:
         the stage manifest and covered by its content hash. Default: none."""
         return {}
 
+    def after_commit(self, ctx: "StageContext", art: StageArtifact, reused: bool) -> None:
+        """Write what outlives the run folder (a shared registry under ``ctx.root``), from the
+        committed artifact ``art``. The runner calls it once the artifact is committed, and also
+        when it reuses an unchanged one (``reused``), so that a process killed between the commit
+        and this call is made good by a plain rerun: it must be idempotent. Not called for the
+        shards of a map stage. Default: nothing."""
+
     def run(self, ctx: "StageContext") -> "StageOutput":
         """Do the work; return rows + quarantine (or a stream of batches). Must not write files:
         the runner writes the artifact. Raise :class:`StageFailed` when
@@ -197,6 +208,15 @@ class StageContext:
     _llm: Any = None
     shard: str | None = None  # the shard a map stage is running on (None: the whole run)
     plan: Any = None  # the run's ShardPlan (pipeline.core.shards) when it has more than one shard
+    # the root the run was given (a folder or an object-storage URI such as s3://bucket/prefix);
+    # "" = the store's own root. Shared registries (the skill bank history) live there.
+    root: str = ""
+
+    def bank_store(self):
+        """The skill bank history of the run's root (:class:`pipeline.bank.store.BankStore`): in the
+        bucket for an object-storage root, never in this worker's mirror."""
+        from pipeline.bank.store import BankStore
+        return BankStore(self.root or self.store.root)
 
     def reads_shard(self, stage: str) -> bool:
         """True when ``upstream(stage)`` resolves to this context's shard of ``stage``."""

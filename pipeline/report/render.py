@@ -50,7 +50,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def _bank_facts(root: str, run_id: str, run_dir: str, stages: list[dict[str, Any]]) -> dict[str, Any]:
+def _bank_facts(bank_root: str, run_id: str, run_dir: str, stages: list[dict[str, Any]]) -> dict[str, Any]:
     skills = bankinfo.read_rows(run_dir, "skills")
     pair_stage = "export" if os.path.isdir(os.path.join(run_dir, "export")) else "build_pairs"
     pairs = bankinfo.read_rows(run_dir, pair_stage, ["skill_ids_used", "think"])
@@ -58,7 +58,7 @@ def _bank_facts(root: str, run_id: str, run_dir: str, stages: list[dict[str, Any
     run_versions = [(agg.get("counters") or {}).get("bank_version") or ""]
     run_versions += sorted({s.get("bank_version") for s in skills if s.get("bank_version")})
     with_skills, using = bankinfo.pairs_using_skills(skills, pairs)
-    return {"composition": bankinfo.composition(skills), "history": bankinfo.history(root, run_id, run_versions),
+    return {"composition": bankinfo.composition(skills), "history": bankinfo.history(bank_root, run_id, run_versions),
             "usage": bankinfo.skill_usage(skills, pairs), "pairs": len(pairs), "pairs_with_skills": with_skills,
             "pairs_using": using,
             "pair_stage": pair_stage, "ngram": bankinfo.NGRAM}
@@ -66,9 +66,11 @@ def _bank_facts(root: str, run_id: str, run_dir: str, stages: list[dict[str, Any
 
 def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_PROMPT,
            price_completion: float = runinfo.DEFAULT_PRICE_COMPLETION, sample_rows: int = 3,
-           price_cached: float = runinfo.DEFAULT_PRICE_CACHED) -> dict[str, Any]:
-    """Every fact the report shows, as plain data (no charts). Raises ``FileNotFoundError`` when
-    ``<root>/runs/<run_id>`` does not exist (``ValueError`` for an invalid run id)."""
+           price_cached: float = runinfo.DEFAULT_PRICE_CACHED, bank_root: str | None = None) -> dict[str, Any]:
+    """Every fact the report shows, as plain data (no charts). ``bank_root``: where the bank
+    history ``banks/`` lives when not under ``root`` (the object-storage URI of a run read from its
+    local mirror). Raises ``FileNotFoundError`` when ``<root>/runs/<run_id>`` does not exist
+    (``ValueError`` for an invalid run id)."""
     store = ArtifactStore(root, run_id)
     run_dir = store.run_dir
     if not os.path.isdir(run_dir):
@@ -83,7 +85,7 @@ def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_P
         "run_id": run_id, "run_dir": run_dir, "notes": notes, "funnel": funnel, "samples": samples,
         "verify": runinfo.verify_facts(verified),
         "llm": runinfo.llm_usage(stages, price_prompt, price_completion, price_cached),
-        "bank": _bank_facts(root, run_id, run_dir, stages),
+        "bank": _bank_facts(bank_root or root, run_id, run_dir, stages),
         "quality": training.quality_metrics(export),
         "sft": training.sft_curve(run_dir), "grpo": training.grpo_steps(run_dir),
         "eval": training.eval_results(run_dir), "outcome": training.outcome_arms(store.root, run_id),
@@ -130,9 +132,9 @@ def build_report(root: str, run_id: str, out: str | None = None, *,
                  price_prompt: float = runinfo.DEFAULT_PRICE_PROMPT,
                  price_completion: float = runinfo.DEFAULT_PRICE_COMPLETION,
                  price_cached: float = runinfo.DEFAULT_PRICE_CACHED,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[str], None] | None = None, bank_root: str | None = None) -> dict[str, Any]:
     """Write the report of run ``run_id`` to ``out`` (default ``<root>/runs/<run_id>/report.html``)
-    and its PNGs to ``<out stem>_png/``.
+    and its PNGs to ``<out stem>_png/``. ``bank_root``: see :func:`gather`.
 
     Returns ``{"path", "png_dir", "pngs": [paths], "bytes": HTML size}``. Raises
     ``FileNotFoundError`` for a missing run, ``ValueError`` for an invalid run id, ``OSError``
@@ -140,7 +142,7 @@ def build_report(root: str, run_id: str, out: str | None = None, *,
     """
     say = progress or (lambda _m: None)
     say("reading manifests and artifacts")
-    facts = gather(root, run_id, price_prompt, price_completion, price_cached=price_cached)
+    facts = gather(root, run_id, price_prompt, price_completion, price_cached=price_cached, bank_root=bank_root)
     say("drawing charts")
     pngs = draw(facts)
     out = os.path.abspath(out or os.path.join(facts["run_dir"], "report.html"))

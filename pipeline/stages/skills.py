@@ -17,9 +17,10 @@ merged by embedding similarity (:mod:`pipeline.bank.merge`). The calls are asked
 assembles its own output (:meth:`SkillsStage.collect`). A memory is *used* when it
 fed at least one successful call; every other memory is quarantined with the reason (the failed
 call's error and raw output, or ``not_used``). The bank is also written as SkillRL JSON
-(``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs) and registered
-as a version of the store ``<root>/banks`` (``pipeline.bank.store``; parent = the store's HEAD),
-listed by ``skillpipe bank list``.
+(``skill_bank.json``, one ``skill_bank_<env>.json`` per env when a run mixes envs) and, once the
+runner has committed the artifact, registered as a version of the store ``<root>/banks``
+(``pipeline.bank.store``, in the bucket for an ``s3://`` root; parent = this run's previous bank),
+listed by ``skillpipe bank list`` (:meth:`SkillsStage.after_commit`).
 
 Train instances only: the ``split`` artifact (:mod:`pipeline.core.split`) assigns every
 ``env_instance`` to train or val before any call. Memories of val instances feed no call: each is
@@ -40,8 +41,7 @@ from pipeline import quality
 from pipeline.bank import merge as _skillmerge
 from pipeline.bank.judge import ItemJudge, blocking, field_bounds
 from pipeline.bank import rows as skillbank
-from pipeline.bank.store import BankStore
-from pipeline.core.artifacts import parquet_parts
+from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
 from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row
 from pipeline.core.records import SKILL_SCHEMA, QuarantineRow, Trajectory
@@ -335,18 +335,20 @@ def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], as
     return train, held
 
 
-def register_bank(ctx: StageContext, rows: list[dict[str, Any]]) -> str | None:
-    """Register the bank ``rows`` as a version of ``<root>/banks`` (idempotent: a rerun finds the
-    same record) and return its parent version. The parent is this run's previous bank, never an
-    unrelated run's that happened to be HEAD. ``None`` when there are no rows."""
-    if not rows:
+def bank_parent(ctx: StageContext, version: str, has_rows: bool) -> str | None:
+    """The parent the bank ``version`` is (or will be) registered with in ``<root>/banks``: the
+    stored record's when the version is already there, else this run's previous bank when the
+    store has it (never an unrelated run's that happened to be HEAD). ``None`` for an empty bank.
+    Only reads: the runner registers the bank once the artifact is committed
+    (:meth:`SkillsStage.after_commit`)."""
+    if not has_rows:
         return None
+    banks = ctx.bank_store()
+    if banks.has(version):
+        return banks.get(version).record["parent"]
     previous = ctx.store.load(NAME)
     prev_version = (previous.manifest.get("counters") or {}).get("bank_version") if previous else None
-    bank_store = BankStore(ctx.store.root)
-    if prev_version and not bank_store.has(prev_version):
-        prev_version = None
-    return bank_store.register(rows, run_id=ctx.store.run_id, stage=NAME, parent=prev_version or None).record["parent"]
+    return prev_version if prev_version and prev_version != version and banks.has(prev_version) else None
 
 
 def bank_files(banks: dict[str, tuple[list, list]], env: str, version: str, parent: str | None, model: str
@@ -422,7 +424,7 @@ class SkillsStage(LLMStage):
         return rows, banks
 
     def collect(self, run: LLMRun) -> StageOutput:
-        """Bank rows (versioned and registered), the SkillRL JSON files, one quarantine row per
+        """Bank rows (versioned; registered after the commit), the SkillRL JSON files, one quarantine row per
         unused or held-out memory, and one request row per failed call (a failed mistakes call
         whose memories also fed their category's call leaves no memory row to keep its raw
         output) plus one per skill dropped for its sources."""
@@ -430,7 +432,7 @@ class SkillsStage(LLMStage):
         version = skillbank.bank_version(rows)
         for r in rows:
             r["bank_version"] = version
-        parent = register_bank(run.ctx, rows)
+        parent = bank_parent(run.ctx, version, bool(rows))
         used, quarantine = unused_quarantine(run.notes["memories"], run.jobs)
         request_rows = [call_failure_row(j.item, j.failed[0], j.item.request.key) for j in run.jobs if j.failed]
         n = len(run.notes["all_memories"])
@@ -438,6 +440,20 @@ class SkillsStage(LLMStage):
         return StageOutput(rows=rows, quarantine=quarantine + run.notes["held_out"], rows_in=n, units_in=n,
                            units_out=len(used), extra_files=bank_files(banks, run.ctx.env, version, parent, run.model),
                            request_quarantine=request_rows + run.notes["dropped_items"] + run.notes["bad_sources"])
+
+    def after_commit(self, ctx: StageContext, art: StageArtifact, reused: bool) -> None:
+        """Register the committed bank (its rows, with the parent its counters name) as a version of
+        ``<root>/banks`` (:meth:`pipeline.core.stage.Stage.after_commit`). A reused artifact is
+        registered only when its version is missing (a process killed after the commit), so a
+        rerun adds no version and no event; an empty bank is not registered."""
+        counters = art.manifest.get("counters") or {}
+        version = counters.get("bank_version")
+        banks = ctx.bank_store()
+        if not version or (reused and banks.has(version)):
+            return
+        rows = art.read_rows()
+        if rows:
+            banks.register(rows, run_id=ctx.store.run_id, stage=NAME, parent=counters.get("bank_parent"))
 
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
         """Calls (and failed ones) by kind, skills by kind, items answered and quarantined, merges,

@@ -185,10 +185,39 @@ def _config_file(config: str) -> dict[str, Any]:
     return data
 
 
+def is_run_config(data: dict[str, Any]) -> bool:
+    """Whether the mapping of a ``--config`` file is a run config (the file of ``skillpipe run
+    --config``, with a ``grpo:`` section) rather than flat GRPOConfig fields: it names a run
+    config section other than ``prompt`` (which both forms may have)."""
+    from pipeline.core.config import PipelineConfig
+    sections = {f.name for f in dataclasses.fields(PipelineConfig)} - {"prompt"}
+    return bool(sections & set(map(str, data)))
+
+
+def _grpo_config(config: Optional[str], data: dict[str, Any], smoke: bool, run_id: Optional[str],
+                 overrides: dict[str, Any]):
+    """The GRPOConfig of ``skillpipe rl grpo``: the ``grpo:`` section of a run config file (as the
+    DAG task reads it), or flat fields (with ``--smoke``, or ``--run-id`` and no file: over the
+    CPU budget), then the options; a bad value is a usage error."""
+    from sft.rl.config import from_dict
+    from sft.rl.config import smoke as smoke_cfg
+    if config and is_run_config(data):
+        from sft.cli import run_config_section
+        return run_config_section(config, "grpo", overrides)
+    try:
+        # --run-id without --config: the small CPU budget (the `make run` step, the run config's default)
+        return smoke_cfg(**{**data, **overrides}) if smoke or (run_id and not data) \
+            else from_dict({**data, **overrides})
+    except (ValueError, TypeError) as e:  # ConfigError: unknown key, wrong type, out of range
+        raise typer.BadParameter(str(e))
+
+
 @app.command()
 def grpo(
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML of GRPOConfig fields (flat keys)"),
-    smoke: bool = typer.Option(False, help="start from the small CPU budget (sft.rl.config.smoke)"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="run config YAML (its grpo: section, as "
+                                         "the DAG reads it) or a YAML of flat GRPOConfig fields"),
+    smoke: bool = typer.Option(False, help="start flat fields from the small CPU budget (sft.rl.config.smoke; "
+                                           "a run config's grpo: section already does)"),
     output_dir: Optional[str] = typer.Option(None, help="override output_dir"),
     max_steps: Optional[int] = typer.Option(None, help="override max_steps"),
     model: Optional[str] = typer.Option(None, help="override model (HF folder / LoRA adapter)"),
@@ -203,31 +232,26 @@ def grpo(
     """Online GRPO on TextWorld Express (or ALFWorld) with skill-bank evolution.
 
     Needs --run-id (start from that run's SFT checkpoint and bank) or an output folder
-    (--output-dir, or output_dir in --config): a bare `grpo` must not start a full default run.
+    (--output-dir, or output_dir in a flat --config): a bare `grpo` must not start a full default run.
     """
     from sft.rl.grpo import train
-    from sft.rl.config import from_dict
-    from sft.rl.config import smoke as smoke_cfg
 
     data = _config_file(config) if config else {}
+    flat = not is_run_config(data)
     if run_id:
         clash = [f"--{k.replace('_', '-')}" for k, v in dict(output_dir=output_dir, model=model,
                                                              skill_bank=skill_bank).items() if v is not None]
         from sft.rl.config import LEGACY_PROMPT_KEYS
-        clash += [f"{k} (in --config)" for k in ("prompt", *LEGACY_PROMPT_KEYS) if k in data]
+        clash += [f"{k} (in --config)" for k in ("prompt", *LEGACY_PROMPT_KEYS) if flat and k in data]
         if clash:  # grpo_for_run sets these from the run; silently dropping them would mislead
             raise typer.BadParameter(f"{', '.join(clash)} cannot be combined with --run-id (the run's "
                                      "SFT checkpoint, skill bank, prompt config and runs/RUN_ID/grpo are used)")
-    elif not (output_dir or data.get("output_dir")):
+    elif not (output_dir or (flat and data.get("output_dir"))):
         raise typer.BadParameter("give --run-id (continue a pipeline run) or --output-dir (a standalone run)")
     overrides = {k: v for k, v in dict(output_dir=output_dir, max_steps=max_steps, model=model,
                                        skill_bank=skill_bank, resume=resume, llm_base_url=llm_base_url).items()
                  if v is not None}
-    try:
-        # --run-id without --config: the small CPU budget (the `make run` step)
-        cfg = smoke_cfg(**{**data, **overrides}) if smoke or (run_id and not data) else from_dict({**data, **overrides})
-    except (ValueError, TypeError) as e:  # ConfigError: unknown key, wrong type, out of range
-        raise typer.BadParameter(str(e))
+    cfg = _grpo_config(config, data, smoke, run_id, overrides)
     if run_id:
         from pipeline.core.artifacts import ArtifactError
         from sft.rl.step import grpo_for_run
