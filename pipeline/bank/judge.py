@@ -16,7 +16,8 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
 * ``restated_action`` (skills), ``contradicts_success`` (skills: order and tool; mistakes: the
   fix's order), ``duplicate_mistake`` (mistakes; :mod:`pipeline.quality.bankrules`);
 * ``self_target`` (a principle or fix), ``missing_control`` (WebShop: a principle or fix),
-  ``feeling_reason`` (principle, when-to-apply, fix; :mod:`pipeline.quality.gamefacts`);
+  ``feeling_reason`` (principle, when-to-apply, fix), ``wrong_category`` (an ALFWorld
+  task-specific principle; :mod:`pipeline.quality.gamefacts`);
 * ``off_topic`` (:func:`pipeline.quality.topic.off_domain`), one encoder call per answer.
 """
 from __future__ import annotations
@@ -102,8 +103,8 @@ class ItemJudge:
         return out + echo.action_field_violations(name, item, list(self.actions))
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
-        """``restated_action``, ``contradicts_success``, ``self_target``, ``missing_control`` and
-        ``feeling_reason`` of one item."""
+        """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
+        ``missing_control`` and ``feeling_reason`` of one item."""
         out = []
         nouns = act.nouns_of(self.actions)
         if self.kind != "mistake":
@@ -111,6 +112,9 @@ class ItemJudge:
             whole = " ".join(str(item.get(f) or "") for f in self.fields)
             out += bankrules.tool_violations(name, whole, str(item.get("principle") or ""), self.successes,
                                              self.category)
+            if self.kind == "task_specific":
+                out += gamefacts.category_violations(f"{name}.principle", str(item.get("principle") or ""),
+                                                     self.category)
         title = str(item.get("title") or "")
         for f in ("principle", "how_to_avoid"):
             if f in self.fields:

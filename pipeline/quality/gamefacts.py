@@ -9,6 +9,9 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample, each passing 
   range from the drop-down menu to narrow down your results." WebShop's text pages have no
   drop-down, filter, sort, slider, checkbox, cart, checkout or login; an agent that follows the
   skill issues clicks the page answers with "Invalid action!" (:func:`missing_controls`).
+* ``wrong_category`` - "Move Object to Target Receptacle: ... then go to the target receptacle and
+  place it there" filed as a look-at-in-light skill: a step no episode of the category takes
+  (:func:`foreign_actions`).
 * ``feeling_reason`` - "Do not revisit a place that is empty, as this may lead to confusion or
   frustration." A game has no frustration; the real cost (steps lost against the step limit)
   goes unsaid (:func:`feeling_words`).
@@ -204,3 +207,45 @@ def feeling_violations(name: str, text: str) -> list[Violation]:
     return [Violation("feeling_reason", f"{name} gives the agent's feelings ({', '.join(dict.fromkeys(words))}) as "
                                         "a reason; give what happens in the game instead (steps lost, an object "
                                         "missed)")]
+
+
+#: The actions each ALFWorld task category takes in a successful episode (its PDDL goal and the
+#: game's commands): every category goes, opens, closes, examines and takes; a put ends every one
+#: but look-at-in-light (which ends with ``use desklamp``); a transform belongs to its own
+#: category only. ``use`` is free everywhere ("use the microwave to heat").
+_COMMON = frozenset({"go", "open", "close", "examine", "search", "take", "use"})
+CATEGORY_ACTIONS: dict[str, frozenset[str]] = {
+    "pick_and_place": _COMMON | {"put"}, "pick_two_obj_and_place": _COMMON | {"put"},
+    "look_at_obj_in_light": _COMMON,
+    "heat": _COMMON | {"put", "heat"}, "cool": _COMMON | {"put", "cool"}, "clean": _COMMON | {"put", "clean"}}
+#: "transform" is no command of the game, but a skill that says it prescribes heat, cool or clean.
+_TRANSFORM = re.compile(r"\btransform(?:s|ing)?\b", re.I)
+_STEP_VERBS = frozenset({"put", "heat", "cool", "clean"})
+
+
+def foreign_actions(text: str, category: str) -> list[str]:
+    """The actions ``text`` prescribes (present-tense verbs of :data:`actions.VERBS`, and
+    "transform") that no successful episode of ALFWorld ``category`` takes, distinct, in order;
+    ``[]`` for a category outside :data:`CATEGORY_ACTIONS`. Past forms are states, not steps
+    ("if the goal says heated, cooled or cleaned")."""
+    allowed = CATEGORY_ACTIONS.get(category)
+    if allowed is None:
+        return []
+    found = [m.concept for m in act.text_mentions(text) if not m.past and m.concept in _STEP_VERBS]
+    found += ["transform"] * bool(_TRANSFORM.search(text or ""))
+    return list(dict.fromkeys(c for c in found if c not in allowed))
+
+
+def category_violations(name: str, text: str, category: str) -> list[Violation]:
+    """``wrong_category`` of one task-specific skill's principle (:func:`foreign_actions`).
+
+    Seen in the 1.5B teacher's bank: "Move Object to Target Receptacle: ... take the object, then
+    go to the target receptacle and place it there" filed under look_at_obj_in_light, and
+    "Transform Before Placing" under pick_and_place. The bank shows a category's skills in every
+    prompt of that category, so an agent reads there a step its task never takes (a look-at
+    episode that puts the object down has dropped what it must hold under the lamp)."""
+    bad = foreign_actions(text, category)
+    if not bad:
+        return []
+    return [Violation("wrong_category", f"{name} prescribes {', '.join(bad)}, which no {category} episode does; "
+                                        f"its steps are {', '.join(sorted(CATEGORY_ACTIONS[category]))}")]

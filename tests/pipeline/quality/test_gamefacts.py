@@ -116,3 +116,43 @@ def test_skillrl_banks(env, count):
         "screens.": ["missing_control"],                        # "the 'Add to Cart/Buy Now' button"
         "Navigating back to the results page after configuring a product, causing loss of selected options and "
         "wasted steps.": ["missing_control"]})                  # "open new tabs/windows"
+
+
+#: Task skills of the 1.5B teacher's bank from one run on the shipped sample (llama-server, greedy).
+TEACHER_TASK_SKILLS = [
+    ("pick_and_place", "Start by searching the most likely locations for the object. Once found, prepare it by "
+                       "transforming it into a state that is suitable for the target.", ["transform"]),
+    ("pick_and_place", "Take the object first, carry it to the microwave, fridge, sinkbasin, or desklamp, and "
+                       "transform it there before going to the target.", ["transform"]),
+    ("look_at_obj_in_light", "When the goal requires moving an object from one receptacle to another, go to the "
+                             "source receptacle first, take the object, then go to the target receptacle and place "
+                             "it there.", ["put"]),
+    ("heat", "When the goal asks for a hot object, take it first, carry it to the microwave and heat it there before "
+             "going to the target.", []),
+    ("heat", "When the goal asks for a hot object, take it first, carry it to the microwave and heat it there and "
+             "put it at the target.", []),
+]
+
+
+@pytest.mark.parametrize("category, principle, expected", TEACHER_TASK_SKILLS)
+def test_a_step_the_category_never_takes(category, principle, expected):
+    assert gamefacts.foreign_actions(principle, category) == expected
+    got = gamefacts.category_violations("skills[0].principle", principle, category)
+    assert [v.reason for v in got] == ["wrong_category"] * bool(expected)
+
+
+def test_states_and_other_categories_pass():
+    # past forms are the goal's state, not a step; "use" is free; unknown categories are not judged
+    assert gamefacts.foreign_actions("If the goal says heated, cooled or cleaned, do that at the appliance first.",
+                                     "pick_and_place") == []
+    assert gamefacts.foreign_actions("Use the desklamp once the object is in hand.", "look_at_obj_in_light") == []
+    assert gamefacts.foreign_actions("Put the cheapest match in the cart.", "other") == []
+    assert gamefacts.foreign_actions("Cool the mug in the fridge, then put it in the cabinet.", "heat") == ["cool"]
+
+
+def test_no_skillrl_task_skill_is_in_the_wrong_category():
+    with open(SKILLRL["alfworld"], encoding="utf-8") as f:
+        bank = json.load(f)
+    items = [(c, s["principle"]) for c, v in bank["task_specific_skills"].items() for s in v]
+    assert len(items) == 32
+    assert [(c, p[:40]) for c, p in items if gamefacts.foreign_actions(p, c)] == []

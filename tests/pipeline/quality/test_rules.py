@@ -1,7 +1,7 @@
 """pipeline.quality: each content rule on tiny literal inputs, exact reasons.
 
-The degenerate examples are the ones the issue quotes from the export of the embedded 135M
-model (thinks ``1.25``, skills ``**1**: 2 _Apply when: 3 },_``)."""
+The degenerate examples are from an export of the embedded 135M model (thinks ``1.25``, skills
+``**1**: 2 _Apply when: 3 },_``)."""
 from __future__ import annotations
 
 import numpy as np
