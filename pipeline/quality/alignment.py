@@ -118,8 +118,10 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                      and not any(c.endswith(n) or n.endswith(c) for c in current.nouns)]
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
+    mentions = act.text_mentions(think, nouns)
     return _opposite_purpose(tokens, traj.task) or \
-        _says_it_does_another(tokens, act.text_mentions(think, nouns), current, earlier[-1:], action, concepts)
+        _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
+        _explains_previous(tokens, mentions, current, earlier[-1:], action)
 
 
 #: The two transformations that undo each other, and the task words that ask for each ("put a
@@ -184,6 +186,47 @@ def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], curren
         m = other[0]
         return f"says the agent will now '{' '.join(tokens[m.pos:m.pos + 4])}', but this step's action is {action!r}"
     return None
+
+
+#: Words before a kind name that point past this step's argument: "move on to the next drawer".
+_ELSEWHERE = frozenset({"next", "another", "other"})
+
+
+def _names_own_argument(tokens: list[str], action: str, current: act.Mention) -> bool:
+    """Whether the think names an argument of ``action``: its numbered entity ("drawer 2"), or
+    its kind without another number ("the drawer", not "drawer 1", "the next drawer")."""
+    if entities(action) & entities(" ".join(tokens)):
+        return True
+    for j, t in enumerate(tokens):
+        if act.singular(t) in current.nouns:
+            numbered = j + 1 < len(tokens) and tokens[j + 1].isdigit()
+            if not numbered and (j == 0 or tokens[j - 1] not in _ELSEWHERE):
+                return True
+    return False
+
+
+def _explains_previous(tokens: list[str], mentions: list[act.Mention], current: act.Mention | None,
+                       previous: list[act.Mention], action: str) -> str | None:
+    """Why the think is the previous step's, else ``None``: it intends the previous action's
+    verb (not as a state, "is now open", nor as a "Now I ..." recap), intends nothing of this
+    step's verb, and names none of this step's arguments. Seen with the 1.5B teacher, one step
+    late down a row of drawers: ``go to drawer 2`` explained by "The drawer 1 is closed. I need to
+    open it first to see if there's anything inside.", ``open drawer 2`` by "Drawer 1 is now open.
+    I can see nothing inside. I will move on to the next drawer." """
+    if current is None or not previous or previous[0].concept == current.concept \
+            or not {current.concept, previous[0].concept} <= _ACTING:
+        return None
+    verb = (action or "").split()[0].lower()
+    intents = [m for m in mentions if not m.past and not set(tokens[max(0, m.pos - 2):m.pos]) & _STATE
+               and not _framed_as_recap(tokens, m.pos)]
+    if any(m.concept == current.concept or tokens[m.pos] == verb for m in intents):
+        return None
+    stale = [m for m in intents if m.concept == previous[0].concept]
+    if not stale or _names_own_argument(tokens, action, current):
+        return None
+    m = stale[0]
+    return (f"plans '{' '.join(tokens[m.pos:m.pos + 3])}', the previous step's action, and names nothing of this "
+            f"step's action {action!r}")
 
 
 #: Tokens that end a sentence (a recap opens one).

@@ -251,11 +251,15 @@ def memory_actions(memories: Iterable[dict[str, Any]]) -> list[str]:
 #: another one (1.0), the example skills copied into the bank (1.0). At 0.8 the rule also took
 #: adaptations that are true of their episode ("... must be heated" for the example's "... must
 #: be cool", 0.86): memory kept 9 of 19 instead of 11 and the bank 3 items, so only copies count.
-#: Planning patterns and when-to-apply conditions are not judged: the right abstract plan of a
-#: heat task is the example's plan, and "While the object has not been found yet." is a condition.
+#: Planning patterns and conditions (a skill's when-to-apply, a mistake's trigger) are not judged:
+#: the right abstract plan of a heat task is the example's plan, "While the object has not been
+#: found yet." is a condition, and so is "The object is still not transformed as the goal
+#: requires" in a failed heat episode (the teacher's memory of it, whose bad actions name the
+#: stoveburner it examined, was lost to that trigger alone). The mistake's bad action, which says
+#: what this episode did, is still judged.
 EXAMPLE_COPY_RATIO = 0.95
 #: Fields never judged as copies (see :data:`EXAMPLE_COPY_RATIO`).
-EXAMPLE_FREE_FIELDS = ("planning_pattern", "when_to_apply")
+EXAMPLE_FREE_FIELDS = ("planning_pattern", "when_to_apply", "trigger_condition")
 
 
 def example_violations(named: Iterable[tuple[str, str]], examples: Sequence[str]) -> list[Violation]:

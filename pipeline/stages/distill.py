@@ -280,7 +280,8 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "4"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose
+    version = "5"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    # one step late (the previous action's plan)
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

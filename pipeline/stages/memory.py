@@ -237,7 +237,8 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 class MemoryStage(LLMStage):
     """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
-    version = "4"  # an unrecorded last observation is requoted from the step before
+    version = "5"  # 4: an unrecorded last observation is requoted from the step before; 5: a trigger
+    # condition in the worked example's words is a condition, not a copy
     inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")

@@ -52,7 +52,7 @@ def test_narration_in_the_third_person_or_after_the_fact():
                                               ("reflexion-fewshot-failures", 12)])
 def test_recorded_thoughts_of_the_samples_pass(sample, thoughts, tmp_path):
     """Measured on the recorded thoughts of the whole shared ETO, ReAct ALFWorld and ReAct WebShop
-    sets (1,776 thoughts): 13 fire, all ETO's, each a defect of its record or a thought that does
+    sets (1,776 thoughts): 14 fire, all ETO's, each a defect of its record or a thought that does
     not explain its step (a pot called cooled before the cool action, a heated apple put in the
     fridge "to cool it down", thoughts about the coffee table while the agent opens drawers).
     The samples' thoughts: none."""
@@ -168,3 +168,23 @@ def test_the_opposite_purpose_only_as_the_agents_purpose():
     assert alignment.misaligned("I go to the fridge to cool the bread.", cool, 0, "go to fridge 1") is None
     assert alignment.misaligned("I go to the fridge to heat the bread.", cool, 0, "go to fridge 1") == \
         "gives 'to heat' as its purpose, but the task asks to cool"
+
+
+def test_a_think_one_step_late():
+    """The 1.5B teacher's thinks down a row of drawers, each the one of the step before; the
+    ReAct recaps and the thinks that name their own step pass."""
+    acts = ["go to drawer 1", "open drawer 1", "go to drawer 2", "open drawer 2", "go to drawer 3",
+            "take pen 2 from drawer 3", "go to dresser 1"]
+    pen = trajectory("examine the pen with the desklamp.", acts, "look_at_obj_in_light")
+    late = {2: "The drawer 1 is closed. I need to open it first to see if there's anything inside.",
+            3: "Drawer 1 is now open. I can see nothing inside. I will move on to the next drawer."}
+    assert alignment.misaligned(late[2], pen, 2, acts[2]) == (
+        "plans 'open it first', the previous step's action, and names nothing of this step's action 'go to drawer 2'")
+    assert alignment.misaligned(late[3], pen, 3, acts[3]).startswith("plans 'move on to', the previous step's")
+    assert think_reasons(late[2], pen, 2) == ["think_misaligned"]
+    fine = {1: "I need to examine the pen. I will look at it in the drawer.",
+            2: "Drawer 1 is closed; I will open drawer 2 after going there.",  # names its own entity
+            3: "The drawer 2 is closed. I open it to look for the pen.",
+            5: "Now I find a pen (2). Next, I need to take it.",
+            6: "Now I take a pen (2). Next, I need to find a desklamp, starting with dresser 1."}
+    assert {i: alignment.misaligned(t, pen, i, acts[i]) for i, t in fine.items()} == {i: None for i in fine}

@@ -363,3 +363,15 @@ def test_a_field_copied_from_the_worked_examples_is_an_echo():
                                      "30 dollars and no flavor option matched.")
     got = echo.example_violations([copied, own], examples)
     assert [(v.reason, v.detail.split(" ")[0]) for v in got] == [("echo_prompt", "contextual_description")]
+
+
+def test_a_condition_copied_from_the_worked_examples_is_not_an_echo():
+    """A failed heat episode's trigger "The object is still not transformed as the goal requires"
+    is the example's words and true of it; the bad action copied beside it is not this episode's."""
+    from pipeline.llm.templates import example_texts
+    examples = example_texts("memory", "alfworld")
+    fields = [("mistakes_to_avoid[1].trigger_condition", "The object is still not transformed as the goal requires"),
+              ("mistakes_to_avoid[1].bad_action", "Searched for the target receptacle before doing the transform step"),
+              ("mistakes_to_avoid[0].bad_action", "Examined the stoveburner before doing the heat step")]
+    got = echo.example_violations(fields, examples)
+    assert [v.detail.split(" ")[0] for v in got] == ["mistakes_to_avoid[1].bad_action"]
