@@ -181,8 +181,10 @@ class LLMConfig:
                                                "this fraction of its items got no answer from the endpoint",
                                                min=0, max=1)
     ctx_size: int = _f(8192, "embedded server only: context window in tokens", min=1)
-    threads: int = _f(0, "embedded server only: generation threads (0 = llama-cpp-python's default, half the "
-                         "cores: with the other core busy, 2 threads generated ~10x slower than 1 here)", min=0)
+    threads: int = _f(0, "embedded server only: generation threads (0 = the program's default: all cores for "
+                         "llama-server, half for llama-cpp-python). On a machine busy with other work set 1: "
+                         "threads that outnumber the free cores wait on each other (here, 2 threads with another "
+                         "model server busy generated 0.3 tokens/s instead of ~15)", min=0)
     retry_failed: bool = _f(True, "a stage whose LLM requests failed (raw output quarantined) is recorded as "
                                   "incomplete, so a plain rerun resends exactly those requests; false records it "
                                   "complete (the failures stay quarantined; --force still retries them). With the "
