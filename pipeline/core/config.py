@@ -170,7 +170,7 @@ class LLMConfig:
                           min=0)
     max_repairs: int = _f(1, "extra calls that feed a schema-validation error back to the model",
                           min=0)
-    concurrency: int = _f(2, "max concurrent requests", min=1)
+    concurrency: int = _f(2, "max concurrent requests (the embedded server gets at most its slots: 1)", min=1)
     seed: int = _f(0, "sampling seed sent to the endpoint")
     stable_schema: bool = _f(False, "json_schema endpoints get one stage-wide schema per stage variant instead of "
                              "each call's tight one (step numbers, item counts), so every request of a stage "

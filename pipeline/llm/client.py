@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import email.utils
 import json
 import os
@@ -55,7 +56,7 @@ from pipeline.llm.jsonparse import JSONExtractError, extract_json
 from pipeline.llm.ratelimit import RateBudget
 from pipeline.llm.endpoints import azure_settings, schema_hint  # noqa: F401  (re-exported)
 from pipeline.llm.schemas import grammar_schema
-from pipeline.llm.server import ServerDied, embedded_alias, is_embedded_alias
+from pipeline.llm.server import EMBEDDED_SLOTS, ServerDied, embedded_alias, is_embedded_alias
 from pipeline.llm.types import JSONRequest, JSONResult
 
 COUNTERS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "retries", "repairs",
@@ -156,6 +157,8 @@ class LLMClient:
         if not self.base_url:
             raise ValueError("no LLM endpoint: set llm.base_url or start pipeline.llm.server.EmbeddedServer")
         embedded = not cfg.model or is_embedded_alias(cfg.model)
+        if embedded and cfg.concurrency > EMBEDDED_SLOTS:
+            cfg = self.cfg = dataclasses.replace(cfg, concurrency=EMBEDDED_SLOTS)  # a second request only queues
         self.model = cfg.model or embedded_alias("")
         if model_id is None:
             from pipeline.llm.server import embedded_model_id
@@ -199,7 +202,8 @@ class LLMClient:
 
     # ---- public API -----------------------------------------------------------------------
     def complete_json_many(self, requests: list[JSONRequest], desc: str = "llm") -> list[JSONResult]:
-        """Run ``requests`` concurrently (``cfg.concurrency``); results in the same order.
+        """Run ``requests`` concurrently (``cfg.concurrency``, at most the embedded server's
+        :data:`~pipeline.llm.server.EMBEDDED_SLOTS`); results in the same order.
 
         Never raises for a bad answer or an unreachable endpoint: those become ``ok=False``
         results. Raises :class:`server.ServerDied` when the watched embedded server process

@@ -63,6 +63,11 @@ ENGINES = ("llama-server", "llama-cpp-python")
 #: sample's memory prompts (160 s and 173 s vs 149 s for 4 calls), and one slot keeps the whole
 #: context and the longest cached prefix for each call.
 LLAMA_SERVER_SLOTS = 1
+#: Requests the embedded server decodes at once, whichever program serves it: llama-server's
+#: slots, and one for llama-cpp-python's server, which answers one request at a time. The client
+#: sends no more than this at once (``llm.concurrency`` is capped), so a queued request never
+#: spends its timeout waiting behind another.
+EMBEDDED_SLOTS = LLAMA_SERVER_SLOTS
 _PROGRAM_MARKS = (b"llama_cpp.server", b"llama-server")  # in /proc/<pid>/cmdline of our servers
 STATE_FILE = "llm_server.json"
 DETACHED_STATE_DIR = "_llm_server"  # <run dir>/_llm_server/: where the Airflow setup task keeps STATE_FILE

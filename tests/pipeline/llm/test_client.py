@@ -281,3 +281,14 @@ def test_embedded_model_calls_carry_the_repeat_penalty_both_servers_share():
     hosted = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="gpt-4o-mini", api_key_env=""))
     assert embedded.request_body(req, MSGS)["repeat_penalty"] == EMBEDDED_REPEAT_PENALTY == 1.1
     assert "repeat_penalty" not in hosted.request_body(req, MSGS)
+
+
+def test_the_embedded_model_gets_no_more_requests_at_once_than_its_slots():
+    """The embedded server decodes one request at a time: a second one sent would only queue and
+    spend its timeout waiting. An endpoint's model keeps ``llm.concurrency``."""
+    from pipeline.llm.server import EMBEDDED_SLOTS
+    embedded = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="", concurrency=4), cache_path=None)
+    assert embedded.embedded and embedded.cfg.concurrency == EMBEDDED_SLOTS == 1
+    remote = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="gpt-4o-mini", concurrency=4,
+                                 api_key_env=""), cache_path=None)
+    assert not remote.embedded and remote.cfg.concurrency == 4
