@@ -4,6 +4,7 @@ import importlib.metadata
 import json
 import os
 import re
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -132,7 +133,7 @@ def test_engine_choice_is_explicit_and_checked(monkeypatch):
         server.engine()
     monkeypatch.delenv(server.ENGINE_ENV)
     assert server.engine() == "llama-cpp-python"  # none installed: the Python server
-    monkeypatch.setattr(server, "llama_server_path", lambda: Path("/bin/true"))
+    monkeypatch.setattr(server, "llama_server_path", lambda: Path(sys.executable))  # any executable file
     assert server.engine() == "llama-server"  # built: the default
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import string
 import sqlite3
 from pathlib import Path
 
@@ -103,7 +104,9 @@ def test_key_echoed_in_an_error_body_across_the_cut_is_not_stored(tmp_path, monk
 
 
 def test_key_echoed_in_a_valid_answer_is_not_stored(tmp_path, monkeypatch):
-    key = "sk-test-" + secrets.token_hex(20)
+    # letters only: a hex key's digits can outnumber the planning pattern's letters, and then
+    # no_words rejects the answer before redaction is tested (one run in a few)
+    key = "sk-test-" + "".join(secrets.choice(string.ascii_letters) for _ in range(40))
     monkeypatch.setenv(KEY_ENV, key)
     answer = dict(SUCCESS, contextual_description=f"Cool an apple; session {key}.",
                   planning_pattern="Find [Object] -> Cool [Object] -> KEYESC")
