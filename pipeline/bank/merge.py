@@ -57,8 +57,9 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
     """Greedy merge of near-duplicates within each (kind, category) group, order kept.
 
     A row whose cosine similarity to an earlier kept row of its group is ``>= threshold`` (or
-    whose principle's is ``>= SAME_CORE``, :func:`core_text`) is dropped and its ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row
-    (the most similar one). Then a task-specific row that is as similar to a general row merges
+    whose principle's is ``>= SAME_CORE``, :func:`core_text`) is dropped and its
+    ``source_memory_ids`` / ``source_trajectory_ids`` are unioned into that row (the most
+    similar one). Then a task-specific row that is as similar to a general row merges
     into it (every prompt of a category shows the general skills too). Exact duplicates (same
     ``skill_id``) always merge, without encoding.
 
@@ -83,8 +84,9 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
         groups.setdefault((r["kind"], r["category"]), []).append(i)
     kinds = {r["kind"] for r in unique}
     if any(len(ix) > 1 for ix in groups.values()) or {"general", "task_specific"} <= kinds:
-        vecs = (encoder or encode)([skill_text(r) for r in unique])
-        cores = (encoder or encode)([core_text(r) for r in unique])
+        # one encoder call for both texts of every row: whole items first, then their principles
+        both = (encoder or encode)([skill_text(r) for r in unique] + [core_text(r) for r in unique])
+        vecs, cores = both[:len(unique)], both[len(unique):]
     dropped: set[int] = set()
     for ix in groups.values():
         for pos, i in enumerate(ix):

@@ -1,11 +1,12 @@
 """The embedded OpenAI-compatible endpoint: a llama.cpp server on a pinned local GGUF.
 
-Which program (:func:`engine`): llama-cpp-python's Python server (``python -m llama_cpp.server``)
-by default; with ``$SKILLPIPE_EMBEDDED_ENGINE=llama-server``, llama.cpp's own ``llama-server``,
-which ``make install`` builds from the pinned llama-cpp-python sdist into the virtual
-environment's ``bin``. Same model, same grammar-constrained
-``json_object`` calls; measured on 4 of the sample's memory prompts with the default teacher
-(2 shared cores, greedy): llama-server 149-160 s, the Python server 251 s (216 s with 2 threads).
+Which program (:func:`engine`): llama.cpp's own ``llama-server``, which ``make install`` builds
+from the pinned llama-cpp-python sdist into the virtual environment's ``bin``, when it is there;
+else llama-cpp-python's Python server (``python -m llama_cpp.server``).
+``$SKILLPIPE_EMBEDDED_ENGINE`` (``llama-server`` | ``llama-cpp-python``) chooses explicitly. Same
+model, same grammar-constrained ``json_object`` calls; measured on 4 of the sample's memory
+prompts with the default teacher, greedy: llama-server 90 s, the Python server 171 s on an idle
+2-core machine (149-160 s and 216-251 s on shared cores).
 llama-server also reports ``prompt_tokens_details.cached_tokens`` (its prompt cache), so embedded
 runs show cached prompt tokens too.
 

@@ -29,10 +29,10 @@ class JSONRequest:
             fed back to the model like a schema error (bounded by ``LLMConfig.max_repairs``).
         shared_schema: a looser form of ``schema`` that is the same for every request of the
             stage (per variant, e.g. per outcome), sent instead of ``schema`` to endpoints that
-            take ``response_format.json_schema`` (hosted APIs) when ``llm.stable_schema`` is on. OpenAI's prompt cache treats the
-            structured-output schema as a prefix of the system message, so a schema that names
-            this item's step numbers or item count would make every request's prefix unique and
-            nothing would be billed as cached. The answer is still validated here against
+            take ``response_format.json_schema`` (hosted APIs) when ``llm.stable_schema`` is on.
+            OpenAI's prompt cache treats the structured-output schema as a prefix of the system
+            message, so a schema that names this item's step numbers or item count would make
+            every request's prefix unique and nothing would be billed as cached. The answer is still validated here against
             ``schema`` (and ``check``), so nothing looser is accepted. ``None``: send ``schema``.
     """
     key: str
