@@ -287,6 +287,10 @@ class DistillConfig:
     max_think_chars: int = _f(300, "max characters of one reasoning (a think that reaches it is quarantined as "
                                    "cut_off)", min=1)
     synthetic_done: bool = _f(True, "append the ALFWorld synthetic `done` turn")
+    step_retry: bool = _f(True, "when a content rule still rejects a chunk's answer after its repairs, keep the "
+                                "thinks of that answer that pass every rule on their own and ask again for "
+                                "each rejected step in a call of its own (the trajectory is quarantined only "
+                                "if a one-step call fails too); false = quarantine the trajectory at once")
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
     source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
                                         "thoughts): prefer = use it as that step's think when it passes the "

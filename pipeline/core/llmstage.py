@@ -99,17 +99,20 @@ class LLMRun:
         jobs: what ``requests`` returned.
         model: the LLM's ``model_id`` once asked; ``""`` when nothing was asked.
         notes: values a stage computes in ``requests`` for its own ``collect``/``counters``.
+        followups: jobs of a second round a stage sends after the first (distill's one-step
+            retries); their failed results count in :attr:`failed` too.
     """
     ctx: StageContext
     tally: quality.Tally
     jobs: list[Job] = field(default_factory=list)
     model: str = ""
     notes: dict[str, Any] = field(default_factory=dict)
+    followups: list[Job] = field(default_factory=list)
 
     @property
     def failed(self) -> list[JSONResult]:
-        """Every failed result of the run, in request order."""
-        return [r for j in self.jobs for r in j.failed]
+        """Every failed result of the run (first round, then follow-ups), in request order."""
+        return [r for j in [*self.jobs, *self.followups] for r in j.failed]
 
 
 def send(llm: Any, jobs: list[Job], desc: str) -> None:

@@ -98,7 +98,7 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     # only verbs of this episode's command grammar: a WebShop product "easy carry backdrop" is no move
     concepts = _ACTING & {m.concept for m in map(act.command_mention, traj.actions) if m is not None}
     for m in act.text_mentions(think, nouns):
-        if _claims_done(tokens, m):
+        if m.concept in _ACTING and _claims_done(tokens, m):  # not WebShop's "I searched for the cream"
             # only a claim about a named object or receptacle of this episode ("after cooling the
             # cup"); "items are sometimes placed there" or "after heating liquids" name none
             if m.nouns and not any(act.same_event(m, d) for d in earlier) and not (current and act.same_event(m, current)):
@@ -119,9 +119,27 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
     mentions = act.text_mentions(think, nouns)
-    return _opposite_purpose(tokens, traj.task) or \
+    return (traj.env == "webshop" and _searches_instead(think, action)) or \
+        _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+#: A WebShop think that says the agent searches now ("I search for a styling cream that is cruelty
+#: free ..." before ``click[Buy Now]``, the 1.5B teacher): "I searched" and "the search results"
+#: are not, nor a think that also says what it clicks ("I search no more; I click Buy Now").
+_SEARCH_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first)?\s+(?:search|type|enter|query)\b", re.I)
+_CLICK_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+then|\s+can|\s+should)?\s+"
+                        r"(?:click|select|choose|open|buy|pick|purchase|check|go|view|look)\b", re.I)
+
+
+def _searches_instead(think: str, action: str) -> str | None:
+    """Why a WebShop think for a ``click[...]`` action says the agent searches now, else ``None``."""
+    if not (action or "").lower().startswith("click[") or _CLICK_NOW.search(think or ""):
+        return None
+    hit = _SEARCH_NOW.search(think or "")
+    return (f"says the agent will now '{hit.group(0)}', but this step's action is {action!r}: a search is "
+            "another step") if hit else None
 
 
 #: The two transformations that undo each other, and the task words that ask for each ("put a

@@ -90,7 +90,7 @@ def self_target_violations(name: str, text: str, title: str = "", known_nouns: I
 MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
     "drop-down": r"\bdrop[- ]?downs?\b(?!\s*(?:/\s*\w+\s*)?(?:options?|selections?|choices?|values?)\b)",
     "menu": r"\bmenus?\b",
-    "filter": r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)\s+filters?\b"
+    "filter": r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)(?:\s+range)?\s+filters?\b"
               r"|\bfilters?\s+(?:by|menu|panel|settings?)\b"
               r"|\bfilter\s+(?:the\s+)?(?:results|products|items|list|listings)\b"
               r"|\b(?:apply|use|add|adjust)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|any\s+|some\s+|more\s+)?"
@@ -105,6 +105,9 @@ MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
     "login": r"\blog[- ]?in\b|\bsign[- ]?in\b|\b(?:user|your)\s+account\b|\bpassword\b",
     "wish list or coupon": r"\bwish[- ]?lists?\b|\bcoupons?\b|\b(?:promo|promotion|discount)\s+codes?\b",
     "tabs": r"\b(?:new|browser|another|separate)\s+(?:tabs?|windows?)\b",
+    # the agent reads text: a product's picture is never shown ("look at the product image");
+    # "titles and thumbnails" (two SkillRL items) names a list to read, not a step: left to pass
+    "image": r"\b(?:product\s+)?(?:images?|photos?|pictures?)\b",
     "category browsing": r"\bbrowse\s+(?:the\s+|by\s+)?(?:categor|department)\w*"
                          r"|\b(?:categor(?:y|ies)|department)\s+(?:menu|tree|links?|navigation|sidebar)\b",
 }.items()}
@@ -114,6 +117,9 @@ MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
 OPTION_LIKE = frozenset({"drop-down", "menu", "filter", "checkbox"})
 OPTION_KINDS = re.compile(r"\b(?:size|color|colour|style|flavou?r|scent|pack|count|fit|pattern|length|width|variant"
                           r"|options?)s?\b")
+#: Qualifiers that make an option-like element a control WebShop lacks even when its clause names
+#: an option kind: "the price range filter ..., then the size filter" is a price filter.
+_NOT_OPTION = re.compile(r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)s?\b")
 #: Words that make the element something not to use ("do not re-filter", "avoid global filters").
 _NEGATION = re.compile(r"\b(?:not|never|avoid|avoiding|without|no|don't|instead\s+of)\b")
 
@@ -144,7 +150,8 @@ def missing_controls(text: str) -> list[str]:
         for m in pattern.finditer(low):
             clause = _clause_start(low, m.start())
             end = _CLAUSE_END_MARK.search(low, m.end())
-            if name in OPTION_LIKE and OPTION_KINDS.search(low, clause, end.start() if end else len(low)):
+            if (name in OPTION_LIKE and not _NOT_OPTION.search(m.group(0))
+                    and OPTION_KINDS.search(low, clause, end.start() if end else len(low))):
                 continue
             if not _NEGATION.search(low, max(clause, m.start() - _NEGATION_WINDOW), m.start()):
                 found.append(name)

@@ -30,16 +30,18 @@ step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
 from pipeline import prompts, quality, rules
 from pipeline.core.config import QualityConfig
-from pipeline.core.llmstage import Job, LLMRun, LLMStage
+from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
 from pipeline.core.stage import StageContext, StageOutput, reject
+from pipeline.llm import jsonparse
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
@@ -247,6 +249,8 @@ class Episode:
     synthetic: bool                # a synthetic ``done`` turn is added
     given: dict[int, str]          # step index -> a think not asked of the LLM (see given_by)
     given_by: str = "source"       # "source": recorded thoughts; "none": the empty thinks of reasoning none
+    chunks: list[list[dict[str, Any]]] = field(default_factory=list)  # the entries of each request
+    skills_block: str = ""         # as shown in every request
 
 
 def _reject(traj: Trajectory, reason: str, detail: str, raw: str = "") -> QuarantineRow:
@@ -271,17 +275,58 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
         given = recorded_thinks(entries, t, qcfg, run.tally) if cfg.source_thoughts == "prefer" else {}
         given_by = "source"
     ask = [e for e in entries if e["step_index"] not in given]
-    reqs = build_requests(t, ask, prompts.render_skills_block(skills), cfg.max_steps_per_call,
-                          cfg.max_think_chars, qcfg, run.tally) if ask else []
-    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, given, given_by), t.trajectory_id, reqs,
-               t.source_uri, t.source_line)
+    block = prompts.render_skills_block(skills)
+    reqs = build_requests(t, ask, block, cfg.max_steps_per_call, cfg.max_think_chars, qcfg, run.tally) if ask else []
+    size = max(1, cfg.max_steps_per_call)
+    chunks = [ask[start:start + size] for start in range(0, len(ask), size)]
+    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, given, given_by, chunks, block),
+               t.trajectory_id, reqs, t.source_uri, t.source_line)
+
+
+def split_rejected(result: JSONResult, chunk: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig,
+                   max_chars: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """Split a chunk's answer that a content rule rejected after its repairs (``check_failed``)
+    into ``(kept, redo)``: the thinks (``{step_index, think}``) that pass every rule when judged
+    alone, and the entries of ``chunk`` whose think does not. ``None`` when there is nothing to
+    keep from: another error (schema, length, transport) or an answer whose indices do not match.
+    The rules run with a scratch tally: the answer's violations were counted when it was judged."""
+    if result.error != "check_failed":
+        return None
+    try:
+        value = jsonparse.extract_json(result.raw)
+    except jsonparse.JSONExtractError:
+        return None
+    indices = [e["step_index"] for e in chunk]
+    if not isinstance(value, dict) or check_thinks(indices, max_chars)(value) is not None:
+        return None
+    scratch = quality.Tally(qcfg.flag_rules)
+    kept, redo = [], []
+    for e, t in zip(chunk, value["thinks"]):
+        alone = check_thinks([e["step_index"]], max_chars, content_check([e], traj, qcfg, scratch, max_chars))
+        if alone({"thinks": [t]}) is None:
+            kept.append({"step_index": e["step_index"], "think": t["think"]})
+        else:
+            redo.append(e)
+    return kept, redo
+
+
+def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: QualityConfig,
+                 tally: quality.Tally) -> JSONRequest:
+    """The one-step request for ``entry`` (key ``<trajectory_id>#s<step_index>``): the same
+    template, skills and checks as a chunk of one, with the asked steps before it as the earlier
+    actions."""
+    asked = [e for c in ep.chunks for e in c]
+    upto = asked[:asked.index(entry) + 1]
+    req = build_requests(ep.traj, upto, ep.skills_block, 1, max_chars, qcfg, tally)[-1]
+    return dataclasses.replace(req, key=f"{ep.traj.trajectory_id}#s{entry['step_index']}")
 
 
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "5"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
-    # one step late (the previous action's plan)
+    version = "7"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
+    # search told before a click
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
@@ -302,6 +347,56 @@ class DistillStage(LLMStage):
         bank = run.ctx.upstream("skills").read_rows()
         run.notes.update(memory_ids=memory_ids, bank_version=bank[0]["bank_version"] if bank else "")
         return [episode_job(t, run, bank) for t in trajs]
+
+    def ask(self, run: LLMRun) -> None:
+        """See :meth:`LLMStage.ask`; then, with ``distill.step_retry``, :meth:`retry_steps`."""
+        super().ask(run)
+        if run.ctx.config.distill.step_retry:
+            self.retry_steps(run)
+
+    def retry_steps(self, run: LLMRun) -> None:
+        """Second round (``distill.step_retry``): for each job whose failed chunks were all
+        rejected by a content rule (:func:`split_rejected`), ask again for each rejected step in
+        a call of its own (:func:`step_request`, in ``run.followups``). When every one-step call
+        succeeds, each failed chunk's result becomes an ok one holding its kept thinks and the new
+        ones, in step order, and the rejected answer is noted in ``run.notes["superseded"]`` (kept
+        as a request quarantine row by :meth:`collect`); otherwise the job keeps its failure."""
+        cfg, qcfg = run.ctx.config.distill, run.ctx.config.quality
+        plans = []
+        for job in run.jobs:
+            if job.rejected is not None or not job.failed:
+                continue
+            split = [(k, split_rejected(r, job.item.chunks[k], job.item.traj, qcfg, cfg.max_think_chars))
+                     for k, r in enumerate(job.results) if not r.ok]
+            if all(got is not None for _, got in split):
+                reqs = [step_request(job.item, e, cfg.max_think_chars, qcfg, run.tally)
+                        for _, (_, redo) in split for e in redo]
+                plans.append((job, split, Job(job.item, job.item_id, reqs, job.source_uri, job.line)))
+        run.followups = [retry for _, _, retry in plans]
+        run.notes["superseded"] = []
+        if any(retry.requests for retry in run.followups):
+            send(run.ctx.llm, run.followups, f"{self.name} (one step per call)")
+        for job, split, retry in plans:
+            if retry.failed:
+                continue
+            answers = iter(r.value["thinks"][0] for r in retry.results)
+            for k, (kept, redo) in split:
+                thinks = sorted(kept + [next(answers) for _ in redo], key=lambda x: x["step_index"])
+                run.notes["superseded"].append(job.results[k])
+                job.results[k] = JSONResult(job.results[k].key, True, value={"thinks": thinks},
+                                            raw=json.dumps({"thinks": thinks}))
+
+    def collect(self, run: LLMRun) -> StageOutput:
+        """See :meth:`LLMStage.collect`; adds a request quarantine row for each chunk answer that
+        one-step calls replaced (its raw output and the rule that rejected it) and for each
+        failed one-step call."""
+        out = super().collect(run)
+        out.request_quarantine += [failure_row(self.name, r, f"call {r.key}: {r.detail} (replaced: its rejected "
+                                               "steps were asked again one per call)", r.key)
+                                   for r in run.notes.get("superseded", [])]
+        out.request_quarantine += [failure_row(self.name, r, f"one-step call {r.key}: {r.detail}", r.key,
+                                               j.source_uri, j.line) for j in run.followups for r in j.failed]
+        return out
 
     def unit_detail(self, job: Job, result: JSONResult) -> str:
         """See :meth:`LLMStage.unit_detail`: ``call <key>: <detail>``, the key naming the failed chunk
@@ -337,6 +432,11 @@ class DistillStage(LLMStage):
                 "thinks": sum(len(r["thinks"]) for r in out.rows),
                 "recorded_thoughts": sum(len(j.item.given) for j in asked
                                          if j.item_id in kept and j.item.given_by == "source"),
+                # the second round (distill.step_retry): one-step calls, and trajectories they saved
+                "step_retry": {"calls": sum(len(j.requests) for j in run.followups),
+                               "replaced_chunks": len(run.notes.get("superseded", [])),
+                               "trajectories": len(run.followups),
+                               "saved": sum(not j.failed and j.item_id in kept for j in run.followups)},
                 **super().counters(run, out)}
 
 

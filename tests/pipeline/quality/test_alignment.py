@@ -35,6 +35,21 @@ def test_a_think_about_its_own_step_is_aligned():
                                 "take cup 3 from countertop 2") is None
 
 
+def test_a_webshop_think_that_searches_before_a_click():
+    import dataclasses
+    task = "i'm looking for a styling cream that is cruelty free and for short hair, and price lower than 40.00 dollars"
+    shop = dataclasses.replace(trajectory(task, ["search[styling cream cruelty free short hair]", "click[b008hrrwhm]",
+                                                 "click[8.5 ounce (pack of 1)]", "click[buy now]"]), env="webshop")
+    # the 1.5B teacher's think for click[Buy Now], asked alone after its chunk was rejected
+    assert alignment.misaligned("I search for a styling cream that is cruelty free and for short hair, and price lower "
+                                "than 40.00 dollars.", shop, 3, "click[buy now]").startswith(
+        "says the agent will now 'I search', but this step's action is 'click[buy now]'")
+    assert alignment.misaligned("I searched for the cream; B008HRRWHM fits, so I click it.", shop, 1,
+                                "click[b008hrrwhm]") is None
+    assert alignment.misaligned("I search with the product type and its attributes.", shop, 0,
+                                "search[styling cream cruelty free short hair]") is None
+
+
 def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("The agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2.",
                                "open cabinet 2") == "speaks of 'The agent' in the third person"

@@ -168,10 +168,11 @@ def spray_store(tmp_path):
     return distill_store(store), traj
 
 
-def run_distill(store, script):
+def run_distill(store, script, step_retry=True):
     with ChatStub(script) as stub:
         cfg = PipelineConfig(llm=stub_llm_config(stub))
         cfg.distill.source_thoughts = "ignore"
+        cfg.distill.step_retry = step_retry
         res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     return res, store.require("distill"), stub
 
@@ -196,7 +197,8 @@ def test_distill_think_is_action_is_repaired(spray_store, case):
 def test_distill_think_is_action_unrepaired_is_quarantined(spray_store):
     store, traj = spray_store
     bad = spray_thinks(BAD["own action"])
-    res, art, _ = run_distill(store, [bad, bad])
+    # without the one-step second round (tests/pipeline/quality/test_stages.py has its own tests)
+    res, art, _ = run_distill(store, [bad, bad], step_retry=False)
     counts = res.manifest["counts"]
     assert (counts["in"], counts["out"], counts["quarantined"]) == (1, 0, 1)
     assert counts["quarantine_reasons"] == {"think_is_action": 1}

@@ -78,6 +78,14 @@ def test_a_webshop_control_that_does_not_exist():
     # WebShop's options read as a drop-down or a filter: the click exists
     assert gamefacts.missing_controls("Choose the size from the drop-down menu before Buy Now.") == []
     assert gamefacts.missing_controls("Use the size filter on the product page.") == []
+    # a price filter stays one when the same clause also names an option (the teacher's bank, run of the sample)
+    assert gamefacts.missing_controls(
+        "On a product page, click on the price range filter to select the desired price range, then click on the "
+        "size filter to select the desired size.") == ["filter"]
+    # text pages show no picture (same bank); "titles and thumbnails" as a list to read passes (SkillRL's bank)
+    assert gamefacts.missing_controls("On a product page, look at the product image to determine if it meets the "
+                                      "natural looking requirement.") == ["image"]
+    assert gamefacts.missing_controls("Do not rely on photos; read the Features.") == []
     # advice against an element, and a negation too far back to reach it
     assert gamefacts.missing_controls("Do not re-apply the same filters on one product.") == []
     assert gamefacts.missing_controls("Do not guess. Apply the price filter after searching.") == ["filter"]

@@ -261,6 +261,63 @@ def test_a_recorded_thought_repeated_for_a_later_step_goes_to_the_llm(tmp_path):
     assert res.manifest["counts"]["quarantined"] == 0
 
 
+def _heat_mug_store(tmp_path):
+    from tests.helpers.llm_stage_data import heat_mug, write_trajectories
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_trajectories(store, [heat_mug("traj-A")])
+    return distill_store(store)
+
+
+# heat_mug: step 2's think is the recorded thought, so the LLM is asked for steps 0, 1 and the synthetic done (3)
+HEAT_THINKS = {0: "the mug should be in a cabinet, so I go to cabinet 1 to look for it",
+               1: "the mug 1 is here in the cabinet 1, so I take it to heat it",
+               3: "the mug 1 is hot, which is what the task asks, so I finish"}
+BAD_STEP_1 = answer({"thinks": [{"step_index": i, "think": "1.25" if i == 1 else t} for i, t in HEAT_THINKS.items()]})
+
+
+def test_a_step_rejected_after_repair_is_asked_again_alone(tmp_path):
+    """The chunk's answer and its repair both give step 1 a think with no words: steps 0 and 3
+    pass on their own and are kept, step 1 gets a call of its own (the earlier action shown),
+    and the trajectory is kept with the new think; the rejected answer stays in the quarantine."""
+    one = answer({"thinks": [{"step_index": 1, "think": HEAT_THINKS[1]}]})
+    res, art, stub = run_with(_heat_mug_store(tmp_path), "distill", [BAD_STEP_1, BAD_STEP_1, one])
+    row = art.read_rows()[0]
+    assert [t["think"] for t in row["thinks"]] == [HEAT_THINKS[0], HEAT_THINKS[1], "I need to heat the mug first.",
+                                                   HEAT_THINKS[3]]
+    assert row["model"] == "stub-model"
+    assert len(stub.requests) == 3
+    alone = stub.requests[2]["messages"][1]["content"]
+    assert "[step_index 1]" in alone and "[step_index 0]" not in alone and "[step_index 3]" not in alone
+    assert "Earlier actions (already explained): go to cabinet 1" in alone
+    counters = res.manifest["counters"]
+    assert counters["step_retry"] == {"calls": 1, "replaced_chunks": 1, "trajectories": 1, "saved": 1}
+    assert res.manifest["counts"]["quarantined"] == 0 and res.manifest["failed_requests"]["total"] == 0
+    q = art.read_rows(quarantine=True)
+    assert [(r["item_id"], r["reason"]) for r in q] == [("traj-A#0", "no_words")]
+    assert "1.25" in q[0]["raw"]
+
+
+def test_a_step_that_fails_alone_too_quarantines_the_trajectory(tmp_path):
+    """Same answer, and the one-step call (and its repair) fails as well: the trajectory is
+    quarantined on the chunk's reason; both rejected answers are kept."""
+    alone_bad = answer({"thinks": [{"step_index": 1, "think": "1.25"}]})
+    res, art, stub = run_with(_heat_mug_store(tmp_path), "distill", [BAD_STEP_1, BAD_STEP_1, alone_bad, alone_bad])
+    assert art.read_rows() == [] and len(stub.requests) == 4
+    assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 0, "trajectories": 1, "saved": 0}
+    q = art.read_rows(quarantine=True)
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [("traj-A", "no_words"), ("traj-A#s1", "no_words")]
+
+
+def test_step_retry_off_quarantines_at_once(tmp_path):
+    store = _heat_mug_store(tmp_path)
+    with ChatStub([BAD_STEP_1, BAD_STEP_1]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.distill.step_retry = False
+        res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert len(stub.requests) == 2 and res.manifest["counts"]["quarantine_reasons"] == {"no_words": 1}
+    assert res.manifest["counters"]["step_retry"]["calls"] == 0
+
+
 def test_a_loop_across_a_mistakes_fields_is_caught():
     """A mistake the embedded model wrote on the shipped sample: each field alone is prose;
     joined, "eat the same" occurs 3 times (off_topic is judged in tests/pipeline/quality/test_topic.py)."""
