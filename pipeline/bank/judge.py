@@ -16,6 +16,7 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
 * ``restated_action`` (skills), ``contradicts_success`` (skills: order and tool; mistakes: the
   fix's order), ``duplicate_mistake`` (mistakes; :mod:`pipeline.quality.bankrules`);
 * ``self_target`` (a principle or fix), ``missing_control`` (WebShop: a principle or fix),
+  ``not_portable`` (ALFWorld: a principle or fix),
   ``feeling_reason`` (principle, when-to-apply, fix), ``wrong_category`` (an ALFWorld
   task-specific principle; :mod:`pipeline.quality.gamefacts`);
 * ``off_topic`` (:func:`pipeline.quality.topic.off_domain`), one encoder call per answer.
@@ -104,7 +105,7 @@ class ItemJudge:
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
-        ``missing_control`` and ``feeling_reason`` of one item."""
+        ``missing_control`` (WebShop), ``not_portable`` (ALFWorld) and ``feeling_reason`` of one item."""
         out = []
         nouns = act.nouns_of(self.actions)
         if self.kind != "mistake":
@@ -123,6 +124,8 @@ class ItemJudge:
                 out += gamefacts.self_target_violations(f"{name}.{f}", value, title, nouns)
                 if self.env == "webshop":
                     out += gamefacts.control_violations(f"{name}.{f}", value)
+                elif self.env == "alfworld":
+                    out += gamefacts.fixed_violations(f"{name}.{f}", value)
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))

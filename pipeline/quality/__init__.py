@@ -20,7 +20,7 @@ Modules (one concept each):
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
 * :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
-  ``missing_control``, ``feeling_reason``, ``wrong_category``;
+  ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``;
 * :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
   ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
@@ -84,6 +84,8 @@ REASONS: dict[str, str] = {
     "wrong_category": "an ALFWorld task-specific skill prescribes a step no successful episode of its category "
                       "takes (a transform in pick-and-place, a put in look-at-in-light, another category's "
                       "transform)",
+    "not_portable": "an ALFWorld skill or fix has the agent pick up a lamp, appliance or receptacle, or use "
+                    "something from its inventory (\"use the desklamp from your inventory\"): the game never allows it",
 }
 
 

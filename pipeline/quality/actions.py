@@ -95,6 +95,19 @@ KEY_VERB = {"heat": "heat", "cool": "cool", "clean": "clean", "look_at_obj_in_li
 
 _TOKEN = re.compile(r"[a-z]+")
 _TEXT_TOKEN = re.compile(r"[a-z]+|\d+|[.,;:!?]")  # words, numbers, clause punctuation: Mention.pos counts these
+#: ALFWorld's one-word names as models write them in prose ("carry it to the dining table"): joined
+#: before tokenizing, so a rule sees the receptacle or object (longest phrase first).
+_SPLIT_NAMES = {" ".join(words): "".join(words) for words in (
+    ("toilet", "paper", "hanger"), ("hand", "towel", "holder"), ("arm", "chair"), ("bathtub", "basin"),
+    ("coffee", "machine"), ("coffee", "table"), ("counter", "top"), ("desk", "lamp"), ("dining", "table"),
+    ("floor", "lamp"), ("garbage", "can"), ("laundry", "hamper"), ("side", "table"), ("sink", "basin"),
+    ("stove", "burner"), ("towel", "holder"), ("tv", "stand"), ("alarm", "clock"), ("baseball", "bat"),
+    ("butter", "knife"), ("cell", "phone"), ("credit", "card"), ("dish", "sponge"), ("glass", "bottle"),
+    ("hand", "towel"), ("key", "chain"), ("remote", "control"), ("salt", "shaker"), ("pepper", "shaker"),
+    ("scrub", "brush"), ("soap", "bar"), ("soap", "bottle"), ("spray", "bottle"), ("teddy", "bear"),
+    ("tennis", "racket"), ("tissue", "box"), ("toilet", "paper"), ("wine", "bottle"))}
+_SPLIT_NAME = re.compile(r"\b(" + "|".join(sorted((re.escape(k).replace(r"\ ", r"\s+") for k in _SPLIT_NAMES),
+                                                   key=len, reverse=True)) + r")(?=s?\b)")
 _NOUN_WINDOW = 5  # tokens after a verb searched for the nouns it acts on
 
 
@@ -141,8 +154,10 @@ _FUNCTION = frozenset("to from in on with at into onto the a an some up down of 
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased words and clause punctuation of ``text``: the positions ``Mention.pos`` counts."""
-    return _TEXT_TOKEN.findall((text or "").lower())
+    """Lower-cased words and clause punctuation of ``text``: the positions ``Mention.pos`` counts.
+    A name written in two or three words ("dining table") is one token (:data:`_SPLIT_NAMES`)."""
+    low = _SPLIT_NAME.sub(lambda m: _SPLIT_NAMES[" ".join(m.group(1).split())], (text or "").lower())
+    return _TEXT_TOKEN.findall(low)
 
 
 def text_mentions(text: str, known_nouns: Iterable[str] = ()) -> list[Mention]:

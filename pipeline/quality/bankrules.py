@@ -273,7 +273,9 @@ def tool_violations(name: str, item_text: str, principle: str, successes: Sequen
     used ("Heat Mug: first locate the stoveburner", when every success heated in the microwave).
     Without a success that shows the transform, the appliance ALFWorld's domain requires
     (:data:`pipeline.quality.actions.TRANSFORM_TOOLS`) stands in ("Cool Cup: carry it to the
-    sinkbasin and cool it there").
+    sinkbasin and cool it there"). For heat, cool and clean, the receptacle the agent goes to or
+    puts the object in just before the transform counts as named ("carry it to the dining table
+    and heat it there").
     ``item_text`` is the whole skill (title included), ``principle`` the field judged."""
     key = act.KEY_VERB.get(category)
     if not key or not any(m.concept == key for m in act.text_mentions(item_text)):
@@ -283,8 +285,13 @@ def tool_violations(name: str, item_text: str, principle: str, successes: Sequen
     # no success of the category shows the transform (all were demoted, say): the game's own rule
     who = "every successful episode of its kind used" if used else "the game's rules require"
     used = used or set(act.TRANSFORM_TOOLS.get(key, ()))
-    named = {n for m in act.text_mentions(principle) if m.concept in ("go", "use", key) for n in m.nouns
-             if n in APPLIANCES}
+    mentions = act.text_mentions(principle)
+    named = {n for m in mentions if m.concept in ("go", "use", key) for n in m.nouns if n in APPLIANCES}
+    if key in ("heat", "cool", "clean"):
+        # the place reached just before the transform is where it happens: "carry it to the dining table
+        # and heat it there" (the 1.5B teacher) names the dining table as the heater
+        named |= {n for m, nxt in zip(mentions, mentions[1:]) if m.concept in ("go", "put") and nxt.concept == key
+                  for n in m.nouns if n in act.RECEPTACLES}
     if not used or named & used or not named - used:
         return []
     return [Violation("contradicts_success", f"{name} sends the agent to {', '.join(sorted(named - used))} to {key}, "

@@ -12,6 +12,9 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample, each passing 
 * ``wrong_category`` - "Move Object to Target Receptacle: ... then go to the target receptacle and
   place it there" filed as a look-at-in-light skill: a step no episode of the category takes
   (:func:`foreign_actions`).
+* ``not_portable`` - "Use Desklamp: When the goal asks for a desklamp, use the desklamp from your
+  inventory." ALFWorld's lamps, appliances and receptacles cannot be picked up, and ``use``
+  toggles a lamp where it stands (:func:`fixed_things`).
 * ``feeling_reason`` - "Do not revisit a place that is empty, as this may lead to confusion or
   frustration." A game has no frustration; the real cost (steps lost against the step limit)
   goes unsaid (:func:`feeling_words`).
@@ -256,3 +259,45 @@ def category_violations(name: str, text: str, category: str) -> list[Violation]:
         return []
     return [Violation("wrong_category", f"{name} prescribes {', '.join(bad)}, which no {category} episode does; "
                                         f"its steps are {', '.join(sorted(CATEGORY_ACTIONS[category]))}")]
+
+
+#: "from your inventory", "in the inventory": where an ALFWorld skill says a thing is held.
+_INVENTORY = re.compile(r"\b(?:from|in|out\s+of|inside)\s+(?:your|the|my|its|their)\s+inventory\b")
+#: Words between a verb and its object that do not name the object ("take the lamp").
+_ARTICLES = frozenset({"the", "a", "an", "your", "its", "up"})
+
+
+def fixed_things(text: str) -> list[str]:
+    """What an ALFWorld skill tells the agent to carry that the game never lets it pick up, in
+    order: a receptacle, lamp or appliance right after a take ("pick up the desklamp"), or
+    anything used "from your inventory" in the same clause ("use the appropriate tool from your
+    inventory": the game's ``use`` toggles a lamp where it stands and nothing else is used).
+    Carrying the goal object is fine ("the mug is in your inventory")."""
+    low = (text or "").lower()
+    tokens = act.tokenize(low)
+    found = []
+    for m in act.text_mentions(low):
+        if m.concept != "take" or m.past:
+            continue
+        nxt = next((t for t in tokens[m.pos + 1:m.pos + 4] if t not in _ARTICLES), "")
+        if act.singular(nxt) in act.RECEPTACLES:
+            found.append(act.singular(nxt))
+    for hit in _INVENTORY.finditer(low):
+        clause = low[_clause_start(low, hit.start()):hit.start()]
+        used = [m for m in act.text_mentions(clause) if m.concept == "use" and not m.past]
+        if used:
+            found.append(" ".join(act.tokenize(clause)[used[-1].pos:]) + " " + hit.group(0))
+    return list(dict.fromkeys(found))
+
+
+def fixed_violations(name: str, text: str) -> list[Violation]:
+    """``not_portable`` of one field of an ALFWorld skill or fix (:func:`fixed_things`). Seen in
+    the 1.5B teacher's bank: "Use Desklamp: When the goal asks for a desklamp, use the desklamp
+    from your inventory." An agent that follows it tries ``take desklamp 1``, which the game
+    refuses, instead of going to the lamp with the object in hand."""
+    bad = fixed_things(text)
+    if not bad:
+        return []
+    return [Violation("not_portable", f"{name} has the agent carry or use from its inventory what ALFWorld never "
+                                      f"lets it pick up ({'; '.join(bad)}): lamps, appliances and receptacles stay "
+                                      "where they are; go to them with the object in hand")]

@@ -237,8 +237,9 @@ def memory_row(traj: Trajectory, value: dict[str, Any], model: str) -> dict[str,
 class MemoryStage(LLMStage):
     """One memory per trajectory of ``verify`` (module docstring)."""
     name = "memory"
-    version = "5"  # 4: an unrecorded last observation is requoted from the step before; 5: a trigger
-    # condition in the worked example's words is a condition, not a copy
+    version = "6"  # 4: an unrecorded last observation is requoted from the step before; 5: a trigger
+    # condition in the worked example's words is a condition, not a copy; 6: the rules read a name written
+    # in two words ("dining table") as the game's one word
     inputs = ("verify",)
     schema = MEMORY_SCHEMA
     config_sections = ("memory", "quality")

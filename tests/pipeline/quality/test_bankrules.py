@@ -102,6 +102,13 @@ def test_an_appliance_no_success_used(sample_successes):
     assert [v.reason for v in got] == ["contradicts_success"] and "stoveburner" in got[0].detail
     assert bankrules.tool_violations("s", "Heat Mug: use the microwave, not the stoveburner",
                                      "use the microwave, not the stoveburner", heat, "heat") == []
+    # the place reached just before the transform, in two words (the teacher's bank, run of the sample)
+    egg = "When the goal asks for a hot egg, take it first, carry it to the dining table and heat it there."
+    [v] = bankrules.tool_violations("skills[2]", "Heat Egg on Dining Table: " + egg, egg, heat, "heat")
+    assert v.detail == ("skills[2] sends the agent to diningtable to heat, but every successful episode of its kind "
+                        "used microwave")
+    mug = "Take the mug from the dining table, carry it to the microwave and heat it there."
+    assert bankrules.tool_violations("s", "Heat Mug: " + mug, mug, heat, "heat") == []
 
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop"])

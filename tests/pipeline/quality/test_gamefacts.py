@@ -37,11 +37,13 @@ def bank_items(env: str) -> list[tuple[str, str, dict]]:
 
 
 def verdicts(env: str, kind: str, item: dict) -> list:
-    """The three rules as the skills stage runs them on one item (pipeline.bank.judge)."""
+    """The four rules as the skills stage runs them on one item (pipeline.bank.judge)."""
     field = "how_to_avoid" if kind == "mistake" else "principle"
     out = gamefacts.self_target_violations(field, item[field], item.get("title", ""))
     if env == "webshop":
         out += gamefacts.control_violations(field, item[field])
+    elif env == "alfworld":
+        out += gamefacts.fixed_violations(field, item[field])
     for f in ("principle", "when_to_apply", "how_to_avoid"):
         out += gamefacts.feeling_violations(f, item.get(f, ""))
     return out
@@ -93,6 +95,21 @@ def test_a_webshop_control_that_does_not_exist():
     assert gamefacts.missing_controls("Click [Features] and [Reviews], then [Back to Search] or [Next >].") == []
 
 
+def test_a_lamp_or_tool_the_game_never_lets_the_agent_carry():
+    """Two general skills of the 1.5B teacher's bank on the sample (run with llama-server): the
+    lamp and "the appropriate tool" used from the inventory; carrying the goal object is fine."""
+    assert gamefacts.fixed_things("When the goal asks for a desklamp, use the desklamp from your inventory.") \
+        == ["use the desklamp from your inventory"]
+    [v] = gamefacts.fixed_violations("skills[0].principle",
+                                     "When the goal requires a tool, use the appropriate tool from your inventory.")
+    assert v.reason == "not_portable" and "(use the appropriate tool from your inventory)" in v.detail
+    assert gamefacts.fixed_things("Pick up the desk lamp and carry it to the bed.") == ["desklamp"]
+    assert gamefacts.fixed_things("Take it from the desk, then go to the desklamp and use it.") == []
+    assert gamefacts.fixed_things("Take the mug from the cabinet; the mug is now in your inventory.") == []
+    # SkillRL's "Target object is in inventory" (a when-to-apply) names no use
+    assert gamefacts.fixed_things("Target object is in inventory and at least one desklamp location is known") == []
+
+
 def test_a_feeling_given_as_the_reason():
     revisit = teacher_item("alfworld", "Avoid Revisiting Empty Places")["principle"]
     assert revisit == "Do not revisit a place that is empty, as this may lead to confusion or frustration."
@@ -108,7 +125,7 @@ def test_a_feeling_given_as_the_reason():
 
 @pytest.mark.parametrize("env,count", [("alfworld", 55), ("webshop", 66), ("search", 41)])
 def test_skillrl_banks(env, count):
-    """Measured: self_target and feeling_reason fire on none of SkillRL's 162 items;
+    """Measured: self_target, feeling_reason and not_portable fire on none of SkillRL's 162 items;
     missing_control on six WebShop items, each naming an element WebShop does not have."""
     items = bank_items(env)
     assert len(items) == count
