@@ -129,7 +129,8 @@ def command_mention(action: str) -> Mention | None:
     """The mention of one recorded command: the first word's concept and the other words that
     are not prepositions or numbers (``"take mug 1 from countertop 2"`` -> ``take (mug,
     countertop)``); WebShop ``click[Buy Now]`` is ``buy``, ``search[...]`` is ``search``, another
-    click is ``click`` with no nouns. ``None`` for an empty or unknown verb."""
+    click is ``click`` with no nouns; a name in two words is the game's one word (:func:`join_names`).
+    ``None`` for an empty or unknown verb."""
     low = (action or "").strip().lower()
     if low.startswith("click[buy"):
         return Mention("buy", ())
@@ -137,7 +138,7 @@ def command_mention(action: str) -> Mention | None:
         return Mention("search", ())
     if low.startswith("click["):
         return Mention("click", ())
-    words = _TOKEN.findall(low)
+    words = _TOKEN.findall(join_names(low))  # ETO's "go to dining table 1" is the game's diningtable
     if not words or words[0] not in VERBS:
         return None
     nouns = tuple(w for w in words[1:] if w not in _FUNCTION and w not in VERBS)
@@ -156,8 +157,13 @@ _FUNCTION = frozenset("to from in on with at into onto the a an some up down of 
 def tokenize(text: str) -> list[str]:
     """Lower-cased words and clause punctuation of ``text``: the positions ``Mention.pos`` counts.
     A name written in two or three words ("dining table") is one token (:data:`_SPLIT_NAMES`)."""
-    low = _SPLIT_NAME.sub(lambda m: _SPLIT_NAMES[" ".join(m.group(1).split())], (text or "").lower())
-    return _TEXT_TOKEN.findall(low)
+    return _TEXT_TOKEN.findall(join_names(text))
+
+
+def join_names(text: str) -> str:
+    """``text`` lower-cased, with each name of :data:`_SPLIT_NAMES` written as the game's one word
+    ("go to the Dining Table 1" -> "go to the diningtable 1")."""
+    return _SPLIT_NAME.sub(lambda m: _SPLIT_NAMES[" ".join(m.group(1).split())], (text or "").lower())
 
 
 def text_mentions(text: str, known_nouns: Iterable[str] = ()) -> list[Mention]:

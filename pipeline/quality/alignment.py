@@ -92,8 +92,9 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     earlier = [m for m in map(act.command_mention, traj.actions[:i]) if m is not None]
     nouns = act.nouns_of(traj.actions) | _task_nouns(traj.task)
     kinds = nouns | act.RECEPTACLES | act.OBJECTS
-    own = entities(action) | entities(traj.task)
-    before = set().union(*(entities(a) for a in traj.actions[:i])) if i else set()
+    # names as the tokens have them ("dining table 1" in ETO's actions is the think's "diningtable 1")
+    own = entities(act.join_names(action)) | entities(act.join_names(traj.task))
+    before = set().union(*(entities(act.join_names(a)) for a in traj.actions[:i])) if i else set()
     goal = _task_nouns(traj.task)
     # only verbs of this episode's command grammar: a WebShop product "easy carry backdrop" is no move
     concepts = _ACTING & {m.concept for m in map(act.command_mention, traj.actions) if m is not None}
@@ -118,6 +119,13 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                      and not any(c.endswith(n) or n.endswith(c) for c in current.nouns)]
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
+        if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) and m.nouns \
+                and not any(_same_kind(n, c) for n in m.nouns for c in current.nouns) \
+                and any(n in act.RECEPTACLES for n in m.nouns):
+            # "so before the coffeemachine I go to the sinkbasin" for ``go to microwave 1``
+            return f"goes to {m.nouns[0]}, but this step's action is {action!r}"
+    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own)):
+        return elsewhere
     mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and _searches_instead(think, action)) or \
         _opposite_purpose(tokens, traj.task) or \
@@ -140,6 +148,35 @@ def _searches_instead(think: str, action: str) -> str | None:
     hit = _SEARCH_NOW.search(think or "")
     return (f"says the agent will now '{hit.group(0)}', but this step's action is {action!r}: a search is "
             "another step") if hit else None
+
+
+def _same_kind(word: str, kind: str) -> bool:
+    """Whether ``word`` may name receptacle ``kind``: the kind, a part of it ("sink" for
+    ``sinkbasin``) or another word for it (:data:`_ARGUMENT_WORDS`)."""
+    return word == kind or kind.startswith(word) or kind.endswith(word) or word in _ARGUMENT_WORDS.get(kind, ())
+
+
+def _intent(tokens: list[str], pos: int) -> bool:
+    """Whether the verb at ``pos`` is the agent's own intent now ("I go", "I'll go", "I will go"),
+    not a recap framed as one ("Now I go ...": :func:`_framed_as_recap`)."""
+    back = tokens[max(0, pos - 2):pos]
+    return (back[-1:] == ["i"] or back in (["i", "ll"], ["i", "will"])) and not _framed_as_recap(tokens, pos)
+
+
+#: "I will look at countertop 3": where a think says the agent looks next.
+_LOOK_AT = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
+                      r"(?:look\s+(?:at|in|inside|on)|check|search|explore)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
+
+
+def _looks_elsewhere(think: str, own: set[str]) -> str | None:
+    """Why an ALFWorld think says the agent will look at a numbered receptacle that is neither
+    its action's nor the task's ("Mugs are usually on countertops, so I will look at countertop 3."
+    for ``go to sinkbasin 1``; the 1.5B teacher, copying its worked example), else ``None``."""
+    for hit in _LOOK_AT.finditer(" ".join(act.join_names(think).split())):
+        place = hit.group(1)
+        if place not in own and place.split()[0] in act.RECEPTACLES:
+            return f"will look at {place}, which this step's action does not name"
+    return None
 
 
 #: The two transformations that undo each other, and the task words that ask for each ("put a

@@ -50,6 +50,26 @@ def test_a_webshop_think_that_searches_before_a_click():
                                 "search[styling cream cruelty free short hair]") is None
 
 
+def test_a_think_that_goes_or_looks_elsewhere():
+    """The 1.5B teacher writing every think of "heat some mug and put it in coffeemachine" (recorded
+    thoughts ignored): its worked example copied with one word changed, and a countertop it never
+    visits; a sink for the sinkbasin and ETO's two-word names are the same place."""
+    mug = trajectory("heat some mug and put it in coffeemachine.", ["go to sinkbasin 1", "take mug 1 from sinkbasin 1",
+                                                                   "go to microwave 1", "heat mug 1 with microwave 1"],
+                     "heat")
+    assert alignment.misaligned("The goal asks for a hot mug, so before the coffeemachine I go to the sinkbasin to "
+                                "wash it.", mug, 2, "go to microwave 1") \
+        == "goes to sinkbasin, but this step's action is 'go to microwave 1'"
+    assert alignment.misaligned("Mugs are usually on countertops, so I will look at countertop 3.", mug, 0,
+                                "go to sinkbasin 1") == "will look at countertop 3, which this step's action does not name"
+    assert alignment.misaligned("The mug may need washing, so I'll go to the sink first.", mug, 0,
+                                "go to sinkbasin 1") is None
+    eto = trajectory("put a creditcard in dining table.", ["go to dining table 1"])
+    assert alignment.misaligned("The first place to check is the dining table 1.", eto, 0,
+                                "go to dining table 1") is None
+    assert alignment.unrelated("I should place the tomato back on the dining table.", "go to dining table 1") is None
+
+
 def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("The agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2.",
                                "open cabinet 2") == "speaks of 'The agent' in the third person"
