@@ -105,7 +105,8 @@ class ItemJudge:
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
-        ``missing_control`` (WebShop), ``not_portable`` (ALFWorld) and ``feeling_reason`` of one item."""
+        ``missing_control`` (WebShop), ``not_portable`` (ALFWorld), ``feeling_reason`` and ``narration``
+        (a when-to-apply that tells an episode) of one item."""
         out = []
         nouns = act.nouns_of(self.actions)
         if self.kind != "mistake":
@@ -129,6 +130,8 @@ class ItemJudge:
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))
+        if "when_to_apply" in self.fields:
+            out += bankrules.condition_narration(f"{name}.when_to_apply", str(item.get("when_to_apply") or ""))
         return out
 
     def judge(self, items: Sequence[dict[str, Any]]) -> list[list[Violation]]:

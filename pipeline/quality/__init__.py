@@ -74,7 +74,8 @@ REASONS: dict[str, str] = {
                         "the goal (cooling in a heat task) as its purpose",
     "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
                        "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
-    "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done",
+    "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done; "
+                 "a skill's when-to-apply tells an episode (\"When the agent did not select ...\")",
     "self_target": "a skill or a mistake's fix puts the goal object in or on an object of its own kind "
                    "(\"cool the vase ... before putting it in the vase\")",
     "missing_control": "a WebShop skill or fix tells the agent to use a page element WebShop does not have "

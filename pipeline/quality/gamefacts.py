@@ -94,7 +94,7 @@ MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
     "drop-down": r"\bdrop[- ]?downs?\b(?!\s*(?:/\s*\w+\s*)?(?:options?|selections?|choices?|values?)\b)",
     "menu": r"\bmenus?\b",
     "filter": r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)(?:\s+range)?\s+filters?\b"
-              r"|\bfilters?\s+(?:by|menu|panel|settings?)\b"
+              r"|\bfilters?\s+(?:by|menu|panel|settings?|buttons?|bar|sidebar)\b"
               r"|\bfilter\s+(?:the\s+)?(?:results|products|items|list|listings)\b"
               r"|\b(?:apply|use|add|adjust)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|any\s+|some\s+|more\s+)?"
               r"(?:\w+\s+)?filters?\b",
@@ -123,6 +123,8 @@ OPTION_KINDS = re.compile(r"\b(?:size|color|colour|style|flavou?r|scent|pack|cou
 #: Qualifiers that make an option-like element a control WebShop lacks even when its clause names
 #: an option kind: "the price range filter ..., then the size filter" is a price filter.
 _NOT_OPTION = re.compile(r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)s?\b")
+#: A price range is never an option: a control that sets it is missing even beside a size.
+_PRICE_RANGE = re.compile(r"\bprice\s+(?:range|bracket|band)s?\b")
 #: Words that make the element something not to use ("do not re-filter", "avoid global filters").
 _NEGATION = re.compile(r"\b(?:not|never|avoid|avoiding|without|no|don't|instead\s+of)\b")
 
@@ -153,8 +155,9 @@ def missing_controls(text: str) -> list[str]:
         for m in pattern.finditer(low):
             clause = _clause_start(low, m.start())
             end = _CLAUSE_END_MARK.search(low, m.end())
-            if (name in OPTION_LIKE and not _NOT_OPTION.search(m.group(0))
-                    and OPTION_KINDS.search(low, clause, end.start() if end else len(low))):
+            stop = end.start() if end else len(low)
+            if (name in OPTION_LIKE and not _NOT_OPTION.search(m.group(0)) and not _PRICE_RANGE.search(low, clause, stop)
+                    and OPTION_KINDS.search(low, clause, stop)):
                 continue
             if not _NEGATION.search(low, max(clause, m.start() - _NEGATION_WINDOW), m.start()):
                 found.append(name)

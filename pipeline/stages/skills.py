@@ -373,7 +373,8 @@ class SkillsStage(LLMStage):
     version = "6"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
     # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
-    # principle under two titles merged; 6: missing_control knows price filters beside options, and images
+    # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
+    # not_portable; a heat at the dining table; a when-to-apply that tells an episode
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

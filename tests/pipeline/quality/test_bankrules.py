@@ -232,3 +232,18 @@ def test_the_teachers_bank_item_by_item(sample_successes):
         "Filter by Price": ["missing_control"],
         "The agent buys a product without selecting any option from the list of available options.":
             ["duplicate_mistake"]}
+
+
+def test_a_when_to_apply_that_tells_an_episode():
+    """Two WebShop skills of the 1.5B teacher's bank on the sample (run with llama-server): a
+    memory's mistake pasted in as the condition. None of SkillRL's 128 skills fires."""
+    [v] = bankrules.condition_narration("skills[1].when_to_apply", "When The agent did not select a natural-looking "
+                                        "product: Clicked Buy Now without selecting a product that meets the "
+                                        "natural looking requirement.")
+    assert (v.reason, v.detail) == ("narration", "skills[1].when_to_apply tells an episode ('The agent did') instead "
+                                                 "of a state the agent can check before acting; say when the skill "
+                                                 "applies")
+    assert bankrules.condition_narration("w", "When the product page lists options.") == []
+    skillrl = [s for env in ("alfworld", "webshop") for key, items in
+               [("general", bank(env)["general_skills"]), *bank(env)["task_specific_skills"].items()] for s in items]
+    assert len(skillrl) > 80 and [s["title"] for s in skillrl if bankrules.condition_narration("w", s["when_to_apply"])] == []

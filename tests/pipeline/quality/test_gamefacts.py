@@ -84,6 +84,8 @@ def test_a_webshop_control_that_does_not_exist():
     assert gamefacts.missing_controls(
         "On a product page, click on the price range filter to select the desired price range, then click on the "
         "size filter to select the desired size.") == ["filter"]
+    assert gamefacts.missing_controls("On a product page, click the filter button to select the desired price range "
+                                      "and size constraints before clicking Buy Now.") == ["filter"]
     # text pages show no picture (same bank); "titles and thumbnails" as a list to read passes (SkillRL's bank)
     assert gamefacts.missing_controls("On a product page, look at the product image to determine if it meets the "
                                       "natural looking requirement.") == ["image"]
