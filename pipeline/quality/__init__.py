@@ -13,7 +13,7 @@ Modules (one concept each):
   ``reused_think``, ``cut_off``;
 * :mod:`.grounding` - facts checked against the recorded trajectory or the memory artifact:
   ``ungrounded_step``, ``ungrounded_observation``, ``future_leak``, ``ungrounded_think``,
-  ``missing_key_step``, ``unknown_source_memory``,
+  ``missing_key_step``, ``false_comparison``, ``unknown_source_memory``,
   ``category_mismatch``;
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
@@ -87,6 +87,8 @@ REASONS: dict[str, str] = {
                       "transform)",
     "not_portable": "an ALFWorld skill or fix has the agent pick up a lamp, appliance or receptacle, or use "
                     "something from its inventory (\"use the desklamp from your inventory\"): the game never allows it",
+    "false_comparison": "a think says one price is above (or below) another and the numbers say the opposite "
+                        "(\"$32.99, which exceeds ... 50.00 dollars\")",
 }
 
 

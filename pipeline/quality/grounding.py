@@ -230,3 +230,28 @@ def _clip_quote(text: str, max_chars: int) -> str:
     head = text[:max_chars]
     cut = max(head.rfind(". "), head.rfind("! "), head.rfind("? "))
     return head[:cut + 1] if cut > max_chars // 3 else head[:head.rfind(" ")].rstrip(",;:")
+
+
+#: A money amount: "$32.99", "$ 50", "50.00 dollars", "40 usd".
+_MONEY = r"(?:\$\s?(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:dollars?|usd)\b)"
+#: Words that claim the amount before them is above (">") or below ("<") the amount after them.
+_ABOVE = r"exceeds?|exceeding|is\s+above|above|over|more\s+than|higher\s+than|greater\s+than|too\s+expensive"
+_BELOW = r"below|under|less\s+than|lower\s+than|within|cheaper\s+than|fits|meets"
+_COMPARISON = re.compile(_MONEY + r"(?P<between>[^$.;!?]{0,80}?)\b(?P<word>" + _ABOVE + "|" + _BELOW + r")\b"
+                         r"[^$.;!?]{0,60}?" + _MONEY, re.I)
+
+
+def false_comparisons(think: str) -> list[Violation]:
+    """``false_comparison`` when a think says one price is above (or below) another and the
+    numbers say the opposite: "The price of this product is $32.99, which exceeds the
+    instruction's constraint of 'price lower than 50.00 dollars'" (the 1.5B teacher, WebShop).
+    The comparison word is the first one after the first amount; equal amounts are not judged."""
+    out = []
+    for m in _COMPARISON.finditer(think or ""):
+        first = float(m.group(1) or m.group(2))
+        second = float(m.group(5) or m.group(6))
+        above = re.fullmatch(_ABOVE, m.group("word"), re.I) is not None
+        if first != second and above != (first > second):
+            out.append(Violation("false_comparison", f"the think says {first:g} is {'above' if above else 'below'} "
+                                                     f"{second:g} ('{m.group('word')}'); compare the prices again"))
+    return out

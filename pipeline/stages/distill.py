@@ -119,7 +119,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
-    step), ``ungrounded_think`` (against the entry's action and admissible list),
+    step), ``false_comparison`` (two prices compared the wrong way), ``ungrounded_think`` (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
     :func:`prompt_vocab`), ``narration``, ``think_misaligned`` and ``think_unrelated``
@@ -131,6 +131,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
     out += text.reused(pairs, traj.task)
     out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
+    out += [v for _, t in pairs for v in grounding.false_comparisons(t)]
     out += [v for i, t in pairs
             for v in grounding.ungrounded_think(t, traj, i, entries[i]["action"], entries[i]["admissible"])]
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
@@ -326,7 +327,8 @@ class DistillStage(LLMStage):
     name = "distill"
     version = "7"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
-    # search told before a click, a go to or look at another receptacle, two-word names read as one
+    # search told before a click, a go to or look at another receptacle, two-word names read as one,
+    # false_comparison
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -196,6 +196,22 @@ def test_ungrounded_think_on_the_recorded_thoughts_of_the_samples_and_fixtures(t
     assert (n, fired) == (39, [])
 
 
+@pytest.mark.parametrize("think,claim", [
+    # the 1.5B teacher's think for click[Buy Now] on the sample's microphone episode
+    ("The price of this product is $32.99, which exceeds the instruction's constraint of 'price lower than 50.00 "
+     "dollars', so I click Buy Now.", "the think says 32.99 is above 50 ('exceeds')"),
+    ("B01 costs $45.00, which is lower than 40.00 dollars.", "the think says 45 is below 40 ('lower than')"),
+    ("It is $32.99, under my $50 limit.", None),
+    ("The price is $60, above the 50 dollars limit, so I go back.", None),
+    ("the price is 46.99 dollars which is lower than 50.00 dollars.", None),  # a ReAct WebShop thought
+    ("It comes in a pack of 2 for 8.5 ounce, less than 12 of the other.", None),  # no money
+])
+def test_false_comparison(think, claim):
+    got = grounding.false_comparisons(think)
+    assert [v.detail.split(";")[0] for v in got] == ([claim] if claim else [])
+    assert all(v.reason == "false_comparison" for v in got)
+
+
 def test_skill_sources():
     mems = {"m1": {"category": "cool"}, "m2": {"category": "heat"}}
     ok = {"skill_id": "s", "kind": "task_specific", "category": "cool", "source_memory_ids": ["m1"]}
