@@ -327,14 +327,20 @@ _EPISODE_TOLD = re.compile(r"\b(?:the|an?|this)\s+agent\s+(?:did|didn't|does\s+n
                            r"\w+ed)\b", re.I)
 
 
+#: "...: Clicked on a product that ...": a recorded bad action pasted after a colon.
+_ACTION_TOLD = re.compile(r":\s+(?:[A-Z][a-z]+ed)\b")
+
+
 def condition_narration(name: str, when: str) -> list[Violation]:
     """``narration`` of a skill's when-to-apply that tells what an agent did in one episode
     instead of naming a state the agent can check. Seen in the 1.5B teacher's WebShop bank:
     "When The agent did not select a natural-looking product: Clicked Buy Now without selecting
-    a product that meets the natural looking requirement." (a mistake of its memory pasted in).
-    A when-to-apply is read by the agent before acting: "When the product page lists options"."""
-    hit = _EPISODE_TOLD.search(when or "")
+    a product that meets the natural looking requirement." (a mistake of its memory pasted in), or
+    "When The search results are too broad ...: Clicked on a product that does not meet the price
+    constraint." (a bad action pasted after a colon). A when-to-apply is read by the agent before
+    acting: "When the product page lists options"."""
+    hit = _EPISODE_TOLD.search(when or "") or _ACTION_TOLD.search(when or "")
     if hit is None:
         return []
-    return [Violation("narration", f"{name} tells an episode ('{hit.group(0)}') instead of a state the agent can "
+    return [Violation("narration", f"{name} tells an episode ('{hit.group(0).lstrip(': ')}') instead of a state the agent can "
                                    "check before acting; say when the skill applies")]

@@ -243,7 +243,11 @@ def test_a_when_to_apply_that_tells_an_episode():
     assert (v.reason, v.detail) == ("narration", "skills[1].when_to_apply tells an episode ('The agent did') instead "
                                                  "of a state the agent can check before acting; say when the skill "
                                                  "applies")
+    assert bankrules.condition_narration("w", "When The search results are too broad and do not match the specific "
+                                         "requirements: Clicked on a product that does not meet the price "
+                                         "constraint.")[0].detail.startswith("w tells an episode ('Clicked')")
     assert bankrules.condition_narration("w", "When the product page lists options.") == []
+    assert bankrules.condition_narration("w", "Goal: heated object; the object is in hand.") == []
     skillrl = [s for env in ("alfworld", "webshop") for key, items in
                [("general", bank(env)["general_skills"]), *bank(env)["task_specific_skills"].items()] for s in items]
     assert len(skillrl) > 80 and [s["title"] for s in skillrl if bankrules.condition_narration("w", s["when_to_apply"])] == []
