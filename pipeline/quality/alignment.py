@@ -128,6 +128,7 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         return elsewhere
     mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and _searches_instead(think, action)) or \
+        _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
@@ -148,6 +149,20 @@ def _searches_instead(think: str, action: str) -> str | None:
     hit = _SEARCH_NOW.search(think or "")
     return (f"says the agent will now '{hit.group(0)}', but this step's action is {action!r}: a search is "
             "another step") if hit else None
+
+
+def _redoes_transform(tokens: list[str], mentions: list[act.Mention], current: act.Mention | None,
+                      earlier: list[act.Mention]) -> str | None:
+    """Why the think intends a heat, cool or clean that an earlier action already did (and this
+    step's action is not), else ``None``: "I will heat the mug with the microwave and then place it
+    in the coffeemachine" before ``go to coffeemachine 1``, after ``heat mug 1 with microwave 1``
+    (the 1.5B teacher)."""
+    for m in mentions:
+        if m.past or m.concept not in ("heat", "cool", "clean") or (current and current.concept == m.concept):
+            continue
+        if _intent(tokens, m.pos) and any(e.concept == m.concept for e in earlier):
+            return f"plans '{' '.join(tokens[m.pos - 2:m.pos + 3])}', which an earlier action already did"
+    return None
 
 
 def _same_kind(word: str, kind: str) -> bool:

@@ -55,8 +55,8 @@ def test_a_think_that_goes_or_looks_elsewhere():
     thoughts ignored): its worked example copied with one word changed, and a countertop it never
     visits; a sink for the sinkbasin and ETO's two-word names are the same place."""
     mug = trajectory("heat some mug and put it in coffeemachine.", ["go to sinkbasin 1", "take mug 1 from sinkbasin 1",
-                                                                   "go to microwave 1", "heat mug 1 with microwave 1"],
-                     "heat")
+                                                                   "go to microwave 1", "heat mug 1 with microwave 1",
+                                                                   "go to coffeemachine 1"], "heat")
     assert alignment.misaligned("The goal asks for a hot mug, so before the coffeemachine I go to the sinkbasin to "
                                 "wash it.", mug, 2, "go to microwave 1") \
         == "goes to sinkbasin, but this step's action is 'go to microwave 1'"
@@ -64,6 +64,12 @@ def test_a_think_that_goes_or_looks_elsewhere():
                                 "go to sinkbasin 1") == "will look at countertop 3, which this step's action does not name"
     assert alignment.misaligned("The mug may need washing, so I'll go to the sink first.", mug, 0,
                                 "go to sinkbasin 1") is None
+    # after the heat: planning it again is the previous steps' reasoning, not this go's
+    assert alignment.misaligned("I will heat the mug with the microwave and then place it in the coffeemachine.",
+                                mug, 4, "go to coffeemachine 1") \
+        == "plans 'i will heat the mug', which an earlier action already did"
+    assert alignment.misaligned("Now that the mug is heated, I'll put it on the coffeemachine.", mug, 4,
+                                "go to coffeemachine 1") is None
     eto = trajectory("put a creditcard in dining table.", ["go to dining table 1"])
     assert alignment.misaligned("The first place to check is the dining table 1.", eto, 0,
                                 "go to dining table 1") is None
