@@ -127,7 +127,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own)):
         return elsewhere
     mentions = act.text_mentions(think, nouns)
-    return (traj.env == "webshop" and _searches_instead(think, action)) or \
+    return (traj.env == "webshop" and (_searches_instead(think, action)
+                                       or _clicks_previous(think, action, traj.actions[i - 1] if i else ""))) or \
         _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
@@ -140,6 +141,27 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
 _SEARCH_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first)?\s+(?:search|type|enter|query)\b", re.I)
 _CLICK_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+then|\s+can|\s+should)?\s+"
                         r"(?:click|select|choose|open|buy|pick|purchase|check|go|view|look)\b", re.I)
+
+
+_CLICK_ARG = re.compile(r"^click\[(.+)\]$", re.I)
+
+
+def _clicks_previous(think: str, action: str, previous: str) -> str | None:
+    """Why a WebShop think for a click intends the previous click again, else ``None``: it says
+    "I select/click/choose/pick" followed within a few words by the previous click's argument and
+    never names this click's. "I select the '8.5 ounce (pack of 1)' option before buying." for
+    ``click[Buy Now]`` right after ``click[8.5 ounce (pack of 1)]`` (the 1.5B teacher, one step
+    late)."""
+    now, before = _CLICK_ARG.match((action or "").strip()), _CLICK_ARG.match((previous or "").strip())
+    if not now or not before:
+        return None
+    low = " ".join((think or "").lower().split())
+    mine, prev = now.group(1).lower(), before.group(1).lower()
+    if mine in low or prev == mine:
+        return None
+    hit = re.search(r"\bi(?:'ll|\s+will|\s+now)?\s+(?:select|click|choose|pick|open)\b[^.;!?]{0,20}?" + re.escape(prev), low)
+    return (f"says the agent will now '{hit.group(0)}', the previous step's click, but this step's action is "
+            f"{action!r}") if hit else None
 
 
 def _searches_instead(think: str, action: str) -> str | None:

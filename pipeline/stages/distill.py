@@ -328,7 +328,7 @@ class DistillStage(LLMStage):
     version = "7"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
-    # false_comparison
+    # false_comparison, a transform planned again, a WebShop click one step late
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -44,6 +44,12 @@ def test_a_webshop_think_that_searches_before_a_click():
     assert alignment.misaligned("I search for a styling cream that is cruelty free and for short hair, and price lower "
                                 "than 40.00 dollars.", shop, 3, "click[buy now]").startswith(
         "says the agent will now 'I search', but this step's action is 'click[buy now]'")
+    # one step late: the option clicked before, told as this step's click (the teacher, recorded thoughts ignored)
+    assert alignment.misaligned("I select the '8.5 ounce (pack of 1)' option before buying.", shop, 3,
+                                "click[buy now]").startswith("says the agent will now 'i select the '8.5 ounce (pack of "
+                                                             "1)', the previous step's click")
+    assert alignment.misaligned("I selected the '8.5 ounce (pack of 1)' option, so I click buy now.", shop, 3,
+                                "click[buy now]") is None
     assert alignment.misaligned("I searched for the cream; B008HRRWHM fits, so I click it.", shop, 1,
                                 "click[b008hrrwhm]") is None
     assert alignment.misaligned("I search with the product type and its attributes.", shop, 0,
