@@ -30,7 +30,6 @@ step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -119,7 +118,8 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
-    step), ``false_comparison`` (two prices compared the wrong way), ``ungrounded_think`` (against the entry's action and admissible list),
+    step), ``false_comparison`` (two prices compared the wrong way), ``ungrounded_think``
+    (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
     :func:`prompt_vocab`), ``narration``, ``think_misaligned`` and ``think_unrelated``
@@ -215,30 +215,43 @@ def render_entry(e: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def chunks_of(entries: list[dict[str, Any]], max_steps: int) -> list[list[dict[str, Any]]]:
+    """``entries`` cut into chunks of ``max_steps`` (at least 1), in order: one request each."""
+    size = max(1, max_steps)
+    return [entries[start:start + size] for start in range(0, len(entries), size)]
+
+
+def chunk_request(traj: Trajectory, key: str, chunk: list[dict[str, Any]], earlier: list[str], skills_block: str,
+                  max_chars: int, qcfg: QualityConfig | None = None, tally: quality.Tally | None = None
+                  ) -> JSONRequest:
+    """The request for the entries of ``chunk``, with ``earlier`` (the actions asked before it,
+    the last ``EARLIER_ACTIONS`` shown); with ``qcfg``, its check also runs the content rules
+    (:func:`content_check`, counted in ``tally``)."""
+    tpl = _templates.load(TEMPLATE, traj.env)
+    shown = earlier[-EARLIER_ACTIONS:]
+    earlier_text = ("Earlier actions (already explained): " + "; ".join(shown) + "\n\n") if shown else ""
+    user = tpl.render("user", task=traj.task, skills=skills_block or "(none)", earlier=earlier_text,
+                      steps="\n\n".join(render_entry(e) for e in chunk))
+    indices = [e["step_index"] for e in chunk]
+    return JSONRequest(key=key, messages=[{"role": "system", "content": tpl.render("system")},
+                                          {"role": "user", "content": user}],
+                       schema=thinks_schema(indices, max_chars), schema_name="reasoning",
+                       shared_schema=shared_thinks_schema(max_chars),
+                       check=check_thinks(indices, max_chars, content_check(
+                           chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars) if qcfg else None))
+
+
 def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block: str,
                    max_steps: int, max_chars: int, qcfg: QualityConfig | None = None,
                    tally: quality.Tally | None = None) -> list[JSONRequest]:
-    """One request per chunk of ``max_steps`` entries (key ``<trajectory_id>#<chunk>``); with
-    ``qcfg``, each check also runs the content rules (:func:`content_check`, counted in ``tally``)."""
-    tpl = _templates.load(TEMPLATE, traj.env)
-    system = tpl.render("system")
-    size = max(1, max_steps)
-    requests = []
-    for c, start in enumerate(range(0, len(entries), size)):
-        chunk = entries[start:start + size]
-        earlier = [e["action"] for e in entries[:start]][-EARLIER_ACTIONS:]
-        earlier_text = ("Earlier actions (already explained): " + "; ".join(earlier) + "\n\n") if earlier else ""
-        user = tpl.render("user", task=traj.task, skills=skills_block or "(none)", earlier=earlier_text,
-                          steps="\n\n".join(render_entry(e) for e in chunk))
-        indices = [e["step_index"] for e in chunk]
-        requests.append(JSONRequest(key=f"{traj.trajectory_id}#{c}",
-                                    messages=[{"role": "system", "content": system},
-                                              {"role": "user", "content": user}],
-                                    schema=thinks_schema(indices, max_chars), schema_name="reasoning",
-                                    shared_schema=shared_thinks_schema(max_chars),
-                                    check=check_thinks(indices, max_chars, content_check(
-                                        chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars)
-                                        if qcfg else None)))
+    """One request per chunk of ``max_steps`` entries (:func:`chunks_of`, :func:`chunk_request`;
+    key ``<trajectory_id>#<chunk>``)."""
+    requests, start = [], 0
+    for c, chunk in enumerate(chunks_of(entries, max_steps)):
+        earlier = [e["action"] for e in entries[:start]]
+        requests.append(chunk_request(traj, f"{traj.trajectory_id}#{c}", chunk, earlier, skills_block, max_chars,
+                                      qcfg, tally))
+        start += len(chunk)
     return requests
 
 
@@ -278,9 +291,8 @@ def episode_job(t: Trajectory, run: LLMRun, bank: list[dict[str, Any]]) -> Job:
     ask = [e for e in entries if e["step_index"] not in given]
     block = prompts.render_skills_block(skills)
     reqs = build_requests(t, ask, block, cfg.max_steps_per_call, cfg.max_think_chars, qcfg, run.tally) if ask else []
-    size = max(1, cfg.max_steps_per_call)
-    chunks = [ask[start:start + size] for start in range(0, len(ask), size)]
-    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, given, given_by, chunks, block),
+    return Job(Episode(t, [s["skill_id"] for s in skills], synthetic, given, given_by,
+                       chunks_of(ask, cfg.max_steps_per_call), block),
                t.trajectory_id, reqs, t.source_uri, t.source_line)
 
 
@@ -317,9 +329,9 @@ def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: Quali
     template, skills and checks as a chunk of one, with the asked steps before it as the earlier
     actions."""
     asked = [e for c in ep.chunks for e in c]
-    upto = asked[:asked.index(entry) + 1]
-    req = build_requests(ep.traj, upto, ep.skills_block, 1, max_chars, qcfg, tally)[-1]
-    return dataclasses.replace(req, key=f"{ep.traj.trajectory_id}#s{entry['step_index']}")
+    earlier = [e["action"] for e in asked[:asked.index(entry)]]
+    return chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry], earlier,
+                         ep.skills_block, max_chars, qcfg, tally)
 
 
 class DistillStage(LLMStage):
@@ -384,7 +396,7 @@ class DistillStage(LLMStage):
             answers = iter(r.value["thinks"][0] for r in retry.results)
             for k, (kept, redo) in split:
                 thinks = sorted(kept + [next(answers) for _ in redo], key=lambda x: x["step_index"])
-                run.notes["superseded"].append(job.results[k])
+                run.notes["superseded"].append((job, job.results[k]))
                 job.results[k] = JSONResult(job.results[k].key, True, value={"thinks": thinks},
                                             raw=json.dumps({"thinks": thinks}))
 
@@ -394,8 +406,8 @@ class DistillStage(LLMStage):
         failed one-step call."""
         out = super().collect(run)
         out.request_quarantine += [failure_row(self.name, r, f"call {r.key}: {r.detail} (replaced: its rejected "
-                                               "steps were asked again one per call)", r.key)
-                                   for r in run.notes.get("superseded", [])]
+                                               "steps were asked again one per call)", r.key, j.source_uri, j.line)
+                                   for j, r in run.notes.get("superseded", [])]
         out.request_quarantine += [failure_row(self.name, r, f"one-step call {r.key}: {r.detail}", r.key,
                                                j.source_uri, j.line) for j in run.followups for r in j.failed]
         return out
