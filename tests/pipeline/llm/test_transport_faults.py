@@ -105,11 +105,15 @@ def test_key_echoed_in_an_error_body_across_the_cut_is_not_stored(tmp_path, monk
 
 def test_key_echoed_in_a_valid_answer_is_not_stored(tmp_path, monkeypatch):
     # letters only: a hex key's digits can outnumber the planning pattern's letters, and then
-    # no_words rejects the answer before redaction is tested (one run in a few)
+    # no_words rejects the answer before redaction is tested (one run in a few). The pattern names
+    # every step: a short one next to 40 random letters fell under the off_topic threshold in
+    # about 7 % of keys (22 of 300), and this one in none of 1,000.
     key = "sk-test-" + "".join(secrets.choice(string.ascii_letters) for _ in range(40))
     monkeypatch.setenv(KEY_ENV, key)
+    pattern = ("Find the apple -> Take the apple -> Cool the apple in the fridge -> "
+               "Put the apple on the countertop -> ")
     answer = dict(SUCCESS, contextual_description=f"Cool an apple; session {key}.",
-                  planning_pattern="Find [Object] -> Cool [Object] -> KEYESC")
+                  planning_pattern=pattern + "KEYESC")
     # the second copy is \u-escaped in the raw text: only the parsed value shows it
     raw = json.dumps(answer).replace("KEYESC", "".join(f"\\u{ord(ch):04x}" for ch in key))
     # One trajectory, and the stub gives every call the same answer: on a loaded machine a
@@ -124,7 +128,7 @@ def test_key_echoed_in_a_valid_answer_is_not_stored(tmp_path, monkeypatch):
     assert res.manifest["counts"]["out"] == 1
     row = next(r for r in art.read_rows() if r["trajectory_id"] == "traj-A")
     assert row["contextual_description"] == "Cool an apple; session ***."
-    assert row["planning_pattern"] == "Find [Object] -> Cool [Object] -> ***"
+    assert row["planning_pattern"] == pattern + "***"
     escaped = "".join(f"\\u{ord(ch):04x}" for ch in key[:12])
     assert files_containing(tmp_path, [key[:12], key[-12:], escaped]) == []
     assert os.path.exists(tmp_path / "runs" / "r1" / "llm_cache.sqlite")  # the cache was scanned
