@@ -3,8 +3,8 @@
 For each SUCCESS trajectory, one structured call (or one per chunk of
 ``distill.max_steps_per_call`` actions) gets the task, the retrieved skills block
 (``prompts.select_skills`` + ``render_skills_block``, the same renderer as SFT export and RL)
-and the steps (observation, admissible actions, action taken; a recorded ``thought`` of a
-ReAct source is shown as a hint). ALFWorld successes get the synthetic ``done`` turn when
+and the steps (the action to explain, the observation before it, the admissible actions; a
+recorded ``thought`` of a ReAct source is shown as a hint). ALFWorld successes get the synthetic ``done`` turn when
 ``prompts.needs_synthetic_done`` says so, with ``prompts.synthetic_done_admissible``.
 
 Indexing: ``thinks[i]`` (0-based ``step_index = i``) is the reasoning for action ``i + 1``, i.e.
@@ -201,17 +201,18 @@ def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> li
 
 
 def render_entry(e: dict[str, Any]) -> str:
-    """One :func:`step_entries` entry as prompt lines: step index, observation and recorded thought
-    (a hint, if any) each clipped to ``OBS_CHARS`` characters, the first ``ADMISSIBLE_SHOWN``
-    admissible actions, the action taken."""
-    lines = [f"[step_index {e['step_index']}]", f"Observation: {_templates.clip(e['observation'], OBS_CHARS)}"]
+    """One :func:`step_entries` entry as prompt lines: step index and the action to explain, then the
+    observation before it and the recorded thought (a hint, if any) each clipped to ``OBS_CHARS``
+    characters, and the first ``ADMISSIBLE_SHOWN`` admissible actions. The action leads: shown
+    last, after an observation that reports the previous action, the teacher explained that one."""
+    lines = [f"[step_index {e['step_index']}] Action to explain: {e['action']}",
+             f"Observation before it: {_templates.clip(e['observation'], OBS_CHARS)}"]
     if e["admissible"]:
         shown = e["admissible"][:ADMISSIBLE_SHOWN]
         more = len(e["admissible"]) - len(shown)
         lines.append("Admissible actions: " + ", ".join(shown) + (f" (+{more} more)" if more > 0 else ""))
     if e["hint"]:
         lines.append(f"Recorded thought (hint): {_templates.clip(e['hint'], OBS_CHARS)}")
-    lines.append(f"Action taken: {e['action']}")
     return "\n".join(lines)
 
 
@@ -337,10 +338,11 @@ def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: Quali
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "7"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "8"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
-    # false_comparison, a transform planned again, a WebShop click one step late
+    # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
+    # action first
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -359,8 +359,8 @@ def test_a_field_copied_from_the_worked_examples_is_an_echo():
     """The 1.5B teacher's memory of a WebShop failure copied the example's description verbatim."""
     from pipeline.llm.templates import example_texts
     examples = example_texts("memory", "webshop")
-    copied = ("contextual_description", "Apparel purchase that failed because the required size option was "
-                                        "never selected.")
+    copied = ("contextual_description", "T-shirt purchase that failed because size large was never selected "
+                                        "on the product page.")
     own = ("contextual_description", "Chips purchase that failed because the price was over the limit of "
                                      "30 dollars and no flavor option matched.")
     got = echo.example_violations([copied, own], examples)
@@ -373,7 +373,8 @@ def test_a_condition_copied_from_the_worked_examples_is_not_an_echo():
     from pipeline.llm.templates import example_texts
     examples = example_texts("memory", "alfworld")
     fields = [("mistakes_to_avoid[1].trigger_condition", "The object is still not transformed as the goal requires"),
-              ("mistakes_to_avoid[1].bad_action", "Searched for the target receptacle before doing the transform step"),
+              ("mistakes_to_avoid[1].bad_action", "Opened one cabinet after another looking for a place to put the "
+                                                  "mug while it was still not cool"),
               ("mistakes_to_avoid[0].bad_action", "Examined the stoveburner before doing the heat step")]
     got = echo.example_violations(fields, examples)
     assert [v.detail.split(" ")[0] for v in got] == ["mistakes_to_avoid[1].bad_action"]

@@ -80,10 +80,12 @@ def test_step_entries_index_convention_and_synthetic_done():
     assert entries[3]["observation"] == "You heat the mug 1 using the microwave 1."
     assert entries[3]["admissible"] == ["look", "done"]
     assert len(distill.step_entries(traj, None)) == 3
+    # the action comes first: shown after the observation, the teacher explained the observation's action
     assert distill.render_entry(entries[2]) == (
-        "[step_index 2]\nObservation: You pick up the mug 1 from the cabinet 1.\n"
+        "[step_index 2] Action to explain: heat mug 1 with microwave 1\n"
+        "Observation before it: You pick up the mug 1 from the cabinet 1.\n"
         "Admissible actions: go to microwave 1, put mug 1 in/on cabinet 1\n"
-        "Recorded thought (hint): I need to heat the mug first.\nAction taken: heat mug 1 with microwave 1")
+        "Recorded thought (hint): I need to heat the mug first.")
 
 
 def test_long_trajectories_are_chunked():
