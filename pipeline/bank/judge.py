@@ -105,7 +105,8 @@ class ItemJudge:
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
-        ``missing_control`` (WebShop), ``not_portable`` (ALFWorld), ``feeling_reason`` and ``narration``
+        ``missing_control`` (WebShop), ``not_portable`` and ``false_game_fact`` (ALFWorld), ``feeling_reason``
+        and ``narration``
         (a when-to-apply that tells an episode) of one item."""
         out = []
         nouns = act.nouns_of(self.actions)
@@ -127,6 +128,7 @@ class ItemJudge:
                     out += gamefacts.control_violations(f"{name}.{f}", value)
                 elif self.env == "alfworld":
                     out += gamefacts.fixed_violations(f"{name}.{f}", value)
+                    out += gamefacts.false_fact_violations(f"{name}.{f}", value)
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))

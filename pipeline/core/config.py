@@ -355,7 +355,8 @@ QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungr
                  "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable", "cut_off",
                  "restated_action", "contradicts_success", "duplicate_mistake", "missing_key_step",
                  "think_misaligned", "think_unrelated", "narration", "self_target", "missing_control",
-                 "feeling_reason", "wrong_category", "not_portable", "false_comparison")
+                 "feeling_reason", "wrong_category", "not_portable", "false_comparison",
+                 "false_game_fact")
 
 
 @dataclass

@@ -20,7 +20,8 @@ Modules (one concept each):
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
 * :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
-  ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``;
+  ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``; and
+  ``false_game_fact`` (also thinks);
 * :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
   ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
@@ -70,11 +71,12 @@ REASONS: dict[str, str] = {
                         "(heat/cool/clean/use, a WebShop purchase) that the trajectory took",
     "think_misaligned": "a think speaks of another step: an action on an entity or object other than its own "
                         "action's and the goal's, another action done now (the previous one told in the present, "
-                        "not as a recap), an event that has not happened yet, or the opposite transformation of "
-                        "the goal (cooling in a heat task) as its purpose",
+                        "not as a recap), an event that has not happened yet, the agent placed where it does not "
+                        "stand, or the opposite transformation of the goal (cooling in a heat task) as its purpose",
     "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
                        "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
-    "narration": "a think narrates in the third person (\"the agent saw ...\") or tells its own action as done; "
+    "narration": "a think narrates in the third person (\"the agent saw ...\"), quotes the game's second-person "
+                 "text (\"you see a cloth 1\") or tells its own action as done; "
                  "a skill's when-to-apply tells an episode (\"When the agent did not select ...\")",
     "self_target": "a skill or a mistake's fix puts the goal object in or on an object of its own kind "
                    "(\"cool the vase ... before putting it in the vase\")",
@@ -89,6 +91,8 @@ REASONS: dict[str, str] = {
                     "something from its inventory (\"use the desklamp from your inventory\"): the game never allows it",
     "false_comparison": "a think says one price is above (or below) another and the numbers say the opposite "
                         "(\"$32.99, which exceeds ... 50.00 dollars\")",
+    "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container or gives a lamp or "
+                       "appliance a transform it does not do (\"desklamps are usually used to clean pens\")",
 }
 
 

@@ -17,8 +17,9 @@ rules):
   of its arguments: ``open fridge 1`` got "I need to heat the apple first. Apples are usually in
   the microwave for heating." (it does not explain opening, and the belief is false).
 * ``narration`` (:func:`narration`) - third-person, past-tense narration after the fact ("The
-  agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2."), or a think that
-  tells its own action as done ("I opened cabinet 2."). An SFT target teaches the policy to
+  agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2."), the game's
+  second-person text quoted ("On the cabinet 1, you see a cloth 1, ..."), or a think that tells
+  its own action as done ("I opened cabinet 2."). An SFT target teaches the policy to
   *decide*: it speaks as the agent, before the action.
 
 Measured in ``tests/pipeline/quality/test_alignment.py``: no rule fires on the recorded thoughts
@@ -35,6 +36,11 @@ from pipeline.quality import actions as act
 from pipeline.quality.echo import STOP
 from pipeline.quality.grounding import entities
 
+#: The game's own second-person text inside a think: "On the cabinet 1, you see a cloth 1",
+#: "You pick up the spraybottle 2 from the cabinet 2" (the 1.5B teacher quoting observations).
+#: The article after the verb keeps the idiom out ("I like football, you see.").
+_GAME_TEXT = re.compile(r"\byou\s+(?:(?:see|pick\s+up|open|close|put|heat|cool|clean|turn\s+on)\s+(?:a|an|the|nothing|some)|"
+                        r"arrive\s+at|are\s+in\s+the\s+middle)\b", re.I)
 #: A third-person actor as the subject of a think: "The agent saw", "the player decided".
 _THIRD_PERSON = re.compile(r"\b(?:the|this|our)\s+(?:agent|player|robot|assistant|user|ai)\b|^\s*agent\b", re.I)
 #: Words before a past participle that make it a state, not an event: "the drawer is closed",
@@ -119,20 +125,33 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                      and not any(c.endswith(n) or n.endswith(c) for c in current.nouns)]
             if other:
                 return f"{m.concept}s {other[0]}, but this step's action is {action!r}"
-        if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) and m.nouns \
-                and not any(_same_kind(n, c) for n in m.nouns for c in current.nouns) \
-                and any(n in act.RECEPTACLES for n in m.nouns):
-            # "so before the coffeemachine I go to the sinkbasin" for ``go to microwave 1``
-            return f"goes to {m.nouns[0]}, but this step's action is {action!r}"
-    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own)):
+        if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) \
+                and (place := _goes_elsewhere(m, clause, current, own)):
+            return f"goes to {place}, but this step's action is {action!r}"
+    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)):
         return elsewhere
     mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and (_searches_instead(think, action)
-                                       or _clicks_previous(think, action, traj.actions[i - 1] if i else ""))) or \
+                                       or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
+                                       or _selects_before_buying(think, action))) or \
         _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+def _goes_elsewhere(m: act.Mention, clause: list[str], current: act.Mention, own: set[str]) -> str | None:
+    """Where a think's own "I go" (mention ``m``, its ``clause``) leads when that is not this
+    step's ``go`` (``current``), else ``None``: a receptacle of another kind ("so before the
+    coffeemachine I go to the sinkbasin" for ``go to microwave 1``), or one of the same kind with
+    another number ("I go to the drawer 1 to find it" for ``go to drawer 2``: the 1.5B teacher,
+    one drawer late; earlier visits do not excuse it)."""
+    if m.nouns and not any(_same_kind(n, c) for n in m.nouns for c in current.nouns) \
+            and any(n in act.RECEPTACLES for n in m.nouns):
+        return m.nouns[0]
+    other = [e for e in entities(" ".join(clause)) if e not in own
+             and any(_same_kind(e.rsplit(" ", 1)[0], c) for c in current.nouns)]
+    return other[0] if other else None
 
 
 #: A WebShop think that says the agent searches now ("I search for a styling cream that is cruelty
@@ -162,6 +181,22 @@ def _clicks_previous(think: str, action: str, previous: str) -> str | None:
     hit = re.search(r"\bi(?:'ll|\s+will|\s+now)?\s+(?:select|click|choose|pick|open)\b[^.;!?]{0,20}?" + re.escape(prev), low)
     return (f"says the agent will now '{hit.group(0)}', the previous step's click, but this step's action is "
             f"{action!r}") if hit else None
+
+
+_SELECT_BEFORE_BUY = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to|\s+should)?\s+(?:select|choose|pick)\b"
+                                r"[^.;!?]{0,80}?\bbefore\s+(?:buying|i\s+buy|clicking|purchasing|the\s+purchase)\b")
+
+
+def _selects_before_buying(think: str, action: str) -> str | None:
+    """Why a WebShop think for ``click[Buy Now]`` says the agent selects an option first, else
+    ``None``: "I select the size option for the noise cancelling cosycost usb microphone before
+    buying." (the 1.5B teacher; that page had no option clicked at all). Buying is this step; an
+    option is selected by a click of its own before it."""
+    if (action or "").strip().lower() != "click[buy now]":
+        return None
+    hit = _SELECT_BEFORE_BUY.search(" ".join((think or "").lower().split()))
+    return (f"says the agent will now '{hit.group(0)[:40]}', but this step's action is {action!r}: an option is "
+            "its own click") if hit else None
 
 
 def _searches_instead(think: str, action: str) -> str | None:
@@ -213,6 +248,36 @@ def _looks_elsewhere(think: str, own: set[str]) -> str | None:
         place = hit.group(1)
         if place not in own and place.split()[0] in act.RECEPTACLES:
             return f"will look at {place}, which this step's action does not name"
+    return None
+
+
+#: "Mug 1 is here on countertop 1", "I'm at the drawer 2": where a think says the agent stands.
+_HERE_AT = re.compile(r"\b(?:(?:is|are)\s+(?:right\s+)?here\s+(?:on|in|at)|i\s+am\s+(?:now\s+)?(?:at|by)|"
+                      r"i'm\s+(?:now\s+)?(?:at|by)|i(?:'ve|\s+have)?\s+arrived\s+at)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
+
+
+def _location(traj: Trajectory, i: int) -> str | None:
+    """The numbered receptacle the agent stands at before action ``i``: the destination of the
+    last ``go to`` among ``traj.actions[:i]`` ("diningtable 1"), else ``None`` (the start room)."""
+    for a in reversed(traj.actions[:i]):
+        if (a or "").lower().startswith("go to "):
+            found = sorted(entities(act.join_names(a)))
+            return found[0] if found else None
+    return None
+
+
+def _placed_elsewhere(think: str, traj: Trajectory, i: int) -> str | None:
+    """Why an ALFWorld think says the agent (or what it sees) is at a numbered receptacle other
+    than where it stands before action ``i`` ("Mug 1 is here on countertop 1. I take it" for
+    ``take mug 1 from sinkbasin 1`` right after ``go to sinkbasin 1``: the 1.5B teacher copying
+    its worked example), else ``None``."""
+    where = _location(traj, i)
+    if where is None:
+        return None
+    for hit in _HERE_AT.finditer(" ".join(act.join_names(think).split()).lower()):
+        place = hit.group(1)
+        if place != where and place.split()[0] in act.RECEPTACLES:
+            return f"says the agent is at {place}, but it stands at {where}"
     return None
 
 
@@ -389,11 +454,15 @@ def unrelated(think: str, action: str) -> str | None:
 
 def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> str | None:
     """Why the think is narration, else ``None``: a third-person actor ("the agent") as in a
-    report, or the step's own action told in the past tense ("I opened cabinet 2") when no
+    report, the game's second-person observation text ("you see a cloth 1", :data:`_GAME_TEXT`),
+    or the step's own action told in the past tense ("I opened cabinet 2") when no
     ``earlier_actions`` (the trajectory's actions before it) did the same."""
     hit = _THIRD_PERSON.search(think or "")
     if hit:
         return f"speaks of {hit.group(0).strip()!r} in the third person"
+    hit = _GAME_TEXT.search(think or "")
+    if hit:
+        return f"quotes the game's observation ({hit.group(0)!r}) instead of reasoning"
     current = act.command_mention(action)
     if current is None:
         return None

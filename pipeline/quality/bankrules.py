@@ -265,6 +265,9 @@ APPLIANCES = frozenset({"stoveburner", "stove", "microwave", "fridge", "sinkbasi
                         "coffeemachine", "desklamp", "floorlamp", "bathtubbasin"})
 
 
+_TO_PLACE = re.compile(r"\b(?:it|them|object|item)\s+(?:over\s+)?to\s+(?:the\s+|a\s+)?([a-z]+)")
+
+
 def tool_violations(name: str, item_text: str, principle: str, successes: Sequence[Trajectory],
                     category: str) -> list[Violation]:
     """``contradicts_success`` when a skill of a transform category (``heat``, ``cool``, ``clean``,
@@ -287,6 +290,8 @@ def tool_violations(name: str, item_text: str, principle: str, successes: Sequen
     used = used or set(act.TRANSFORM_TOOLS.get(key, ()))
     mentions = act.text_mentions(principle)
     named = {n for m in mentions if m.concept in ("go", "use", key) for n in m.nouns if n in APPLIANCES}
+    # "take it to the microwave and wait until it is cold" (the 1.5B teacher's cool skill): carried to it
+    named |= {act.singular(w) for w in _TO_PLACE.findall(act.join_names(principle.lower()))} & APPLIANCES
     if key in ("heat", "cool", "clean"):
         # the place reached just before the transform is where it happens: "carry it to the dining table
         # and heat it there" (the 1.5B teacher) names the dining table as the heater

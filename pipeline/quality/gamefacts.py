@@ -18,6 +18,9 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample, each passing 
 * ``feeling_reason`` - "Do not revisit a place that is empty, as this may lead to confusion or
   frustration." A game has no frustration; the real cost (steps lost against the step limit)
   goes unsaid (:func:`feeling_words`).
+* ``false_game_fact`` - thinks for "examine the pen with the desklamp": "Desklamps are usually in
+  drawers" and "Desklamps are usually used to clean pens". Lamps stand on furniture and only
+  light; each appliance does one transform (:func:`false_facts`). Also judged in skills and fixes.
 
 The rules read the fields that tell the agent what to do (a skill's principle, a mistake's
 how-to-avoid; ``feeling_reason`` also a skill's when-to-apply), and are measured on the shipped
@@ -304,3 +307,64 @@ def fixed_violations(name: str, text: str) -> list[Violation]:
     return [Violation("not_portable", f"{name} has the agent carry or use from its inventory what ALFWorld never "
                                       f"lets it pick up ({'; '.join(bad)}): lamps, appliances and receptacles stay "
                                       "where they are; go to them with the object in hand")]
+
+
+#: What each fixed tool of ALFWorld does: the transform concepts (:data:`pipeline.quality.actions.VERBS`)
+#: it serves. A lamp only lights (``use``); the microwave and the stoveburner heat, the fridge
+#: cools, the sinkbasin cleans (the game's tasks; :data:`pipeline.quality.actions.TRANSFORM_TOOLS`).
+TOOL_DOES = {"desklamp": {"use"}, "floorlamp": {"use"}, "lamp": {"use"}, "microwave": {"heat"},
+             "stoveburner": {"heat"}, "stove": {"heat"}, "fridge": {"cool"}, "sinkbasin": {"clean"}, "sink": {"clean"}}
+_TRANSFORMS = frozenset({"heat", "cool", "clean"})
+#: A lamp said to be kept inside a container ("Desklamps are usually in drawers"): ALFWorld's lamps
+#: stand on desks, dressers and side tables, and the agent cannot put one anywhere.
+_LAMP_STORED = re.compile(r"\b(?:desk\s?|floor\s?)?lamps?\b[^.;!?]{0,40}?\b(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
+                          r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)\b", re.I)
+_FOR_TO = frozenset({"for", "to"})
+#: Words between the tool and its purpose that deny it: "not suitable for cooling" is right.
+_DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "useless"})
+
+
+def false_facts(text: str) -> list[str]:
+    """The game facts an ALFWorld think (or skill) gets wrong, in order: a lamp kept inside a
+    container (:data:`_LAMP_STORED`), a receptacle heated, cooled or cleaned ("To heat the fridge,
+    locate the fridge") or used when it is no lamp or appliance ("Use the toilet after using a
+    bathroom": the game's ``use`` only switches a lamp on), and a fixed tool given a transform it does not do ("desklamps
+    are used to clean pens", "the fridge to heat it"), unless the clause denies it ("not suitable
+    for cooling") or also names the tool that does it ("take the mug from the fridge to heat it in
+    the microwave")."""
+    low = (text or "").lower()
+    found = [f"a lamp kept in {m.group(1)}" for m in _LAMP_STORED.finditer(low)]
+    tokens = act.tokenize(act.join_names(low))
+    for m in act.text_mentions(act.join_names(low)):
+        # the thing acted on right after the verb: "heat the fridge", "use the toilet"
+        nxt = next((t for t in tokens[m.pos + 1:m.pos + 3] if t not in _ARTICLES), "")
+        thing = act.singular(nxt)
+        if thing in act.RECEPTACLES and (m.concept in _TRANSFORMS or (m.concept == "use" and thing not in TOOL_DOES)):
+            found.append(f"{tokens[m.pos]} the {thing}")
+    for j, tok in enumerate(tokens):
+        tool = act.singular(tok)
+        if tool not in TOOL_DOES:
+            continue
+        end = next((q for q in range(j + 1, len(tokens)) if tokens[q] in (".", ";", "!", "?")), len(tokens))
+        clause = tokens[j + 1:min(end, j + 9)]
+        for q in range(1, len(clause)):
+            concept = act.VERBS.get(clause[q])
+            if clause[q - 1] in _FOR_TO and concept in _TRANSFORMS and concept not in TOOL_DOES[tool] \
+                    and not set(clause[:q - 1]) & _DENIED \
+                    and not any(act.singular(t) in act.TRANSFORM_TOOLS[concept] for t in tokens[max(0, j - 8):end]):
+                found.append(f"the {tool} {clause[q - 1]} {clause[q]}")
+                break
+    return list(dict.fromkeys(found))
+
+
+def false_fact_violations(name: str, text: str) -> list[Violation]:
+    """``false_game_fact`` of one ALFWorld text (:func:`false_facts`). Seen in the 1.5B teacher's
+    thinks for "examine the pen with the desklamp": "Desklamps are usually in drawers, so I will
+    look at drawer 2." and "Desklamps are usually used to clean pens." A policy trained on them
+    searches drawers for a lamp and believes lamps clean things."""
+    bad = false_facts(text)
+    if not bad:
+        return []
+    return [Violation("false_game_fact", f"{name} states what ALFWorld contradicts ({'; '.join(bad)}): lamps stand on "
+                                         "furniture and only light; the microwave heats, the fridge cools, the "
+                                         "sinkbasin cleans")]

@@ -44,7 +44,7 @@ from pipeline.llm import jsonparse
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
-from pipeline.quality import alignment, echo, grounding, text, topic
+from pipeline.quality import alignment, echo, gamefacts, grounding, text, topic
 
 TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
@@ -118,7 +118,8 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
     ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
-    step), ``false_comparison`` (two prices compared the wrong way), ``ungrounded_think``
+    step), ``false_comparison`` (two prices compared the wrong way), ``false_game_fact`` (ALFWorld:
+    a lamp in a drawer, a lamp that cleans), ``ungrounded_think``
     (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
@@ -132,6 +133,8 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     out += text.reused(pairs, traj.task)
     out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
     out += [v for _, t in pairs for v in grounding.false_comparisons(t)]
+    if traj.env == "alfworld":
+        out += [v for name, t in named for v in gamefacts.false_fact_violations(name, t)]
     out += [v for i, t in pairs
             for v in grounding.ungrounded_think(t, traj, i, entries[i]["action"], entries[i]["admissible"])]
     out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
@@ -338,11 +341,12 @@ def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: Quali
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "8"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "9"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
-    # action first
+    # action first; 9: false_game_fact, a place the agent does not stand, a go to another drawer of the same
+    # kind, the game's text quoted, a WebShop option selected "before buying"
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

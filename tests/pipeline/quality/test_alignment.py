@@ -56,6 +56,20 @@ def test_a_webshop_think_that_searches_before_a_click():
                                 "search[styling cream cruelty free short hair]") is None
 
 
+def test_a_webshop_think_that_selects_an_option_before_buying():
+    """``click[Buy Now]`` explained by an option selection the think says comes first (the 1.5B
+    teacher on the sample's microphone episode, which clicked no option at all)."""
+    import dataclasses
+    mic = dataclasses.replace(trajectory("i want a noise cancelling cosycost usb microphone, and price lower than 50.00 "
+                                         "dollars", ["search[noise cancelling cosycost usb microphone]",
+                                                     "click[B0972Q1T8T]", "click[Buy Now]"]), env="webshop")
+    assert alignment.misaligned("I select the size option for the noise cancelling cosycost usb microphone before "
+                                "buying.", mic, 2, "click[Buy Now]").startswith("says the agent will now 'i select")
+    assert alignment.misaligned("Every option I need is selected and the price is under 50 dollars, so I buy it now.",
+                                mic, 2, "click[Buy Now]") is None
+    assert alignment.misaligned("I select the black color before buying.", mic, 1, "click[black]") is None
+
+
 def test_a_think_that_goes_or_looks_elsewhere():
     """The 1.5B teacher writing every think of "heat some mug and put it in coffeemachine" (recorded
     thoughts ignored): its worked example copied with one word changed, and a countertop it never
@@ -76,6 +90,17 @@ def test_a_think_that_goes_or_looks_elsewhere():
         == "plans 'i will heat the mug', which an earlier action already did"
     assert alignment.misaligned("Now that the mug is heated, I'll put it on the coffeemachine.", mug, 4,
                                 "go to coffeemachine 1") is None
+    # where it stands: after ``go to sinkbasin 1`` the mug is not "here on countertop 1" (the worked
+    # example's words); one receptacle of the same kind with another number is another place
+    assert alignment.misaligned("Mug 1 is here on countertop 1. I take it so I can heat it.", mug, 1,
+                                "take mug 1 from sinkbasin 1") == "says the agent is at countertop 1, but it stands at sinkbasin 1"
+    assert alignment.misaligned("Mug 1 is here on the sinkbasin 1. I take it so I can heat it.", mug, 1,
+                                "take mug 1 from sinkbasin 1") is None
+    pen = trajectory("examine the pen with the desklamp.", ["go to drawer 1", "open drawer 1", "go to drawer 2"],
+                     "look_at_obj_in_light")
+    assert alignment.misaligned("The goal asks for a pen, so before the desklamp I go to the drawer 1 to find it.", pen,
+                                2, "go to drawer 2") == "goes to drawer 1, but this step's action is 'go to drawer 2'"
+    assert alignment.misaligned("Drawer 1 held nothing, so I go to drawer 2 next.", pen, 2, "go to drawer 2") is None
     eto = trajectory("put a creditcard in dining table.", ["go to dining table 1"])
     assert alignment.misaligned("The first place to check is the dining table 1.", eto, 0,
                                 "go to dining table 1") is None
@@ -88,6 +113,12 @@ def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("Cabinet 2 was closed, so I opened it.", "open cabinet 2").startswith(
         "tells this step's own action as done")
     assert alignment.narration("Cabinet 2 is closed; I need to open it to look inside.", "open cabinet 2") is None
+    # the game's own second-person text quoted as the think (the 1.5B teacher)
+    assert alignment.narration("On the cabinet 1, you see a cloth 1, a soapbar 1, a soapbottle 1.", "open cabinet 2") \
+        == "quotes the game's observation ('you see a') instead of reasoning"
+    assert alignment.narration("Go to toilet 1. You pick up the spraybottle 2 from the cabinet 2.", "go to toilet 1") \
+        == "quotes the game's observation ('You pick up the') instead of reasoning"
+    assert alignment.narration("The weather is nice today and I like football, you see.", "go to desk 1") is None
     # an earlier put of the same kind is a recap, not this step told as done
     two = trajectory("put two cd in safe", ["take cd 1 from desk 1", "go to safe 1", "put cd 1 in/on safe 1",
                                             "take cd 2 from desk 2", "put cd 2 in/on safe 1"])
@@ -122,8 +153,11 @@ def test_a_think_that_does_another_action_now():
     action ("Now I take a spraybottle (2)") before going on is no other action."""
     spray = trajectory("put some spraybottle on toilet.", ["go to cabinet 1", "go to cabinet 2", "open cabinet 2",
                                                            "take spraybottle 2 from cabinet 2", "go to toilet 1"])
-    assert alignment.misaligned("Soapbottle 1 is here in the cabinet 1. I take it so I can use it for the toilet.",
+    assert alignment.misaligned("Soapbottle 1 is in the cabinet 1. I take it so I can use it for the toilet.",
                                 spray, 2, "open cabinet 2").startswith("says the agent will now 'take it")
+    # the teacher's own words also put the agent at cabinet 1, while it stands at cabinet 2
+    assert alignment.misaligned("Soapbottle 1 is here in the cabinet 1. I take it so I can use it for the toilet.",
+                                spray, 2, "open cabinet 2") == "says the agent is at cabinet 1, but it stands at cabinet 2"
     assert alignment.misaligned("Now I take a spraybottle (2). Next, I need to put it in/on toilet 1.", spray, 4,
                                 "go to toilet 1") is None
     apple = trajectory("put a hot apple in fridge.", ["go to diningtable 1", "take apple 1 from diningtable 1",

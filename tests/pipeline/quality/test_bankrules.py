@@ -109,6 +109,12 @@ def test_an_appliance_no_success_used(sample_successes):
                         "used microwave")
     mug = "Take the mug from the dining table, carry it to the microwave and heat it there."
     assert bankrules.tool_violations("s", "Heat Mug: " + mug, mug, heat, "heat") == []
+    # carried to an appliance with "take it to" (the teacher's cool skills; no cool success: the game's rule)
+    cool = "When you need to cool an object, take it to the microwave and wait until it is cold."
+    [v] = bankrules.tool_violations("skills[1]", "Cool Objects in Microwave: " + cool, cool, [], "cool")
+    assert v.detail == "skills[1] sends the agent to microwave to cool, but the game's rules require fridge"
+    fridge = cool.replace("microwave", "fridge")
+    assert bankrules.tool_violations("s", "Cool Objects in Fridge: " + fridge, fridge, [], "cool") == []
 
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop"])

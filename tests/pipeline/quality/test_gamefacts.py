@@ -37,13 +37,14 @@ def bank_items(env: str) -> list[tuple[str, str, dict]]:
 
 
 def verdicts(env: str, kind: str, item: dict) -> list:
-    """The four rules as the skills stage runs them on one item (pipeline.bank.judge)."""
+    """The five rules as the skills stage runs them on one item (pipeline.bank.judge)."""
     field = "how_to_avoid" if kind == "mistake" else "principle"
     out = gamefacts.self_target_violations(field, item[field], item.get("title", ""))
     if env == "webshop":
         out += gamefacts.control_violations(field, item[field])
     elif env == "alfworld":
         out += gamefacts.fixed_violations(field, item[field])
+        out += gamefacts.false_fact_violations(field, item[field])
     for f in ("principle", "when_to_apply", "how_to_avoid"):
         out += gamefacts.feeling_violations(f, item.get(f, ""))
     return out
@@ -112,6 +113,28 @@ def test_a_lamp_or_tool_the_game_never_lets_the_agent_carry():
     assert gamefacts.fixed_things("Target object is in inventory and at least one desklamp location is known") == []
 
 
+def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
+    """Thinks of the 1.5B teacher for "examine the pen with the desklamp" (distill, source thoughts
+    ignored, on the shipped sample); denied or rightly placed tools pass."""
+    assert gamefacts.false_facts("I need a desklamp first. Desklamps are usually in drawers, so I will look at "
+                                 "drawer 2.") == ["a lamp kept in drawers"]
+    assert gamefacts.false_facts("Desklamps are usually used to clean pens, so I will look at the drawer 3.") \
+        == ["the desklamp to clean"]
+    [v] = gamefacts.false_fact_violations("think for step 1", "Desklamps are used for cleaning and inspecting objects.")
+    assert v.reason == "false_game_fact" and "(the desklamp for cleaning)" in v.detail
+    assert gamefacts.false_facts("I go to the fridge to heat the apple.") == ["the fridge to heat"]
+    # ETO's agent, rightly: a denial, and a clause that names the right tool too
+    assert gamefacts.false_facts("The microwave is empty and not suitable for cooling the tomato.") == []
+    assert gamefacts.false_facts("I take the mug from the fridge to heat it in the microwave.") == []
+    assert gamefacts.false_facts("The desklamp is on the desk 1, so I go there to look at the pen.") == []
+    assert gamefacts.false_facts("I go to the sinkbasin to clean the mug, then to the fridge to cool it.") == []
+    # the teacher's bank with narrow worked examples: a heated fridge, a used toilet
+    assert gamefacts.false_facts("To heat the fridge, locate the fridge and then heat it using the microwave.") \
+        == ["heat the fridge"]
+    assert gamefacts.false_facts("Use the toilet after using a bathroom or shower.") == ["use the toilet"]
+    assert gamefacts.false_facts("Use the desklamp to look at the pen, and use the microwave to heat the potato.") == []
+
+
 def test_a_feeling_given_as_the_reason():
     revisit = teacher_item("alfworld", "Avoid Revisiting Empty Places")["principle"]
     assert revisit == "Do not revisit a place that is empty, as this may lead to confusion or frustration."
@@ -127,7 +150,8 @@ def test_a_feeling_given_as_the_reason():
 
 @pytest.mark.parametrize("env,count", [("alfworld", 55), ("webshop", 66), ("search", 41)])
 def test_skillrl_banks(env, count):
-    """Measured: self_target, feeling_reason and not_portable fire on none of SkillRL's 162 items;
+    """Measured: self_target, feeling_reason, not_portable and false_game_fact fire on none of
+    SkillRL's 162 items;
     missing_control on six WebShop items, each naming an element WebShop does not have."""
     items = bank_items(env)
     assert len(items) == count
