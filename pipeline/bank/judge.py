@@ -105,7 +105,8 @@ class ItemJudge:
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
-        ``missing_control`` (WebShop), ``not_portable`` and ``false_game_fact`` (ALFWorld), ``feeling_reason``
+        ``missing_control`` (WebShop), ``not_portable``, ``false_game_fact`` and ``instance_number``
+        (ALFWorld), ``feeling_reason``
         and ``narration``
         (a when-to-apply that tells an episode) of one item."""
         out = []
@@ -129,6 +130,7 @@ class ItemJudge:
                 elif self.env == "alfworld":
                     out += gamefacts.fixed_violations(f"{name}.{f}", value)
                     out += gamefacts.false_fact_violations(f"{name}.{f}", value)
+                    out += gamefacts.instance_violations(f"{name}.{f}", value)
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))

@@ -20,8 +20,8 @@ Modules (one concept each):
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
 * :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
-  ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``; and
-  ``false_game_fact`` (also thinks);
+  ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``,
+  ``instance_number``; and ``false_game_fact`` (also thinks);
 * :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
   ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
@@ -93,6 +93,8 @@ REASONS: dict[str, str] = {
                         "(\"$32.99, which exceeds ... 50.00 dollars\")",
     "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container or gives a lamp or "
                        "appliance a transform it does not do (\"desklamps are usually used to clean pens\")",
+    "instance_number": "an ALFWorld skill or fix names a numbered instance (\"the cabinet 3\"), which differs in "
+                       "every episode",
 }
 
 

@@ -18,6 +18,9 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample, each passing 
 * ``feeling_reason`` - "Do not revisit a place that is empty, as this may lead to confusion or
   frustration." A game has no frustration; the real cost (steps lost against the step limit)
   goes unsaid (:func:`feeling_words`).
+* ``instance_number`` - a mistake's fix "Move the egg from the encil 1 to the cabinet 3 before
+  placing it on the dining table": a numbered instance is another place in the next episode
+  (:func:`numbered_instances`).
 * ``false_game_fact`` - thinks for "examine the pen with the desklamp": "Desklamps are usually in
   drawers" and "Desklamps are usually used to clean pens". Lamps stand on furniture and only
   light; each appliance does one transform (:func:`false_facts`). Also judged in skills and fixes.
@@ -368,3 +371,27 @@ def false_fact_violations(name: str, text: str) -> list[Violation]:
     return [Violation("false_game_fact", f"{name} states what ALFWorld contradicts ({'; '.join(bad)}): lamps stand on "
                                          "furniture and only light; the microwave heats, the fridge cools, the "
                                          "sinkbasin cleans")]
+
+
+_NUMBERED = re.compile(r"\b([a-z]+)\s+(\d+)\b")
+
+
+def numbered_instances(text: str) -> list[str]:
+    """The numbered ALFWorld instances a skill or fix names ("cabinet 3", "pencil 1"), in order:
+    a receptacle or object kind (:data:`pipeline.quality.actions.RECEPTACLES`, ``OBJECTS``)
+    followed by a number. Numbers change from one episode to the next."""
+    low = act.join_names((text or "").lower())
+    return list(dict.fromkeys(f"{m.group(1)} {m.group(2)}" for m in _NUMBERED.finditer(low)
+                              if act.singular(m.group(1)) in act.RECEPTACLES | act.OBJECTS))
+
+
+def instance_violations(name: str, text: str) -> list[Violation]:
+    """``instance_number`` of one field of an ALFWorld skill or fix (:func:`numbered_instances`).
+    Seen in the 1.5B teacher's mistakes: "Move the egg from the encil 1 to the cabinet 3 before
+    placing it on the dining table." A bank item is reused in other episodes, where cabinet 3 is
+    another cabinet or none; SkillRL's 162 items name no instance."""
+    named = numbered_instances(text)
+    if not named:
+        return []
+    return [Violation("instance_number", f"{name} names {', '.join(named)}: numbers differ in every episode; say "
+                                         "which kind of place or object, and why")]

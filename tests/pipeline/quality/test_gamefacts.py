@@ -37,7 +37,7 @@ def bank_items(env: str) -> list[tuple[str, str, dict]]:
 
 
 def verdicts(env: str, kind: str, item: dict) -> list:
-    """The five rules as the skills stage runs them on one item (pipeline.bank.judge)."""
+    """The six rules as the skills stage runs them on one item (pipeline.bank.judge)."""
     field = "how_to_avoid" if kind == "mistake" else "principle"
     out = gamefacts.self_target_violations(field, item[field], item.get("title", ""))
     if env == "webshop":
@@ -45,6 +45,7 @@ def verdicts(env: str, kind: str, item: dict) -> list:
     elif env == "alfworld":
         out += gamefacts.fixed_violations(field, item[field])
         out += gamefacts.false_fact_violations(field, item[field])
+        out += gamefacts.instance_violations(field, item[field])
     for f in ("principle", "when_to_apply", "how_to_avoid"):
         out += gamefacts.feeling_violations(f, item.get(f, ""))
     return out
@@ -135,6 +136,17 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
     assert gamefacts.false_facts("Use the desklamp to look at the pen, and use the microwave to heat the potato.") == []
 
 
+def test_a_numbered_instance_in_a_bank_item():
+    """A fix of the 1.5B teacher's ALFWorld mistakes (the sample, narrow worked examples)."""
+    fix = "Move the egg from the encil 1 to the cabinet 3 before placing it on the dining table."
+    assert gamefacts.numbered_instances(fix) == ["cabinet 3"]  # "encil" is no kind the game has
+    [v] = gamefacts.instance_violations("mistakes[0].how_to_avoid", fix)
+    assert v.reason == "instance_number" and v.detail.startswith("mistakes[0].how_to_avoid names cabinet 3:")
+    assert gamefacts.numbered_instances("Put the pen on dining table 1, then open drawer 2.") == ["diningtable 1",
+                                                                                               "drawer 2"]
+    assert gamefacts.numbered_instances("Open each cabinet once; at most 2 visits per place.") == []
+
+
 def test_a_feeling_given_as_the_reason():
     revisit = teacher_item("alfworld", "Avoid Revisiting Empty Places")["principle"]
     assert revisit == "Do not revisit a place that is empty, as this may lead to confusion or frustration."
@@ -150,8 +162,8 @@ def test_a_feeling_given_as_the_reason():
 
 @pytest.mark.parametrize("env,count", [("alfworld", 55), ("webshop", 66), ("search", 41)])
 def test_skillrl_banks(env, count):
-    """Measured: self_target, feeling_reason, not_portable and false_game_fact fire on none of
-    SkillRL's 162 items;
+    """Measured: self_target, feeling_reason, not_portable, false_game_fact and instance_number fire
+    on none of SkillRL's 162 items;
     missing_control on six WebShop items, each naming an element WebShop does not have."""
     items = bank_items(env)
     assert len(items) == count
