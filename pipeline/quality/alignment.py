@@ -37,10 +37,11 @@ from pipeline.quality.echo import STOP
 from pipeline.quality.grounding import entities
 
 #: The game's own second-person text inside a think: "On the cabinet 1, you see a cloth 1",
-#: "You pick up the spraybottle 2 from the cabinet 2" (the 1.5B teacher quoting observations).
+#: "You pick up the spraybottle 2 from the cabinet 2" (the 1.5B teacher quoting observations),
+#: and a second-person recap "You have clicked 8.5 ounce (pack of 1) before buying." (WebShop).
 #: The article after the verb keeps the idiom out ("I like football, you see.").
 _GAME_TEXT = re.compile(r"\byou\s+(?:(?:see|pick\s+up|open|close|put|heat|cool|clean|turn\s+on)\s+(?:a|an|the|nothing|some)|"
-                        r"arrive\s+at|are\s+in\s+the\s+middle)\b", re.I)
+                        r"arrive\s+at|are\s+in\s+the\s+middle|have\s+(?:clicked|selected|chosen|bought|searched))\b", re.I)
 #: A third-person actor as the subject of a think: "The agent saw", "the player decided".
 _THIRD_PERSON = re.compile(r"\b(?:the|this|our)\s+(?:agent|player|robot|assistant|user|ai)\b|^\s*agent\b", re.I)
 #: Words before a past participle that make it a state, not an event: "the drawer is closed",

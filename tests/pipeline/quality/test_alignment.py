@@ -119,6 +119,8 @@ def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("Go to toilet 1. You pick up the spraybottle 2 from the cabinet 2.", "go to toilet 1") \
         == "quotes the game's observation ('You pick up the') instead of reasoning"
     assert alignment.narration("The weather is nice today and I like football, you see.", "go to desk 1") is None
+    assert alignment.narration("You have clicked 8.5 ounce (pack of 1) before buying.", "click[Buy Now]") \
+        == "quotes the game's observation ('You have clicked') instead of reasoning"
     # an earlier put of the same kind is a recap, not this step told as done
     two = trajectory("put two cd in safe", ["take cd 1 from desk 1", "go to safe 1", "put cd 1 in/on safe 1",
                                             "take cd 2 from desk 2", "put cd 2 in/on safe 1"])
