@@ -12,7 +12,8 @@ rules):
   present as if done now ("The fridge is closed. I open it to see if there's anything inside."
   for ``go to diningtable 1``; a ReAct recap "Now I take an apple (1). Next, ..." is allowed),
   and the opposite transformation of the goal given as a purpose ("I put the hot apple in the
-  fridge for cooling" when the task asks for a hot apple).
+  fridge for cooling" when the task asks for a hot apple), and a receptacle's state the agent
+  has not seen yet ("The cabinet is closed, so I will open it." for ``go to cabinet 2``).
 * ``think_unrelated`` (:func:`unrelated`) - the think names neither its command's verb nor any
   of its arguments: ``open fridge 1`` got "I need to heat the apple first. Apples are usually in
   the microwave for heating." (it does not explain opening, and the belief is false).
@@ -129,7 +130,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) \
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
-    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)):
+    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
+                                   or _state_unseen(think, traj, i, action)):
         return elsewhere
     mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and (_searches_instead(think, action)
@@ -214,11 +216,12 @@ def _redoes_transform(tokens: list[str], mentions: list[act.Mention], current: a
     """Why the think intends a heat, cool or clean that an earlier action already did (and this
     step's action is not), else ``None``: "I will heat the mug with the microwave and then place it
     in the coffeemachine" before ``go to coffeemachine 1``, after ``heat mug 1 with microwave 1``
-    (the 1.5B teacher)."""
+    (the 1.5B teacher), or "I need to heat the apple first ... so I will use the microwave to heat
+    the apple." before ``put apple 1 in/on fridge 1`` (:func:`_plans`)."""
     for m in mentions:
         if m.past or m.concept not in ("heat", "cool", "clean") or (current and current.concept == m.concept):
             continue
-        if _intent(tokens, m.pos) and any(e.concept == m.concept for e in earlier):
+        if (_intent(tokens, m.pos) or _plans(tokens, m.pos)) and any(e.concept == m.concept for e in earlier):
             return f"plans '{' '.join(tokens[m.pos - 2:m.pos + 3])}', which an earlier action already did"
     return None
 
@@ -234,6 +237,22 @@ def _intent(tokens: list[str], pos: int) -> bool:
     not a recap framed as one ("Now I go ...": :func:`_framed_as_recap`)."""
     back = tokens[max(0, pos - 2):pos]
     return (back[-1:] == ["i"] or back in (["i", "ll"], ["i", "will"])) and not _framed_as_recap(tokens, pos)
+
+
+#: Words right after "I" that make a later "to <verb>" of the same sentence the agent's plan:
+#: "I need to heat", "I will use the microwave to heat". "I was asked to heat" is not one.
+_PLANNING = frozenset({"will", "ll", "need", "should", "must", "use", "have", "am", "m", "can"})
+
+
+def _plans(tokens: list[str], pos: int) -> bool:
+    """Whether the verb at ``pos`` is an infinitive of the agent's plan in its sentence ("I need
+    to heat it", "so I will use the microwave to heat it"), with no negation between."""
+    if pos < 2 or tokens[pos - 1] != "to":
+        return False
+    start = max((q + 1 for q in range(pos) if tokens[q] in _SENTENCE_END), default=0)
+    clause = tokens[start:pos]
+    planned = any(t == "i" and q + 1 < len(clause) and clause[q + 1] in _PLANNING for q, t in enumerate(clause))
+    return planned and not set(clause) & _NEGATION
 
 
 #: "I will look at countertop 3": where a think says the agent looks next.
@@ -279,6 +298,54 @@ def _placed_elsewhere(think: str, traj: Trajectory, i: int) -> str | None:
         place = hit.group(1)
         if place != where and place.split()[0] in act.RECEPTACLES:
             return f"says the agent is at {place}, but it stands at {where}"
+    return None
+
+
+#: "The cabinet is closed", "cabinet 2 is now open": a think's claim of a receptacle's state.
+_STATE_CLAIM = re.compile(r"\b([a-z]+)(?:\s+(\d+))?\s+(?:is|are)\s+(?:now\s+|still\s+|already\s+)?(open|closed)\b")
+#: "The cabinet 2 is closed.": the game's words for a receptacle's state.
+_GAME_STATE = re.compile(r"\b([a-z]+ \d+) is (open|closed)\b")
+#: Words before a state that make it a condition, not a claim: "make sure the fridge is open".
+_CONDITION = frozenset({"sure", "if", "whether", "check", "ensure", "until", "unless", "see"})
+#: "A spraybottle is here in cabinet 2": an object seen in (or on) the receptacle.
+_SEEN_IN = re.compile(r"\b(?:is|are)\s+(?:right\s+)?here\s+(?:on|in|inside)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
+
+
+def _state_unseen(think: str, traj: Trajectory, i: int, action: str) -> str | None:
+    """Why an ALFWorld think tells a state of its action's receptacle that the agent cannot have
+    seen before acting, else ``None`` (the 1.5B teacher, one step early and one step late):
+
+    * before ``go to X``, X "is closed" or "is open" while no observation so far (``1..i``) gave
+      X's state and the one the agent stands in shows no receptacle of X's kind in that state
+      ("The cabinet is closed, so I will open it." for ``go to cabinet 2``, after "On the cabinet
+      1, you see a cloth 1");
+    * before ``open X`` or ``close X``, X "is (now) open" (or closed), the state this action makes,
+      while the observation before it says the opposite ("The cabinet is now open. I look inside
+      for the spraybottle." for ``open cabinet 2`` after "The cabinet 2 is closed."), or an object
+      "is here in X" while X is closed.
+    """
+    current = act.command_mention(action)
+    target = sorted(entities(act.join_names(action)))
+    if current is None or current.concept not in ("go", "open", "close") or not target:
+        return None
+    place = target[-1]
+    kind, number = place.rsplit(" ", 1)
+    low = " ".join(act.join_names(think).split())
+    now = dict(_GAME_STATE.findall((traj.steps[i].observation or "").lower()))
+    claims = [(h.group(2) or "", h.group(3)) for h in _STATE_CLAIM.finditer(low) if h.group(1) == kind
+              and (h.group(2) or "") in ("", number) and not set(low[:h.start()].split()[-4:]) & _CONDITION]
+    if current.concept == "go":
+        known = {m for s in traj.steps[1:i + 1] for m in _GAME_STATE.findall((s.observation or "").lower())}
+        for _, state in claims:
+            if (place, state) not in known and not any(p.startswith(kind + " ") and v == state for p, v in now.items()):
+                return f"says the {kind} is {state} before the agent arrives at {place}"
+        return None
+    result = "open" if current.concept == "open" else "closed"
+    if now.get(place) == ("closed" if result == "open" else "open"):
+        if any(state == result for _, state in claims):
+            return f"says {place} is {result}, the state this step's action makes"
+        if result == "open" and place in _SEEN_IN.findall(low):
+            return f"says what is in {place}, which is closed before this step's action"
     return None
 
 

@@ -107,6 +107,11 @@ MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
     "sort": r"\bsort(?:s|ed|ing)?\s+(?:the\s+)?(?:results|products|items|list|listings|by)\b"
             r"|\b(?:adjust|change|use|apply|set)(?:s|es|ing|ed)?\s+(?:the\s+)?sort(?:ing)?\b"
             r"|\bsort(?:ing)?\s+(?:options?|order|menu|buttons?)\b",
+    # "select a price constraint that matches the budget" (the 1.5B teacher): a price is read off
+    # the results, never clicked; "price lower than 40" in the query, or "set a price constraint"
+    # there, is a constraint, not a control
+    "price control": r"\b(?:select|choose|click|pick|toggle)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|your\s+)?(?:\w+\s+)?"
+                     r"price\s+(?:constraints?|ranges?|limits?|options?|brackets?|bands?|buttons?|levels?|caps?)\b",
     "slider": r"\bsliders?\b",
     "checkbox": r"\bcheck[- ]?box(?:es)?\b|\bradio\s+buttons?\b",
     "cart": r"\b(?:shopping\s+)?cart\b",

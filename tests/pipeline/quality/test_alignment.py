@@ -271,3 +271,40 @@ def test_a_think_one_step_late():
             5: "Now I find a pen (2). Next, I need to take it.",
             6: "Now I take a pen (2). Next, I need to find a desklamp, starting with dresser 1."}
     assert {i: alignment.misaligned(t, pen, i, acts[i]) for i, t in fine.items()} == {i: None for i in fine}
+
+
+def test_a_state_the_agent_has_not_seen_yet():
+    """The 1.5B teacher's thinks in the shipped spraybottle episode: one step early (the cabinet
+    "is closed" before the agent reaches it) and one step late (it "is now open" before the open);
+    the thinks that read the observation before them pass."""
+    acts = ["go to cabinet 1", "go to cabinet 2", "open cabinet 2", "take spraybottle 2 from cabinet 2"]
+    seen = ["You are in the middle of a room.", "On the cabinet 1, you see a cloth 1, a soapbar 1.",
+            "The cabinet 2 is closed.", "You open the cabinet 2. The cabinet 2 is open. In it, you see a spraybottle 2.",
+            "You pick up the spraybottle 2 from the cabinet 2."]
+    spray = Trajectory("t", "alfworld", "e", "put some spraybottle on toilet.", "pick_and_place", "success", 1.0,
+                       [Step(i, ([None] + acts)[i], o) for i, o in enumerate(seen)], "u", "f", 0)
+    early = "I need to find the spraybottle on the cabinet. The cabinet is closed, so I will open it."
+    assert alignment.misaligned(early, spray, 1, acts[1]) == "says the cabinet is closed before the agent arrives at cabinet 2"
+    late = "The cabinet is now open. I look inside for the spraybottle."
+    assert alignment.misaligned(late, spray, 2, acts[2]) == "says cabinet 2 is open, the state this step's action makes"
+    peek = "The spraybottle 1 is here on cabinet 2. I open the cabinet 2 to see if it contains any other items."
+    assert alignment.misaligned(peek, spray, 2, acts[2]) == "says what is in cabinet 2, which is closed before this step's action"
+    assert think_reasons(early, spray, 1) == ["think_misaligned"]
+    fine = {1: "Cabinet 1 holds no spraybottle. I go to cabinet 2 and make sure the cabinet is open before I look.",
+            2: "The cabinet 2 is closed. I open it to look for the spraybottle.",
+            3: "The cabinet 2 is open and the spraybottle 2 is here in cabinet 2. I take it."}
+    assert {i: alignment.misaligned(t, spray, i, acts[i]) for i, t in fine.items()} == {i: None for i in fine}
+
+
+def test_a_transform_planned_again_as_a_purpose():
+    """"I need to heat the apple first ... so I will use the microwave to heat the apple." before
+    the final put, after the heat was done (the 1.5B teacher); a recap of the heat passes."""
+    acts = ["go to diningtable 1", "take apple 1 from diningtable 1", "go to microwave 1", "heat apple 1 with microwave 1",
+            "go to fridge 1", "put apple 1 in/on fridge 1"]
+    apple = trajectory("put a hot apple in fridge.", acts, "heat")
+    again = ("I need to heat the apple first before putting it in the fridge. Apples are usually heated in the "
+             "microwave, so I will use the microwave to heat the apple.")
+    assert alignment.misaligned(again, apple, 5, acts[5]).startswith("plans 'need to heat the apple', which an earlier")
+    for fine in ("The apple is hot now. I was asked to heat it, so I put it in the fridge as the task says.",
+                 "I don't need to heat it again; I put the hot apple in the fridge."):
+        assert alignment.misaligned(fine, apple, 5, acts[5]) is None, fine

@@ -72,7 +72,7 @@ def test_a_webshop_control_that_does_not_exist():
     price = teacher_item("webshop", "Filter by Price")["principle"]
     assert price == ("After searching for products, select the price range from the drop-down menu to narrow down "
                      "your results.")
-    assert gamefacts.missing_controls(price) == ["drop-down", "menu"]
+    assert gamefacts.missing_controls(price) == ["drop-down", "menu", "price control"]
     [v] = gamefacts.control_violations("skills[1].principle", price)
     assert v.reason == "missing_control" and v.detail.endswith(
         "search[...] and click[...] on a product id, an option or Search, Back to Search, < Prev, Next >, "
@@ -85,9 +85,14 @@ def test_a_webshop_control_that_does_not_exist():
     # a price filter stays one when the same clause also names an option (the teacher's bank, run of the sample)
     assert gamefacts.missing_controls(
         "On a product page, click on the price range filter to select the desired price range, then click on the "
-        "size filter to select the desired size.") == ["filter"]
+        "size filter to select the desired size.") == ["filter", "price control"]
     assert gamefacts.missing_controls("On a product page, click the filter button to select the desired price range "
-                                      "and size constraints before clicking Buy Now.") == ["filter"]
+                                      "and size constraints before clicking Buy Now.") == ["filter", "price control"]
+    # a price to click, wherever it is (the teacher's bank, run of the sample); a price in the query is no control
+    assert gamefacts.missing_controls("Before clicking 'Buy Now', select a price constraint that matches the budget "
+                                      "you have.") == ["price control"]
+    assert gamefacts.missing_controls("Specify a price range in your search query. After adding attributes, set a "
+                                      "price constraint.") == []
     # text pages show no picture (same bank); "titles and thumbnails" as a list to read passes (SkillRL's bank)
     assert gamefacts.missing_controls("On a product page, look at the product image to determine if it meets the "
                                       "natural looking requirement.") == ["image"]
