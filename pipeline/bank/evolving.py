@@ -123,23 +123,23 @@ def update_request(bank: SkillBank, category: str, rate: float, threshold: float
     ``rate``/``threshold``: the category's success rate and the target (fractions);
     ``failures``: the failed episodes as text; ``max_new``: skills the answer may hold. The
     answer is checked against :func:`answer_schema` and rejected (then repaired by the client)
-    when a title repeats one of the bank or of the answer, or when every skill breaks a content
-    rule of the skills stage (:func:`item_judge`); the failed call is then quarantined with that
-    reason. :func:`apply_updates` drops the skills of an accepted answer that break a rule."""
+    when no skill of it is new and sound: every one repeats a title of the bank or of the answer
+    before it (:func:`repeated_titles`), or breaks a content rule of the skills stage
+    (:func:`item_judge`); the failed call is then quarantined with that reason.
+    :func:`apply_updates` drops the skills of an accepted answer that repeat a title or break a
+    rule, and keeps the rest (the 1.5B teacher answered three skills, one of them a bank title)."""
     titles = sorted({(r.get("title") or r.get("description") or "").strip() for r in bank.rows} - {""})
-    existing = {t.lower() for t in titles}
     judge = item_judge(category, qcfg, bank.env)
 
     def check(value: list[dict]) -> str | None:
-        seen = set()
-        for s in value:
-            key = s["title"].strip().lower()
-            if key in existing or key in seen:
-                return f"the title {s['title']!r} already exists: write a different skill"
-            seen.add(key)
+        repeats = repeated_titles(bank, value)
         per_item = judge.judge(value)
-        if value and all(blocking(v, quality.Tally(judge.qcfg.flag_rules)) for v in per_item):
-            return per_item[0][0].message()
+        bad = [repeats[i] is not None or blocking(v, quality.Tally(judge.qcfg.flag_rules)) is not None
+               for i, v in enumerate(per_item)]
+        if value and all(bad):
+            first = value[0]["title"]
+            return f"the title {first!r} already exists: write a different skill" if repeats[0] is not None \
+                else per_item[0][0].message()
         return None
 
     user = TEMPLATE.render("user", env=bank.env, category=category, rate=rate, threshold=threshold,
@@ -147,6 +147,18 @@ def update_request(bank: SkillBank, category: str, rate: float, threshold: float
                            max_new=max_new)
     return JSONRequest(key=category, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
                        schema=answer_schema(max_new), schema_name="skills", check=check)
+
+
+def repeated_titles(bank: SkillBank, answer: list[dict]) -> list[str | None]:
+    """Per skill of ``answer``: the title it repeats (case-insensitive) of a bank row (title or
+    mistake description) or of a skill before it in the answer, else ``None``."""
+    seen = {(r.get("title") or r.get("description") or "").strip().lower() for r in bank.rows} - {""}
+    out = []
+    for s in answer:
+        key = (s.get("title") or "").strip().lower()
+        out.append(s.get("title") if key in seen else None)
+        seen.add(key)
+    return out
 
 
 def insert_skills(bank: SkillBank, category: str, new_rows: list[dict], cap: int
@@ -207,14 +219,17 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
         answer = res.value[:max_new]
         judge = item_judge(c, qcfg, bank.env)
         kept = []
-        for s, verdict in zip(answer, judge.judge(answer)):
+        for s, verdict, repeat in zip(answer, judge.judge(answer), repeated_titles(new, answer)):
             bad = blocking(verdict, quality.Tally(judge.qcfg.flag_rules))
-            if bad is None:
+            if repeat is None and bad is None:
                 kept.append(s)
-            else:  # the rest of the answer is still used; this skill is kept aside with its rule
-                out.quarantine.append({"stage": "skill_evolution", "reason": bad.reason, "detail": f"skill update "
-                                       f"for category {c} at step {step}: {bad.message()}", "item_id": c,
-                                       "raw": json.dumps(s, ensure_ascii=False)})
+                continue
+            # the rest of the answer is still used; this skill is kept aside with its reason
+            reason, why = ("duplicate_title", f"the title {repeat!r} already exists") if repeat is not None \
+                else (bad.reason, bad.message())
+            out.quarantine.append({"stage": "skill_evolution", "reason": reason, "detail": f"skill update "
+                                   f"for category {c} at step {step}: {why}", "item_id": c,
+                                   "raw": json.dumps(s, ensure_ascii=False)})
         rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=model, prompt_sha=PROMPT_SHA,
                                    env=bank.env) for s in kept]
         rows = [r for r in rows if r["skill_id"] not in {x["skill_id"] for x in new.rows}]

@@ -159,6 +159,8 @@ class LLMClient:
         embedded = not cfg.model or is_embedded_alias(cfg.model)
         if embedded and cfg.concurrency > EMBEDDED_SLOTS:
             cfg = self.cfg = dataclasses.replace(cfg, concurrency=EMBEDDED_SLOTS)  # a second request only queues
+        if cfg.max_repairs < 0:  # auto: a greedy small model mostly repeats its mistake (LLMConfig.max_repairs)
+            cfg = self.cfg = dataclasses.replace(cfg, max_repairs=0 if embedded and cfg.temperature == 0 else 1)
         self.model = cfg.model or embedded_alias("")
         if model_id is None:
             from pipeline.llm.server import embedded_model_id

@@ -85,3 +85,22 @@ def test_an_evolved_skill_meets_the_rules_of_its_env_and_the_games_order():
     assert req.check([price]).startswith("missing_control: skills[0].principle tells the agent to use drop-down, menu")
     # the same words in a TextWorld bank name no WebShop page
     assert update_request(SkillBank(list(STATIC)), "cooking", 0.0, 0.4, "- Task: cook", 1).check([price]) is None
+
+
+def test_a_repeated_title_drops_that_skill_and_keeps_the_rest():
+    """The updater's answer is judged skill by skill: a bank title copied (or one repeated inside
+    the answer) is quarantined as ``duplicate_title``; the new skills beside it are added. Only an
+    answer with nothing new is sent back for repair."""
+    bank = SkillBank(list(STATIC))
+    copied = {"title": "Read Recipe", "principle": "Read the recipe before you cook.", "when_to_apply": "Cooking."}
+    fresh = {"title": "Taste Food", "principle": "Taste the dish before serving it.", "when_to_apply": "Cooking."}
+    req = update_request(bank, "cooking", 0.25, 0.4, "- Task: cook", 3)
+    assert req.check([copied, fresh]) is None
+    assert req.check([copied, dict(copied, title="LOOPING.")]) == \
+        "the title 'Read Recipe' already exists: write a different skill"
+    up = apply_updates(bank, [JSONResult("cooking", True, [copied, fresh, dict(fresh, principle="Taste it twice.")])],
+                       {"cooking": ["traj-1"]}, "m", max_new=3, cap=6, step=2)
+    assert [r["title"] for r in up.bank.rows if r["skill_id"] in up.added] == ["Taste Food"]
+    assert [(q["reason"], json.loads(q["raw"])["title"]) for q in up.quarantine] == \
+        [("duplicate_title", "Read Recipe"), ("duplicate_title", "Taste Food")]
+    assert "at step 2: the title 'Read Recipe' already exists" in up.quarantine[0]["detail"]

@@ -292,3 +292,15 @@ def test_the_embedded_model_gets_no_more_requests_at_once_than_its_slots():
     remote = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model="gpt-4o-mini", concurrency=4,
                                  api_key_env=""), cache_path=None)
     assert not remote.embedded and remote.cfg.concurrency == 4
+
+
+def test_repairs_default_to_none_for_the_greedy_embedded_model_and_one_elsewhere():
+    """``llm.max_repairs: -1`` (the default) resolves per endpoint: the embedded model at
+    temperature 0 gets no repair round, a sampled or hosted model one; a set value stays."""
+    def repairs(**kw):
+        return LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", api_key_env="", **kw), cache_path=None).cfg.max_repairs
+    assert LLMConfig().max_repairs == -1
+    assert repairs(model="") == 0
+    assert repairs(model="", temperature=0.7) == 1
+    assert repairs(model="gpt-4o-mini") == 1
+    assert repairs(model="", max_repairs=2) == 2
