@@ -10,7 +10,8 @@ the answer and applies it. Differences from the reference implementation:
   to the low category (the reference used any rate and all failures, labelled by a classifier);
 * the answer goes through ``pipeline.llm``'s client contract: JSON Schema
   (``schemas/skills.schema.json``, ``maxItems`` narrowed to ``max_new_skills``) plus a check that
-  rejects titles already in the bank, with bounded repair; a failed call changes nothing and is
+  rejects an answer with no new, sound skill, with bounded repair (a skill that repeats a bank
+  title or breaks a content rule is dropped alone, with its reason); a failed call changes nothing and is
   recorded: ``record["quarantine"]`` holds one ``records.QuarantineRow`` (as a dict, with the raw
   answer) per failed call, written to ``grpo_log.jsonl`` with the validation entry (no
   bracket-span parsing, no silent drop); the next validation asks again while the category stays low;
