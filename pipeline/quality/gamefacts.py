@@ -342,8 +342,8 @@ def false_facts(text: str) -> list[str]:
     the microwave")."""
     low = (text or "").lower()
     found = [f"a lamp kept in {m.group(1)}" for m in _LAMP_STORED.finditer(low)]
-    tokens = act.tokenize(act.join_names(low))
-    for m in act.text_mentions(act.join_names(low)):
+    tokens = act.tokenize(low)  # tokenize and text_mentions join two-word names themselves
+    for m in act.text_mentions(low):
         # the thing acted on right after the verb: "heat the fridge", "use the toilet"
         nxt = next((t for t in tokens[m.pos + 1:m.pos + 3] if t not in _ARTICLES), "")
         thing = act.singular(nxt)
