@@ -129,8 +129,12 @@ class ItemJudge:
                     out += gamefacts.control_violations(f"{name}.{f}", value)
                 elif self.env == "alfworld":
                     out += gamefacts.fixed_violations(f"{name}.{f}", value)
-                    out += gamefacts.false_fact_violations(f"{name}.{f}", value)
-                    out += gamefacts.instance_violations(f"{name}.{f}", value)
+        if self.env == "alfworld":
+            # every field: "Heat Fridge" as a title, "instructed to heat the stoveburner" as a condition
+            for f in self.fields:
+                value = str(item.get(f) or "")
+                out += gamefacts.false_fact_violations(f"{name}.{f}", value)
+                out += gamefacts.instance_violations(f"{name}.{f}", value)
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))

@@ -131,12 +131,13 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
     if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
-                                   or _state_unseen(think, traj, i, action)):
+                                   or _state_unseen(think, traj, i, action)
+                                   or _looks_instead(think, act.text_mentions(think, nouns), current, action)):
         return elsewhere
     mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and (_searches_instead(think, action)
                                        or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
-                                       or _selects_before_buying(think, action))) or \
+                                       or _selects_before_buying(think, action) or _buys_nothing(think, action))) or \
         _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
@@ -188,6 +189,24 @@ def _clicks_previous(think: str, action: str, previous: str) -> str | None:
 
 _SELECT_BEFORE_BUY = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to|\s+should)?\s+(?:select|choose|pick)\b"
                                 r"[^.;!?]{0,80}?\bbefore\s+(?:buying|i\s+buy|clicking|purchasing|the\s+purchase)\b")
+
+
+_BUY_WORDS = re.compile(r"\b(?:buy|buys|buying|bought|purchase[sd]?|purchasing|order|checkout)\b")
+_OTHER_CLICK = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to|\s+should|\s+can)?\s+"
+                          r"(?:select|choose|pick|click|open|view|check|look)\b")
+
+
+def _buys_nothing(think: str, action: str) -> str | None:
+    """Why a WebShop think for ``click[Buy Now]`` tells another click and never the purchase,
+    else ``None``: "The first result is a Cosycost USB Microphone ... I open it to see more
+    details." (the product click before it), "I select the '8.5 ounce' option ..." (the option
+    click before it; the 1.5B teacher, one step late)."""
+    if (action or "").strip().lower() != "click[buy now]":
+        return None
+    low = " ".join((think or "").lower().split())
+    hit = None if _BUY_WORDS.search(low) else _OTHER_CLICK.search(low)
+    return (f"says the agent will now '{hit.group(0)}' and never that it buys, but this step's action is "
+            f"{action!r}") if hit else None
 
 
 def _selects_before_buying(think: str, action: str) -> str | None:
@@ -258,6 +277,17 @@ def _plans(tokens: list[str], pos: int) -> bool:
 #: "I will look at countertop 3": where a think says the agent looks next.
 _LOOK_AT = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
                       r"(?:look\s+(?:at|in|inside|on)|check|search|explore)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
+
+
+def _looks_instead(think: str, mentions: list[act.Mention], current: act.Mention | None, action: str) -> str | None:
+    """Why an ALFWorld think for a ``take`` or ``put`` says only that the agent will look at a
+    place, else ``None``: "Spraybottles are usually in toilets, so I will look at toilet 1." for
+    ``put spraybottle 2 in/on toilet 1`` (the 1.5B teacher: the search of an earlier step, with
+    the object already in hand)."""
+    if current is None or current.concept not in ("take", "put") or any(m.concept == current.concept for m in mentions):
+        return None
+    hit = _LOOK_AT.search(" ".join(act.join_names(think).split()))
+    return f"says the agent will look at {hit.group(1)}, but this step's action is {action!r}" if hit else None
 
 
 def _looks_elsewhere(think: str, own: set[str]) -> str | None:

@@ -111,7 +111,10 @@ MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
     # the results, never clicked; "price lower than 40" in the query, or "set a price constraint"
     # there, is a constraint, not a control
     "price control": r"\b(?:select|choose|click|pick|toggle)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|your\s+)?(?:\w+\s+)?"
-                     r"price\s+(?:constraints?|ranges?|limits?|options?|brackets?|bands?|buttons?|levels?|caps?)\b",
+                     r"price\s+(?:constraints?|ranges?|limits?|options?|brackets?|bands?|buttons?|levels?|caps?)\b"
+                     # "select the size that matches the budget": an option clicked as if it set the price
+                     r"|\b(?:sizes?|colou?rs?|options?|styles?)\s+that\s+(?:match(?:es)?|fits?|suits?|(?:is|are)\s+within)"
+                     r"\s+(?:the\s+|your\s+|my\s+)?(?:budget|price)",
     "slider": r"\bsliders?\b",
     "checkbox": r"\bcheck[- ]?box(?:es)?\b|\bradio\s+buttons?\b",
     "cart": r"\b(?:shopping\s+)?cart\b",

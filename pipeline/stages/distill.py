@@ -347,7 +347,7 @@ class DistillStage(LLMStage):
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
     # action first; 9: false_game_fact, a place the agent does not stand, a go to another drawer of the same
     # kind, the game's text quoted, a WebShop option selected "before buying"; 10: a receptacle's state not yet
-    # seen, a transform planned again as a purpose
+    # seen, a transform planned again as a purpose, a WebShop buy told as another click, a put told as a look
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -375,7 +375,8 @@ class SkillsStage(LLMStage):
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
     # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
     # not_portable; a heat at the dining table; a when-to-apply that tells an episode; 7: false_game_fact, an
-    # appliance reached by "take it to"; 8: a price selected as if a control
+    # appliance reached by "take it to"; 8: a price selected as if a control (or an option picked by budget),
+    # false_game_fact and instance_number in every field ("Heat Fridge" as a title)
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

@@ -104,3 +104,22 @@ def test_a_repeated_title_drops_that_skill_and_keeps_the_rest():
     assert [(q["reason"], json.loads(q["raw"])["title"]) for q in up.quarantine] == \
         [("duplicate_title", "Read Recipe"), ("duplicate_title", "Taste Food")]
     assert "at step 2: the title 'Read Recipe' already exists" in up.quarantine[0]["detail"]
+
+
+def test_a_receptacle_to_heat_is_caught_in_the_title_and_the_condition():
+    """The teacher's "Heat Fridge" and "Heat Stoveburner" told a receptacle to be heated in the
+    title and the when-to-apply only (the principle said "heat it"): every field of an ALFWorld
+    item is read for ``false_game_fact``; "Heat Mug" beside them passes."""
+    from pipeline.bank.evolving import item_judge
+    judge = item_judge("heat", env="alfworld")
+    fridge = {"title": "Heat Fridge", "principle": "When the observation says the fridge must be heated, heat it in "
+              "the microwave.", "when_to_apply": "When the agent is instructed to heat the fridge."}
+    mug = dict(fridge, title="Heat Mug", principle=fridge["principle"].replace("fridge", "mug"),
+               when_to_apply="When the task says to heat the mug.")
+    burner = dict(mug, title="Warm Food Quickly", when_to_apply="When the agent is instructed to heat the stoveburner.")
+    verdicts = judge.judge([fridge, mug, burner])
+    assert sorted({v.detail.split(" ", 1)[0] for v in verdicts[0] if v.reason == "false_game_fact"}) == \
+        ["skills[0].title", "skills[0].when_to_apply"]
+    assert [v.reason for v in verdicts[1]] == []
+    assert [v.detail.split(" ", 1)[0] for v in verdicts[2] if v.reason == "false_game_fact"] == \
+        ["skills[2].when_to_apply"]

@@ -68,6 +68,13 @@ def test_a_webshop_think_that_selects_an_option_before_buying():
     assert alignment.misaligned("Every option I need is selected and the price is under 50 dollars, so I buy it now.",
                                 mic, 2, "click[Buy Now]") is None
     assert alignment.misaligned("I select the black color before buying.", mic, 1, "click[black]") is None
+    # the click before told as this one, with no word of buying (the same teacher, same episode and the cream's)
+    assert alignment.misaligned("The first result is a Cosycost USB Microphone, which matches my requirements. I open "
+                                "it to see more details.", mic, 2, "click[Buy Now]") == (
+        "says the agent will now 'i open' and never that it buys, but this step's action is 'click[Buy Now]'")
+    assert alignment.misaligned("I select the '8.5 ounce' option from the product details page because it matches my "
+                                "requirement.", mic, 2, "click[Buy Now]").startswith("says the agent will now 'i select'")
+    assert alignment.misaligned("I checked the features; it matches, so I click Buy Now.", mic, 2, "click[Buy Now]") is None
 
 
 def test_a_think_that_goes_or_looks_elsewhere():
@@ -308,3 +315,15 @@ def test_a_transform_planned_again_as_a_purpose():
     for fine in ("The apple is hot now. I was asked to heat it, so I put it in the fridge as the task says.",
                  "I don't need to heat it again; I put the hot apple in the fridge."):
         assert alignment.misaligned(fine, apple, 5, acts[5]) is None, fine
+
+
+def test_a_put_explained_as_a_look():
+    """``put spraybottle 2 in/on toilet 1`` got "... so I will look at toilet 1." (the 1.5B
+    teacher, the search of an earlier step); a put that also looks passes."""
+    acts = ["go to cabinet 2", "take spraybottle 2 from cabinet 2", "go to toilet 1", "put spraybottle 2 in/on toilet 1"]
+    spray = trajectory("put some spraybottle on toilet.", acts)
+    look = "The goal asks for a spraybottle on the toilet. Spraybottles are usually in toilets, so I will look at toilet 1."
+    assert alignment.misaligned(look, spray, 3, acts[3]) == (
+        "says the agent will look at toilet 1, but this step's action is 'put spraybottle 2 in/on toilet 1'")
+    assert alignment.misaligned("I will check toilet 1 once more and put the spraybottle there.", spray, 3, acts[3]) is None
+    assert alignment.misaligned("Cabinets hold spraybottles, so I will look at cabinet 2.", spray, 0, acts[0]) is None

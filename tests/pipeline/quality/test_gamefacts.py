@@ -91,6 +91,9 @@ def test_a_webshop_control_that_does_not_exist():
     # a price to click, wherever it is (the teacher's bank, run of the sample); a price in the query is no control
     assert gamefacts.missing_controls("Before clicking 'Buy Now', select a price constraint that matches the budget "
                                       "you have.") == ["price control"]
+    assert gamefacts.missing_controls("Before clicking 'Buy Now', select the size that matches the budget you "
+                                      "have.") == ["price control"]
+    assert gamefacts.missing_controls("Select the size that matches the task, then check the price.") == []
     assert gamefacts.missing_controls("Specify a price range in your search query. After adding attributes, set a "
                                       "price constraint.") == []
     # text pages show no picture (same bank); "titles and thumbnails" as a list to read passes (SkillRL's bank)
