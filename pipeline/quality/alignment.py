@@ -279,15 +279,20 @@ _LOOK_AT = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\
                       r"(?:look\s+(?:at|in|inside|on)|check|search|explore)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
 
 
+#: "I will look at the cabinet", "I need to search": a search the agent says it makes next.
+_LOOK_ANY = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
+                       r"((?:look\s+(?:at|in|inside|on|for)|check|search|explore)(?:\s+the)?(?:\s+[a-z]+(?:\s+\d+)?)?)")
+
+
 def _looks_instead(think: str, mentions: list[act.Mention], current: act.Mention | None, action: str) -> str | None:
     """Why an ALFWorld think for a ``take`` or ``put`` says only that the agent will look at a
     place, else ``None``: "Spraybottles are usually in toilets, so I will look at toilet 1." for
-    ``put spraybottle 2 in/on toilet 1`` (the 1.5B teacher: the search of an earlier step, with
-    the object already in hand)."""
+    ``put spraybottle 2 in/on toilet 1``, and its retry "I will look at the cabinet where the
+    toilet is located." (the 1.5B teacher: the search of an earlier step, with the object in hand)."""
     if current is None or current.concept not in ("take", "put") or any(m.concept == current.concept for m in mentions):
         return None
-    hit = _LOOK_AT.search(" ".join(act.join_names(think).split()))
-    return f"says the agent will look at {hit.group(1)}, but this step's action is {action!r}" if hit else None
+    hit = _LOOK_ANY.search(" ".join(act.join_names(think).split()))
+    return f"says the agent will {hit.group(1)}, but this step's action is {action!r}" if hit else None
 
 
 def _looks_elsewhere(think: str, own: set[str]) -> str | None:

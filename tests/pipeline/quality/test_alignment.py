@@ -325,5 +325,7 @@ def test_a_put_explained_as_a_look():
     look = "The goal asks for a spraybottle on the toilet. Spraybottles are usually in toilets, so I will look at toilet 1."
     assert alignment.misaligned(look, spray, 3, acts[3]) == (
         "says the agent will look at toilet 1, but this step's action is 'put spraybottle 2 in/on toilet 1'")
+    assert alignment.misaligned("I need to find the spraybottle on the toilet. I will look at the cabinet where the "
+                                "toilet is located.", spray, 3, acts[3]).startswith("says the agent will look at the cabinet,")
     assert alignment.misaligned("I will check toilet 1 once more and put the spraybottle there.", spray, 3, acts[3]) is None
     assert alignment.misaligned("Cabinets hold spraybottles, so I will look at cabinet 2.", spray, 0, acts[0]) is None
