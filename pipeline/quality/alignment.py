@@ -130,11 +130,11 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) \
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
+    mentions = act.text_mentions(think, nouns)
     if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
                                    or _state_unseen(think, traj, i, action)
-                                   or _looks_instead(think, act.text_mentions(think, nouns), current, action)):
+                                   or _looks_instead(think, mentions, current, action)):
         return elsewhere
-    mentions = act.text_mentions(think, nouns)
     return (traj.env == "webshop" and (_searches_instead(think, action)
                                        or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
                                        or _selects_before_buying(think, action) or _buys_nothing(think, action))) or \
@@ -274,14 +274,13 @@ def _plans(tokens: list[str], pos: int) -> bool:
     return planned and not set(clause) & _NEGATION
 
 
+#: "I", "I'll", "I need to" ... before a verb: the agent's own next move.
+_I_WILL = r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
 #: "I will look at countertop 3": where a think says the agent looks next.
-_LOOK_AT = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
-                      r"(?:look\s+(?:at|in|inside|on)|check|search|explore)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
-
-
+_LOOK_AT = re.compile(_I_WILL + r"(?:look\s+(?:at|in|inside|on)|check|search|explore)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
 #: "I will look at the cabinet", "I need to search": a search the agent says it makes next.
-_LOOK_ANY = re.compile(r"\bi(?:'ll|\s+will|\s+should|\s+can|\s+need\s+to|\s+want\s+to)?\s+"
-                       r"((?:look\s+(?:at|in|inside|on|for)|check|search|explore)(?:\s+the)?(?:\s+[a-z]+(?:\s+\d+)?)?)")
+_LOOK_ANY = re.compile(_I_WILL + r"((?:look\s+(?:at|in|inside|on|for)|check|search|explore)(?:\s+the)?"
+                       r"(?:\s+[a-z]+(?:\s+\d+)?)?)")
 
 
 def _looks_instead(think: str, mentions: list[act.Mention], current: act.Mention | None, action: str) -> str | None:
@@ -367,17 +366,17 @@ def _state_unseen(think: str, traj: Trajectory, i: int, action: str) -> str | No
     kind, number = place.rsplit(" ", 1)
     low = " ".join(act.join_names(think).split())
     now = dict(_GAME_STATE.findall((traj.steps[i].observation or "").lower()))
-    claims = [(h.group(2) or "", h.group(3)) for h in _STATE_CLAIM.finditer(low) if h.group(1) == kind
+    claims = [h.group(3) for h in _STATE_CLAIM.finditer(low) if h.group(1) == kind
               and (h.group(2) or "") in ("", number) and not set(low[:h.start()].split()[-4:]) & _CONDITION]
     if current.concept == "go":
         known = {m for s in traj.steps[1:i + 1] for m in _GAME_STATE.findall((s.observation or "").lower())}
-        for _, state in claims:
+        for state in claims:
             if (place, state) not in known and not any(p.startswith(kind + " ") and v == state for p, v in now.items()):
                 return f"says the {kind} is {state} before the agent arrives at {place}"
         return None
     result = "open" if current.concept == "open" else "closed"
     if now.get(place) == ("closed" if result == "open" else "open"):
-        if any(state == result for _, state in claims):
+        if result in claims:
             return f"says {place} is {result}, the state this step's action makes"
         if result == "open" and place in _SEEN_IN.findall(low):
             return f"says what is in {place}, which is closed before this step's action"
