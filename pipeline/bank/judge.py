@@ -14,7 +14,10 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
 * ``echo_prompt`` / ``not_actionable`` (:mod:`pipeline.quality.echo`), including a principle or
   fix that only replays a recorded action;
 * ``restated_action`` (skills), ``contradicts_success`` (skills: order and tool; mistakes: the
-  fix's order), ``duplicate_mistake`` (mistakes; :mod:`pipeline.quality.bankrules`);
+  fix's order), ``duplicate_mistake`` (mistakes) and ``episode_specific`` (ALFWorld mistakes;
+  :mod:`pipeline.quality.bankrules`);
+* ``not_actionable`` and ``vague_instruction`` (a principle or fix that states a fact, or stops
+  at a placeholder such as "the correct location": :mod:`pipeline.quality.vague`);
 * ``self_target`` (a principle or fix), ``missing_control`` (WebShop: a principle or fix),
   ``not_portable`` (ALFWorld: a principle or fix),
   ``feeling_reason`` (principle, when-to-apply, fix), ``wrong_category`` (an ALFWorld
@@ -30,7 +33,7 @@ from pipeline import quality
 from pipeline.bank import rows as skillbank
 from pipeline.core.config import QualityConfig
 from pipeline.core.records import Trajectory
-from pipeline.quality import Violation, bankrules, echo, gamefacts, text, topic
+from pipeline.quality import Violation, bankrules, echo, gamefacts, text, topic, vague
 from pipeline.quality import actions as act
 
 SKILL_FIELDS = skillbank.SKILL_FIELDS
@@ -105,6 +108,7 @@ class ItemJudge:
 
     def meaning(self, item: dict[str, Any], name: str) -> list[Violation]:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
+        ``not_actionable`` and ``vague_instruction`` (:mod:`pipeline.quality.vague`),
         ``missing_control`` (WebShop), ``not_portable``, ``false_game_fact`` and ``instance_number``
         (ALFWorld), ``feeling_reason``
         and ``narration``
@@ -125,6 +129,7 @@ class ItemJudge:
                 value = str(item.get(f) or "")
                 out += bankrules.order_violations(f"{name}.{f}", value, self.successes, self.category)
                 out += gamefacts.self_target_violations(f"{name}.{f}", value, title, nouns)
+                out += vague.vague_violations(f"{name}.{f}", value)
                 if self.env == "webshop":
                     out += gamefacts.control_violations(f"{name}.{f}", value)
                 elif self.env == "alfworld":
@@ -147,6 +152,9 @@ class ItemJudge:
         earlier one (``duplicate_mistake``) is reported on the later item."""
         per = [self.form(it, f"{self.key}[{i}]") + self.meaning(it, f"{self.key}[{i}]") for i, it in enumerate(items)]
         if self.kind == "mistake":
+            if self.env == "alfworld":
+                for i, it in enumerate(items):
+                    per[i] += bankrules.episode_violations(f"{self.key}[{i}]", it, self.sources)
             for v in bankrules.duplicate_mistakes(self.key, items):
                 j = int(v.detail.split("[", 1)[1].split("]", 1)[0])
                 per[j].append(v)

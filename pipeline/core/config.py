@@ -358,7 +358,8 @@ QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungr
                  "restated_action", "contradicts_success", "duplicate_mistake", "missing_key_step",
                  "think_misaligned", "think_unrelated", "narration", "self_target", "missing_control",
                  "feeling_reason", "wrong_category", "not_portable", "false_comparison",
-                 "false_game_fact", "instance_number")
+                 "false_game_fact", "instance_number", "vague_instruction",
+                 "episode_specific")
 
 
 @dataclass

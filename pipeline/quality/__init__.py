@@ -18,10 +18,12 @@ Modules (one concept each):
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
 * :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
-  ``contradicts_success``, ``duplicate_mistake`` (:mod:`.actions` reads commands and prose alike);
+  ``contradicts_success``, ``duplicate_mistake``, ``episode_specific`` (:mod:`.actions` reads commands and prose alike);
 * :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
   ``missing_control``, ``feeling_reason``, ``wrong_category``, ``not_portable``,
   ``instance_number``; and ``false_game_fact`` (also thinks);
+* :mod:`.vague` - skills and fixes that tell the agent nothing it can do: ``not_actionable`` (a
+  statement), ``vague_instruction``;
 * :mod:`.alignment` - thinks that speak of another step, explain nothing of their own, or narrate:
   ``think_misaligned``, ``think_unrelated``, ``narration``;
 * :mod:`.metrics` - data-quality figures of an exported dataset (not a rule).
@@ -58,7 +60,8 @@ REASONS: dict[str, str] = {
                        "trajectory: no content word of its own, at most one missing) or is a bare "
                        "action-shaped command",
     "echo_prompt": "a skill or mistake field, or a think, is >= 80% words of the prompt template's fixed text",
-    "not_actionable": "a skill title of one word, or a principle or how-to-avoid with < 2 content words",
+    "not_actionable": "a skill title of one word, or a principle or how-to-avoid with < 2 content words or that "
+                      "states a fact instead of an instruction",
     "cut_off": "a field stops at its schema length bound mid-sentence (the grammar cut it)",
     "restated_action": "a skill's principle is one command in other words (one action verb, no order, "
                        "condition or reason)",
@@ -91,10 +94,16 @@ REASONS: dict[str, str] = {
                     "something from its inventory (\"use the desklamp from your inventory\"): the game never allows it",
     "false_comparison": "a think says one price is above (or below) another and the numbers say the opposite "
                         "(\"$32.99, which exceeds ... 50.00 dollars\")",
-    "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container or gives a lamp or "
-                       "appliance a transform it does not do (\"desklamps are usually used to clean pens\")",
+    "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container, has it show contents or "
+                       "help a search, sends the agent to another room, or gives a lamp or appliance a transform it does not do (\"desklamps are "
+                       "usually used to clean pens\")",
     "instance_number": "an ALFWorld skill or fix names a numbered instance (\"the cabinet 3\"), which differs in "
                        "every episode",
+    "vague_instruction": "a skill's principle or a fix stops at a placeholder (\"the correct location\", \"the "
+                         "tool\", \"more information\", \"a specific purpose\", \"realistic\", \"a location where\") instead of naming "
+                         "the thing",
+    "episode_specific": "an ALFWorld common mistake names the goal object and a receptacle of one of its source "
+                        "tasks (\"The book is not moved from shelf to dining table\"): one episode retold",
 }
 
 

@@ -349,3 +349,38 @@ def condition_narration(name: str, when: str) -> list[Violation]:
         return []
     return [Violation("narration", f"{name} tells an episode ('{hit.group(0).lstrip(': ')}') instead of a state the agent can "
                                    "check before acting; say when the skill applies")]
+
+
+#: Words before an example list: objects named after them illustrate a kind ("such as a
+#: butterknife when the goal names a knife") and are not the episode's own.
+_EXAMPLE_LEAD = re.compile(r"\b(?:such\s+as|e\.g\.|for\s+example|for\s+instance|like)\b", re.I)
+
+
+def _episode_things(text: str) -> tuple[set[str], set[str]]:
+    """ALFWorld ``(object kinds, receptacle kinds)`` named in ``text`` before any example list
+    (:data:`_EXAMPLE_LEAD`); appliances and lamps (:data:`pipeline.quality.actions.TRANSFORM_TOOLS`)
+    are tools of a kind of task, not of one episode, and do not count."""
+    head = _EXAMPLE_LEAD.split(text or "", maxsplit=1)[0]
+    tools = {t for v in act.TRANSFORM_TOOLS.values() for t in v}
+    words = {act.singular(w) for w in act.tokenize(head)}
+    return words & act.OBJECTS, (words & act.RECEPTACLES) - tools
+
+
+def episode_violations(name: str, item: dict[str, Any], sources: Sequence[str]) -> list[Violation]:
+    """``episode_specific`` of one ALFWorld common mistake: a description or fix that names the goal
+    object of one of its source tasks together with a place (``sources``: the tasks and
+    descriptions of the memories fed to the call). Seen in the 1.5B teacher's bank of the shipped
+    sample, from "look at book under the desklamp": "The book is not moved from shelf to dining
+    table." / "Look for the book in all the drawers before moving it to the dining table.": one
+    failed episode retold, of no use in another task. SkillRL's 11 ALFWorld mistakes name no
+    object kind; an object named after "such as" illustrates a kind and does not count."""
+    for f in ("description", "how_to_avoid"):
+        objs, recs = _episode_things(str(item.get(f) or ""))
+        if not recs:
+            continue
+        for src in sources:
+            if same := objs & _episode_things(src)[0]:
+                return [Violation("episode_specific", f"{name}.{f} retells one episode (the {', '.join(sorted(same))} "
+                                                      f"of {src[:60]!r}, at {', '.join(sorted(recs))}); name the kind "
+                                                      "of mistake and a fix for any object and place")]
+    return []

@@ -330,6 +330,24 @@ _TRANSFORMS = frozenset({"heat", "cool", "clean"})
 #: stand on desks, dressers and side tables, and the agent cannot put one anywhere.
 _LAMP_STORED = re.compile(r"\b(?:desk\s?|floor\s?)?lamps?\b[^.;!?]{0,40}?\b(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
                           r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)\b", re.I)
+#: A lamp said to show what a receptacle holds, or used to search ("use a desklamp to illuminate
+#: it and observe its contents" "when looking for an object"): the game's lamp only lights the
+#: object the agent holds, to examine it; contents are seen by going to or opening a receptacle.
+_LAMP = r"\b(?:desk\s?|floor\s?)?lamps?\b"
+_LAMP_REVEALS = re.compile(_LAMP + r"[^.;!?]{0,80}?\bcontents\b", re.I)
+_LAMP_SEARCHES = re.compile(
+    r"\b(?:looking\s+for|searching(?:\s+for)?|to\s+find|while\s+search\w*)\s+(?!(?:a\s+|an\s+|the\s+)?"
+    + _LAMP + r")(?:(?!\bthen\b|\band\b)[^.;!?]){0,60}?\buse\s+(?:a\s+|an\s+|the\s+)?" + _LAMP
+    + r"|\buse\s+(?:a\s+|an\s+|the\s+)?" + _LAMP + r"[^.;!?]{0,40}?\bto\s+(?:search|find|look\s+for)\b", re.I)
+#: Rooms: an ALFWorld episode takes place in one room, and ``go to`` reaches its receptacles. A
+#: think or skill that moves the agent to a room ("I will go back to the kitchen to look for it"),
+#: or lists several rooms to search ("Look in the kitchen, living room, bathroom, and other common
+#: areas", the teacher's skill, which its thinks then followed), describes another game. Looking
+#: "around the kitchen" it stands in is right (an ETO thought).
+_ROOM = r"(?:kitchen|living\s?room|bathroom|bedroom|hallway|dining\s?room|garage|office|laundry\s?room)"
+_TO_ROOM = re.compile(r"\b(?:go(?:es|ing)?|went|head(?:s|ing)?|mov(?:e|es|ing)|return(?:s|ing)?|walk(?:s|ing)?)"
+                      r"\s+(?:back\s+)?(?:to|into)\s+(?:the\s+|a\s+|another\s+)?" + _ROOM + r"\b", re.I)
+_ROOM_WORD = re.compile(r"\b" + _ROOM + r"\b", re.I)
 _FOR_TO = frozenset({"for", "to"})
 #: Words between the tool and its purpose that deny it: "not suitable for cooling" is right.
 _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "useless"})
@@ -337,7 +355,9 @@ _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "
 
 def false_facts(text: str) -> list[str]:
     """The game facts an ALFWorld think (or skill) gets wrong, in order: a lamp kept inside a
-    container (:data:`_LAMP_STORED`), a receptacle heated, cooled or cleaned ("To heat the fridge,
+    container (:data:`_LAMP_STORED`), a lamp that shows contents or is used to search
+    (:data:`_LAMP_REVEALS`, :data:`_LAMP_SEARCHES`), a room to go to or several rooms in one sentence
+    (:data:`_TO_ROOM`: the game is one room), a receptacle heated, cooled or cleaned ("To heat the fridge,
     locate the fridge") or used when it is no lamp or appliance ("Use the toilet after using a
     bathroom": the game's ``use`` only switches a lamp on), and a fixed tool given a transform it does not do ("desklamps
     are used to clean pens", "the fridge to heat it"), unless the clause denies it ("not suitable
@@ -345,6 +365,11 @@ def false_facts(text: str) -> list[str]:
     the microwave")."""
     low = (text or "").lower()
     found = [f"a lamp kept in {m.group(1)}" for m in _LAMP_STORED.finditer(low)]
+    found += ["a lamp that shows contents" for _ in _LAMP_REVEALS.finditer(low)][:1]
+    found += ["a lamp used to search" for _ in _LAMP_SEARCHES.finditer(low)][:1]
+    found += ["a room to go to" for _ in _TO_ROOM.finditer(low)][:1]
+    if any(len({" ".join(r.split()) for r in _ROOM_WORD.findall(sent)}) > 1 for sent in re.split(r"[.;!?]", low)):
+        found.append("several rooms")
     tokens = act.tokenize(low)  # tokenize and text_mentions join two-word names themselves
     for m in act.text_mentions(low):
         # the thing acted on right after the verb: "heat the fridge", "use the toilet"
@@ -352,6 +377,10 @@ def false_facts(text: str) -> list[str]:
         thing = act.singular(nxt)
         if thing in act.RECEPTACLES and (m.concept in _TRANSFORMS or (m.concept == "use" and thing not in TOOL_DOES)):
             found.append(f"{tokens[m.pos]} the {thing}")
+        # where the transform happens: "heat it on the dining table" (the teacher's "Heat Egg on Dining Table")
+        if m.concept in _TRANSFORMS and not m.past and (place := _transform_place(tokens, m.pos)) \
+                and place in act.RECEPTACLES and m.concept not in TOOL_DOES.get(place, ()):
+            found.append(f"{tokens[m.pos]} it at the {place}")
     for j, tok in enumerate(tokens):
         tool = act.singular(tok)
         if tool not in TOOL_DOES:
@@ -368,6 +397,21 @@ def false_facts(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_AT = frozenset({"in", "on", "at", "inside", "using", "with"})
+
+
+def _transform_place(tokens: list[str], pos: int) -> str:
+    """The receptacle a transform verb at ``pos`` names as where it happens ("heat it on the
+    dining table" -> ``diningtable``): the first word after ``in``/``on``/``at``/``using``/``with``
+    within the next six words of its clause, articles skipped; "" when none."""
+    for q in range(pos + 1, min(pos + 7, len(tokens) - 1)):
+        if tokens[q] in _CLAUSE_END:
+            return ""
+        if tokens[q] in _AT:
+            return act.singular(next((t for t in tokens[q + 1:q + 3] if t not in _ARTICLES), ""))
+    return ""
+
+
 def false_fact_violations(name: str, text: str) -> list[Violation]:
     """``false_game_fact`` of one ALFWorld text (:func:`false_facts`). Seen in the 1.5B teacher's
     thinks for "examine the pen with the desklamp": "Desklamps are usually in drawers, so I will
@@ -378,7 +422,7 @@ def false_fact_violations(name: str, text: str) -> list[Violation]:
         return []
     return [Violation("false_game_fact", f"{name} states what ALFWorld contradicts ({'; '.join(bad)}): lamps stand on "
                                          "furniture and only light; the microwave heats, the fridge cools, the "
-                                         "sinkbasin cleans")]
+                                         "sinkbasin cleans; an episode is one room")]
 
 
 _NUMBERED = re.compile(r"\b([a-z]+)\s+(\d+)\b")

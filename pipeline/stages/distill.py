@@ -341,14 +341,15 @@ def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: Quali
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "12"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "13"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
     # action first; 9: false_game_fact, a place the agent does not stand, a go to another drawer of the same
     # kind, the game's text quoted, a WebShop option selected "before buying"; 10: a receptacle's state not yet
     # seen, a transform planned again as a purpose; 11: a WebShop buy told as another click, a put told as a look
-    # at a numbered place; 12: at any place
+    # at a numbered place; 12: at any place; 13: the worked examples end with a put and a buy, a lamp that
+    # shows contents or helps a search, a room to go to, a transform at a place that cannot do it
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

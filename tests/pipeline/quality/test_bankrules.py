@@ -257,3 +257,32 @@ def test_a_when_to_apply_that_tells_an_episode():
     skillrl = [s for env in ("alfworld", "webshop") for key, items in
                [("general", bank(env)["general_skills"]), *bank(env)["task_specific_skills"].items()] for s in items]
     assert len(skillrl) > 80 and [s["title"] for s in skillrl if bankrules.condition_narration("w", s["when_to_apply"])] == []
+
+
+def test_a_mistake_that_retells_its_episode():
+    """The 1.5B teacher's one ALFWorld mistake on the shipped sample, fed the memory of "look at book
+    under the desklamp"; a kind of mistake, or objects given as examples, pass."""
+    book = {"description": "The book is not moved from shelf to dining table.",
+            "why_it_happens": "The agent failed to find the book in any of the drawers.",
+            "how_to_avoid": "Look for the book in all the drawers before moving it to the dining table."}
+    [v] = bankrules.episode_violations("mistakes[0]", book, ["look at book under the desklamp."])
+    assert v.reason == "episode_specific" and v.detail.startswith(
+        "mistakes[0].description retells one episode (the book of 'look at book under the desklamp.', at "
+        "diningtable, shelf)")
+    # another task's object does not count, nor the lamp as the place
+    assert bankrules.episode_violations("mistakes[0]", book, ["heat some egg and put it in diningtable."]) == []
+    assert bankrules.episode_violations("mistakes[0]", {"description": "The agent turns on the desklamp before "
+                                                        "taking the book."}, ["look at book under the desklamp."]) == []
+    example = {"description": "The agent takes an object of the wrong kind, such as a butterknife from the "
+                              "countertop when the goal names a knife."}
+    assert bankrules.episode_violations("mistakes[0]", example, ["put a butterknife in countertop."]) == []
+
+
+@pytest.mark.parametrize("env", ["alfworld"])
+def test_no_skillrl_mistake_retells_an_episode(env):
+    """Against every ALFWorld object as a source task's goal: none of SkillRL's 11 mistakes names one."""
+    from pipeline.quality import actions as act
+    sources = [f"put a {o} in shelf." for o in sorted(act.OBJECTS)]
+    mistakes = bank(env)["common_mistakes"]
+    assert len(mistakes) == 11
+    assert [m["description"] for m in mistakes if bankrules.episode_violations("m", m, sources)] == []

@@ -144,6 +144,19 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
     assert gamefacts.false_facts("Use the desklamp to look at the pen, and use the microwave to heat the potato.") == []
 
 
+def test_a_lamp_that_shows_contents_or_helps_a_search():
+    """The 1.5B teacher's look-in-light skills (bank of the shipped sample): the lamp lights the
+    object in hand; what a receptacle holds is seen by going there or opening it. ReAct's plan
+    "find and take a bowl, then find and use a desklamp" (recorded, right) passes."""
+    assert gamefacts.false_facts("When looking for an object, use a desklamp to illuminate it and observe its "
+                                 "contents.") == ["a lamp that shows contents", "a lamp used to search"]
+    assert gamefacts.false_facts("The desklamp illuminates the object and makes it easier to see its contents.") \
+        == ["a lamp that shows contents"]
+    assert gamefacts.false_facts("Use the desklamp to find the pen.") == ["a lamp used to search"]
+    assert gamefacts.false_facts("To solve the task, I need to find and take a bowl, then find and use a desklamp.") == []
+    assert gamefacts.false_facts("Look for the desklamp while searching the room, then use it.") == []
+
+
 def test_a_numbered_instance_in_a_bank_item():
     """A fix of the 1.5B teacher's ALFWorld mistakes (the sample, narrow worked examples)."""
     fix = "Move the egg from the encil 1 to the cabinet 3 before placing it on the dining table."
@@ -227,3 +240,30 @@ def test_no_skillrl_task_skill_is_in_the_wrong_category():
     items = [(c, s["principle"]) for c, v in bank["task_specific_skills"].items() for s in v]
     assert len(items) == 32
     assert [(c, p[:40]) for c, p in items if gamefacts.foreign_actions(p, c)] == []
+
+
+def test_rooms_the_agent_cannot_go_to():
+    """An ALFWorld episode is one room. The 1.5B teacher's skill "Look in the kitchen, living room,
+    bathroom ..." led its thinks to "I will go back to the kitchen to look for it." (distill of
+    "examine the pen with the desklamp"); ETO's "looking around the kitchen" it stands in is right,
+    and SkillRL's unnamed "rooms/containers" pass."""
+    assert gamefacts.false_facts("Look in the kitchen, living room, bathroom, and other common areas for the "
+                                 "object.") == ["several rooms"]
+    assert gamefacts.false_facts("I need to find a pen in one of these drawers. I will go back to the kitchen to look "
+                                 "for it.") == ["a room to go to"]
+    assert gamefacts.false_facts("I'll start by looking around the kitchen for them.") == []
+    assert gamefacts.false_facts("Maintain an exploration map that records which rooms/containers have been fully "
+                                 "inspected.") == []
+
+
+def test_a_transform_done_at_a_place_that_cannot_do_it():
+    """The 1.5B teacher's "Heat Egg on Dining Table: When the observation says an egg must be heated,
+    heat it on the dining table." (title and principle); the transform at its appliance, a put after
+    it and a past transform pass."""
+    assert gamefacts.false_facts("When the observation says an egg must be heated, heat it on the dining table.") \
+        == ["heat it at the diningtable"]
+    assert gamefacts.false_facts("Heat Egg on Dining Table") == ["heat it at the diningtable"]
+    assert gamefacts.false_facts("Heat the mug in the microwave and put it on the diningtable.") == []
+    assert gamefacts.false_facts("I need to cool the bread before putting it on the diningtable.") == []
+    assert gamefacts.false_facts("I heated the egg in the microwave, now I put it on the dining table.") == []
+    assert gamefacts.false_facts("Clean the mug with the sinkbasin 1.") == []

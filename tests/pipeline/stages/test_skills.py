@@ -170,7 +170,8 @@ def test_run_on_embedded_model(tmp_path):
         assert fed[(r["kind"], r["category"])] <= set(r["source_memory_ids"])
         assert r["source_trajectory_ids"] == sorted("traj-" + m[4:] for m in r["source_memory_ids"])
         assert r["model"] == client.model_id and r["prompt_sha"] == _templates.load("skills", "alfworld").sha
-    assert {r["bank_version"] for r in rows} == {skillbank.bank_version(rows)} == {counters["bank_version"]}
+    # the 135M model's items may all fail the content rules: an empty bank still has its version
+    assert {r["bank_version"] for r in rows} <= {skillbank.bank_version(rows)} == {counters["bank_version"]}
     with open(os.path.join(art.path, "skill_bank.json"), encoding="utf-8") as f:
         bank = json.load(f)
     def key(r):
