@@ -11,7 +11,10 @@ other rule, and none would change what an agent does):
   (ALFWorld and WebShop have no tool: name the microwave, the fridge, the sinkbasin or the
   lamp), "Examine the object to get more information about it", "Do not move objects without a
   specific purpose in mind", "Ensure that the price constraints you set are realistic", "move it
-  to a location where it can be cooled", "Follow the instructions carefully".
+  to a location where it can be cooled", "Follow the instructions carefully"; and the GRPO skill
+  updater's "place objects in their designated safe places", "use appropriate containers to
+  store objects" (TextWorld Express, put-away tasks). SkillRL's "If the first result page lacks
+  suitable items" is a condition and passes: "suitable" and "right" count only after an article.
 
 Only the instruction fields are read (a skill's principle, a mistake's how-to-avoid): a
 when-to-apply may name "the correct object" as the condition it is ("When holding the correct
@@ -41,6 +44,8 @@ _SENTENCE = re.compile(r"[^.!?;]+")
 _PLACEHOLDER = re.compile(
     r"\b(?:the|a|an)\s+(?:correct|right|proper|appropriate|suitable)\s+"
     r"(?:location|place|receptacle|spot|tool|object|item|product|option)s?\b"
+    r"|\b(?:appropriate|designated|proper)\s+(?:[a-z]+\s+)?(?:locations?|places?|receptacles?|spots?|tools?|"
+    r"objects?|items?|products?|options?|containers?|areas?)\b"
     r"|\b(?:a|some|any)\s+(?:location|place|spot)\s+where\b"
     r"|\bfollow\s+(?:the\s+)?instructions\b"
     r"|\b(?:the|a)\s+tools?\b"
