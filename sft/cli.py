@@ -4,6 +4,7 @@ name="sft")``).
 Examples::
 
     skillpipe sft submit --pairs runs/sample/export --config cpu --output runs/sample/sft
+    skillpipe sft submit --pairs runs/sample/export --run-config run.yaml --dry-run   # its sft: section
     skillpipe sft submit --pairs s3://b/runs/r/export --config zero3 --num-processes 8 --no-lora --dry-run
     skillpipe sft submit --pairs ... --config multinode --num-machines 4 --scheduler slurm
     skillpipe sft submit --scheduler k8s --pvc sft-data --pairs /data/runs/sample/export \
@@ -51,17 +52,18 @@ def _train_config(path: Optional[str], overrides: dict | None = None,
         raise typer.BadParameter(str(e))
 
 
-def run_config_section(path: Optional[str], section: str, overrides: dict | None = None):
+def run_config_section(path: Optional[str], section: str, overrides: dict | None = None, option: str = "--config"):
     """Section ``section`` (``sft``, ``grpo``, ``eval``) of the run config at ``path`` (``None``
     = defaults) with the given options (``None`` = not given) applied, as the DAG tasks read it
     (``pipeline.core.train_config``). A file that cannot be read or holds a bad value is a usage
-    error of ``--config`` naming the file and the key; a bad option value one naming the key."""
+    error of ``option`` (the command's name for the run config) naming the file and the key; a bad
+    option value one naming the key."""
     import yaml
     from pipeline.core.train_config import training_config, with_overrides
     try:
         cfg = training_config(path, section)
     except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
-        raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint="--config")
+        raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint=option)
     try:
         return with_overrides(section, cfg, overrides or {})
     except ValueError as e:
@@ -110,7 +112,11 @@ def submit_cmd(
                                                 "of --num-machines)"),
     num_machines: Optional[int] = typer.Option(None, min=1, help="machines (scheduler scripts: nodes / pods)"),
     gpus_per_node: int = typer.Option(8, min=1, help="GPUs per node in Slurm / Kubernetes scripts"),
-    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig)"),
+    run_config: Optional[str] = typer.Option(None, "--run-config", help="run config YAML (the file of skillpipe run "
+                                             "--config): its sft: section, as `sft fit --config` and the DAG read "
+                                             "it; --train-config and the options here override it"),
+    train_config: Optional[str] = typer.Option(None, help="YAML of SFT config fields (sft.config.SFTFitConfig), "
+                                               "applied over --run-config"),
     resume: str = typer.Option("", help="'' fresh, 'auto' latest checkpoint in --output, or a checkpoint path"),
     resume_mode: str = typer.Option("strict", help="strict | weights_only (fresh optimizer on topology change)"),
     base_model: str = typer.Option("", help="local HF model folder ('' = embedded SmolLM2-135M-Instruct)"),
@@ -133,7 +139,8 @@ def submit_cmd(
         overrides["lora"] = lora
     if base_model:
         overrides["base_model"] = base_model
-    cfg = _train_config(train_config, overrides)
+    base = run_config_section(run_config, "sft", option="--run-config") if run_config else None
+    cfg = _train_config(train_config, overrides, base)
     if scheduler != "k8s" and "://" not in pairs and not os.path.exists(pairs):
         # k8s paths are the container's; URLs are read by the job itself
         raise typer.BadParameter(f"{pairs} does not exist", param_hint="--pairs")

@@ -357,7 +357,8 @@ def false_facts(text: str) -> list[str]:
     """The game facts an ALFWorld think (or skill) gets wrong, in order: a lamp kept inside a
     container (:data:`_LAMP_STORED`), a lamp that shows contents or is used to search
     (:data:`_LAMP_REVEALS`, :data:`_LAMP_SEARCHES`), a room to go to or several rooms in one sentence
-    (:data:`_TO_ROOM`: the game is one room), a receptacle heated, cooled or cleaned ("To heat the fridge,
+    (:data:`_TO_ROOM`: the game is one room), a transform done at a place that cannot do it ("heat it on
+    the dining table", :func:`_transform_place`), a receptacle heated, cooled or cleaned ("To heat the fridge,
     locate the fridge") or used when it is no lamp or appliance ("Use the toilet after using a
     bathroom": the game's ``use`` only switches a lamp on), and a fixed tool given a transform it does not do ("desklamps
     are used to clean pens", "the fridge to heat it"), unless the clause denies it ("not suitable

@@ -204,3 +204,21 @@ def test_k8s_no_volume_means_data_in_the_image():
     pod = list(yaml.safe_load_all(res.output))[2]["spec"]["template"]["spec"]
     assert [v["name"] for v in pod["volumes"]] == ["accelerate-config"]
     assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["accelerate-config"]
+
+
+def test_submit_trains_with_the_run_configs_sft_section(export, tmp_path):
+    """--run-config: the sft: section of the file `skillpipe run --config` and `sft fit --config`
+    read, so a submitted job trains as the DAG's sft_fit does; options given here win, and a bad
+    value is a usage error naming the option, the file and the key."""
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text("sft:\n  max_steps: 7\n  learning_rate: 3.0e-5\n")
+    base = ["submit", "--pairs", export.path, "--output", str(tmp_path / "o"), "--run-config", str(run_yaml), "--dry-run"]
+    for extra, steps in (([], 7), (["--max-steps", "5"], 5)):
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        cfg = parse_args(_accelerate_args(shlex.split(res.output.strip().splitlines()[-1])).training_script_args)
+        assert (cfg.max_steps, cfg.learning_rate) == (steps, 3.0e-5)
+    run_yaml.write_text("sft:\n  max_steps: 0\n")
+    res = runner.invoke(app, base, env={"COLUMNS": "400"})
+    out = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2 and "Invalid value for --run-config: config" in out and "sft.max_steps: must be >= 1" in out
