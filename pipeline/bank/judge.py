@@ -110,7 +110,7 @@ class ItemJudge:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
         ``not_actionable`` and ``vague_instruction`` (:mod:`pipeline.quality.vague`),
         ``missing_control`` (WebShop), ``not_portable``, ``false_game_fact`` and ``instance_number``
-        (ALFWorld), ``feeling_reason``
+        (ALFWorld), ``episode_specific`` (ALFWorld mistakes), ``feeling_reason``
         and ``narration``
         (a when-to-apply that tells an episode) of one item."""
         out = []
@@ -143,6 +143,8 @@ class ItemJudge:
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))
+        if self.kind == "mistake" and self.env == "alfworld":
+            out += bankrules.episode_violations(name, item, self.sources)
         if "when_to_apply" in self.fields:
             out += bankrules.condition_narration(f"{name}.when_to_apply", str(item.get("when_to_apply") or ""))
         return out
@@ -152,9 +154,6 @@ class ItemJudge:
         earlier one (``duplicate_mistake``) is reported on the later item."""
         per = [self.form(it, f"{self.key}[{i}]") + self.meaning(it, f"{self.key}[{i}]") for i, it in enumerate(items)]
         if self.kind == "mistake":
-            if self.env == "alfworld":
-                for i, it in enumerate(items):
-                    per[i] += bankrules.episode_violations(f"{self.key}[{i}]", it, self.sources)
             for v in bankrules.duplicate_mistakes(self.key, items):
                 j = int(v.detail.split("[", 1)[1].split("]", 1)[0])
                 per[j].append(v)

@@ -356,14 +356,17 @@ def condition_narration(name: str, when: str) -> list[Violation]:
 _EXAMPLE_LEAD = re.compile(r"\b(?:such\s+as|e\.g\.|for\s+example|for\s+instance|like)\b", re.I)
 
 
+#: Appliances and lamps (:data:`pipeline.quality.actions.TRANSFORM_TOOLS`): tools of a kind of task,
+#: not places of one episode.
+_TOOLS = frozenset(t for tools in act.TRANSFORM_TOOLS.values() for t in tools)
+
+
 def _episode_things(text: str) -> tuple[set[str], set[str]]:
     """ALFWorld ``(object kinds, receptacle kinds)`` named in ``text`` before any example list
-    (:data:`_EXAMPLE_LEAD`); appliances and lamps (:data:`pipeline.quality.actions.TRANSFORM_TOOLS`)
-    are tools of a kind of task, not of one episode, and do not count."""
+    (:data:`_EXAMPLE_LEAD`); :data:`_TOOLS` do not count as receptacles."""
     head = _EXAMPLE_LEAD.split(text or "", maxsplit=1)[0]
-    tools = {t for v in act.TRANSFORM_TOOLS.values() for t in v}
     words = {act.singular(w) for w in act.tokenize(head)}
-    return words & act.OBJECTS, (words & act.RECEPTACLES) - tools
+    return words & act.OBJECTS, (words & act.RECEPTACLES) - _TOOLS
 
 
 def episode_violations(name: str, item: dict[str, Any], sources: Sequence[str]) -> list[Violation]:

@@ -328,12 +328,12 @@ TOOL_DOES = {"desklamp": {"use"}, "floorlamp": {"use"}, "lamp": {"use"}, "microw
 _TRANSFORMS = frozenset({"heat", "cool", "clean"})
 #: A lamp said to be kept inside a container ("Desklamps are usually in drawers"): ALFWorld's lamps
 #: stand on desks, dressers and side tables, and the agent cannot put one anywhere.
-_LAMP_STORED = re.compile(r"\b(?:desk\s?|floor\s?)?lamps?\b[^.;!?]{0,40}?\b(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
+_LAMP = r"\b(?:desk\s?|floor\s?)?lamps?\b"
+_LAMP_STORED = re.compile(_LAMP + r"[^.;!?]{0,40}?\b(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
                           r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)\b", re.I)
 #: A lamp said to show what a receptacle holds, or used to search ("use a desklamp to illuminate
 #: it and observe its contents" "when looking for an object"): the game's lamp only lights the
 #: object the agent holds, to examine it; contents are seen by going to or opening a receptacle.
-_LAMP = r"\b(?:desk\s?|floor\s?)?lamps?\b"
 _LAMP_REVEALS = re.compile(_LAMP + r"[^.;!?]{0,80}?\bcontents\b", re.I)
 _LAMP_SEARCHES = re.compile(
     r"\b(?:looking\s+for|searching(?:\s+for)?|to\s+find|while\s+search\w*)\s+(?!(?:a\s+|an\s+|the\s+)?"
@@ -366,9 +366,9 @@ def false_facts(text: str) -> list[str]:
     the microwave")."""
     low = (text or "").lower()
     found = [f"a lamp kept in {m.group(1)}" for m in _LAMP_STORED.finditer(low)]
-    found += ["a lamp that shows contents" for _ in _LAMP_REVEALS.finditer(low)][:1]
-    found += ["a lamp used to search" for _ in _LAMP_SEARCHES.finditer(low)][:1]
-    found += ["a room to go to" for _ in _TO_ROOM.finditer(low)][:1]
+    found += [fact for fact, pattern in (("a lamp that shows contents", _LAMP_REVEALS),
+                                         ("a lamp used to search", _LAMP_SEARCHES),
+                                         ("a room to go to", _TO_ROOM)) if pattern.search(low)]
     if any(len({" ".join(r.split()) for r in _ROOM_WORD.findall(sent)}) > 1 for sent in re.split(r"[.;!?]", low)):
         found.append("several rooms")
     tokens = act.tokenize(low)  # tokenize and text_mentions join two-word names themselves
