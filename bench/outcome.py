@@ -139,26 +139,16 @@ class Timer:
 
 
 def rollouts(a: argparse.Namespace) -> dict:
-    """Step 1: gold/noisy expert traces of the train fold as a SkillRL txt tree."""
-    from pipeline.core.artifacts import ArtifactStore
+    """Step 1: gold/noisy expert traces of the train fold as a SkillRL txt tree. The rollout step
+    reuses the traces of an earlier run with the same settings (multi-room gold plans vary by
+    JVM, so a replay could change the data and rerun every stage)."""
     from sft.rl.cli import collect_rollouts
-    prev = ArtifactStore(a.root, f"{a.run_id}-traces").load(layout.ROLLOUT_STAGE)
-    if prev is not None and os.path.isdir(os.path.join(a.root, "traces", a.run_id)) and prev.manifest.get("args") == _roll_args(a):
-        print("    reusing the traces of an earlier run with the same arguments (multi-room gold plans vary by JVM, "
-              "so a replay could change the data and rerun every stage)", flush=True)
-        return prev.manifest["summary"]
-    shutil.rmtree(os.path.join(a.root, "traces", a.run_id), ignore_errors=True)  # no stale files of a bigger run
     res = collect_rollouts(os.path.join(a.root, "traces", a.run_id), a.root, f"{a.run_id}-traces", games=a.game,
-                            tasks=a.train_tasks, episodes_per_task=1, fold="train", max_steps=a.rollout_max_steps,
-                            policy="gold", game_params=a.game_params, noise=a.noise, noise_seed=0)
-    art = ArtifactStore(a.root, f"{a.run_id}-traces").load(layout.ROLLOUT_STAGE)
-    with open(os.path.join(art.path, layout.ARTIFACT_MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(dict(art.manifest, args=_roll_args(a)), f, indent=2)
+                           tasks=a.train_tasks, episodes_per_task=1, fold="train", max_steps=a.rollout_max_steps,
+                           policy="gold", game_params=a.game_params, noise=a.noise, noise_seed=0, replace_tree=True)
+    if res["skipped"]:
+        print("    reusing the traces of an earlier run with the same settings", flush=True)
     return res
-
-
-def _roll_args(a: argparse.Namespace) -> dict:
-    return {k: getattr(a, k) for k in ("game", "game_params", "train_tasks", "noise", "rollout_max_steps")}
 
 
 def base_config(a: argparse.Namespace):

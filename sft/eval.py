@@ -42,8 +42,9 @@ import pyarrow as pa
 import typer
 
 from pipeline.core.config import build_flat
-from pipeline.core.layout import (CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP, ROLLOUT_STAGE,
-                                  RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
+from pipeline.core.layout import (ARTIFACT_MANIFEST, CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP,
+                                  ROLLOUT_STAGE, RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
+from pipeline.core.step import TrainingStep, run_step
 from pipeline.core.train_config import EvalConfig  # the `eval:` section of the run config
 
 
@@ -191,9 +192,71 @@ def play(policy: Any, tasks: list[Any], cfg: EvalConfig, bank_rows: list[dict], 
     return rows
 
 
+class EvalStep(TrainingStep):
+    """Play a policy on held-out games into ``runs/<run_id>/eval_<label>/``: one Parquet row per
+    episode (:data:`EPISODE_SCHEMA`), ``summary.json``, the summary in the manifest.
+
+    The policy is opened by ``open_policy(stack)`` (closed with ``stack``) only when the step runs;
+    ``identity`` (weight hashes, a model id) names it in the fingerprint. Without one the policy
+    cannot be named, so an earlier artifact is never reused."""
+    # what the policy was trained on (the held-out check reads their instances)
+    optional_inputs = ("export", ROLLOUT_STAGE)
+    config_section = "eval"
+    not_fingerprinted = ("torch_threads",)  # speed only
+    manifest_name = ARTIFACT_MANIFEST
+
+    def __init__(self, label: str, open_policy: Callable[[contextlib.ExitStack], Any],
+                 identity: dict[str, Any] | None, bank_path: str = "", progress: bool = True):
+        self.name, self.label = eval_stage(label), label
+        self.open_policy, self.identity, self.bank_path, self.progress = open_policy, identity, bank_path, progress
+
+    def _bank(self, cfg: EvalConfig) -> Any:
+        from pipeline.bank.evolving import SkillBank
+        if not self.bank_path:
+            return SkillBank([], cfg.env)
+        return SkillBank.load(self.bank_path, cfg.env, _bank_env(self.bank_path))
+
+    def input_facts(self, store: Any, cfg: EvalConfig) -> list[dict[str, Any]]:
+        """The policy's identity and the version of the bank in its prompts."""
+        return [{"policy": self.identity or {}, "bank_version": self._bank(cfg).version}]
+
+    def still_valid(self, store: Any, cfg: EvalConfig, prev: dict[str, Any]) -> bool:
+        """Reuse only a named policy (same weights, bank and games: the same episodes)."""
+        return bool(self.identity)
+
+    def run(self, store: Any, cfg: EvalConfig) -> dict[str, Any]:
+        """Refuse training games (:func:`check_held_out`), play (:func:`play`), write the artifact."""
+        from pipeline.core.records import to_table
+        tasks = make_tasks(cfg)
+        check_held_out(tasks, training_instances(store.root, store.run_id))
+        bank = self._bank(cfg)
+        with contextlib.ExitStack() as stack:
+            policy = self.open_policy(stack)
+            t0 = time.monotonic()
+            rows = play(policy, tasks, cfg, bank.rows, bank.version, self.progress)
+        summary = {"label": self.label, "policy": policy.model_id, "bank_version": bank.version,
+                   "config": dataclasses.asdict(cfg), **summarize(rows), "wall_s": round(time.monotonic() - t0, 1)}
+        counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
+                  "quarantined": 0, "quarantine_reasons": {}}
+        art = store.write(self.name, to_table(rows, EPISODE_SCHEMA), [],
+                          {"stage": self.name, "run_id": store.run_id, "counts": counts, "summary": summary,
+                           "identity": self.identity or {}},
+                          {EVAL_SUMMARY: json.dumps(summary, indent=2, sort_keys=True)})
+        return art.manifest
+
+    def rows(self, manifest: dict[str, Any]) -> int:
+        """Episodes played."""
+        return manifest["counts"]["out"]
+
+    def describe(self, manifest: dict[str, Any]) -> list[str]:
+        """The summary line (:func:`format_summary`)."""
+        return [format_summary(manifest["summary"])]
+
+
 def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, bank_path: str = "",
              identity: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Evaluate ``policy`` and write the artifact ``runs/<run_id>/eval_<label>/`` under ``root``.
+    """Evaluate ``policy`` into the artifact ``runs/<run_id>/eval_<label>/`` under ``root``
+    (:class:`EvalStep` run by :func:`pipeline.core.step.run_step`).
 
     Args:
         policy: a ``sft.rl.rollout.Policy`` (``sft.rl.policy.HFPolicy``, ``OpenAIPolicy``, ``GoldPolicy``).
@@ -202,37 +265,16 @@ def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, b
         identity: what names the policy (e.g. checkpoint hashes); goes into the fingerprint.
 
     Returns the summary (:func:`summarize`) plus ``uri``, ``rows``, ``fingerprint`` and ``skipped``:
-    with an ``identity`` (weight hashes), an earlier artifact of the same fingerprint (policy,
-    bank, games and decoding; not ``torch_threads``) is returned instead of replaying. Raises
-    ``ValueError`` when an evaluation game is in the run's training data (:func:`check_held_out`).
+    with an ``identity``, an earlier artifact of the same fingerprint (policy, bank, games and
+    decoding; not ``torch_threads``) is returned instead of replaying. Raises ``ValueError`` when
+    an evaluation game is in the run's training data (:func:`check_held_out`).
     """
-    from pipeline.core.artifacts import ArtifactStore
-    from pipeline.core.lineage import content_hash
-    from pipeline.core.records import to_table
+    step = EvalStep(label, lambda stack: policy, identity, bank_path, progress)
+    return _summary(run_step(step, root, run_id, cfg, log=lambda m: None))
 
-    from pipeline.bank.evolving import SkillBank
 
-    tasks = make_tasks(cfg)
-    check_held_out(tasks, training_instances(root, run_id))
-    bank = SkillBank.load(bank_path, cfg.env, _bank_env(bank_path)) if bank_path else SkillBank([], cfg.env)
-    played = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "torch_threads"}  # threads: speed only
-    fp = content_hash({"policy": identity or policy.model_id, "bank": bank.version, "config": played}, n=32)
-    prev = ArtifactStore(root, run_id).load(eval_stage(label))
-    if identity and prev is not None and prev.fingerprint == fp:  # same weights, bank and games: same episodes
-        return {**prev.manifest["summary"], "uri": prev.path, "rows": prev.manifest["counts"]["out"],
-                "fingerprint": fp, "skipped": True}
-    t0 = time.monotonic()
-    rows = play(policy, tasks, cfg, bank.rows, bank.version, progress)
-    summary = {"label": label, "policy": policy.model_id, "bank_version": bank.version,
-               "config": dataclasses.asdict(cfg), **summarize(rows), "wall_s": round(time.monotonic() - t0, 1)}
-    counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
-              "quarantined": 0, "quarantine_reasons": {}}
-    art = ArtifactStore(root, run_id).write(
-        eval_stage(label), to_table(rows, EPISODE_SCHEMA), [],
-        {"stage": eval_stage(label), "run_id": run_id, "fingerprint": fp, "counts": counts, "summary": summary,
-         "identity": identity or {}},
-        {EVAL_SUMMARY: json.dumps(summary, indent=2, sort_keys=True)})
-    return {**summary, "uri": art.path, "rows": len(rows), "fingerprint": fp, "skipped": False}
+def _summary(res: dict[str, Any]) -> dict[str, Any]:
+    return {**res["summary"], **{k: res[k] for k in ("uri", "rows", "fingerprint", "skipped")}}
 
 
 def _bank_env(bank_path: str) -> str:
@@ -290,24 +332,38 @@ def make_policy(spec: str, cfg: EvalConfig, stack: contextlib.ExitStack, log_dir
             raise ValueError("--policy endpoint needs --base-url and --model")
         return (OpenAIPolicy(base_url, model, api_key_env, cfg.temperature, cfg.max_new_tokens),
                 "", {"policy": f"{base_url}#{model}"})
+    folder, bank, identity = model_policy(spec, base_model)
+    return open_model_policy(folder, identity["policy"], cfg, stack), bank, identity
+
+
+def model_policy(spec: str, base_model: str = "") -> tuple[str, str, dict[str, Any]]:
+    """``(model folder, skill bank path or '', identity)`` of a model policy without loading it:
+    ``base`` (``base_model``, '' = the embedded SmolLM2 converted to Hugging Face) or a checkpoint
+    path (:func:`resolve_checkpoint`). The identity names the policy and hashes its weights and
+    tokenizer (``sft.base_model.content_hashes``). Raises ``FileNotFoundError``."""
     from sft.base_model import content_hashes, ensure_base_model
-    from sft.rl.policy import HFPolicy, load_model
     if spec == "base":
         folder, bank = str(ensure_base_model(base_model)), ""
         name = "base:" + (os.path.basename(os.path.normpath(base_model)) if base_model else "smollm2-135m-instruct")
     else:
         folder, bank = resolve_checkpoint(spec)
         name = f"hf:{os.path.abspath(spec)}"
+    weights = os.path.join(folder, "policy") if os.path.isfile(os.path.join(folder, CHECKPOINT_MANIFEST)) else folder
+    return folder, bank, {"policy": name, **content_hashes(weights)}
+
+
+def open_model_policy(folder: str, name: str, cfg: EvalConfig, stack: contextlib.ExitStack) -> Any:
+    """An ``HFPolicy`` of the model in ``folder`` (on the GPU when there is one), decoding as
+    ``cfg`` says; ``stack`` is unused (the model lives as long as the policy)."""
+    import torch
+
+    from sft.rl.policy import HFPolicy, load_model
     if cfg.torch_threads:
-        import torch
         torch.set_num_threads(cfg.torch_threads)
     m, tok = load_model(folder)
-    import torch
     if torch.cuda.is_available():  # evaluation only: the GPU variant of bench/outcome.py
         m = m.to("cuda")
-    weights = os.path.join(folder, "policy") if os.path.isfile(os.path.join(folder, CHECKPOINT_MANIFEST)) else folder
-    return HFPolicy(m, tok, cfg.max_new_tokens, cfg.temperature, 1.0, model_id=name), bank, \
-        {"policy": name, **content_hashes(weights)}
+    return HFPolicy(m, tok, cfg.max_new_tokens, cfg.temperature, 1.0, model_id=name)
 
 
 #: DAG/CLI checkpoint names of a run -> folder under ``runs/<run_id>/``.
@@ -322,7 +378,8 @@ def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = No
     ``base`` (``base_model``, '' = embedded SmolLM2) uses the run's exported bank, like SFT did.
     Prompts follow the run's recorded ``prompt`` section when it has a ``build_pairs`` artifact
     (:func:`sft.rl.config.run_prompt_config`), else ``cfg.prompt``.
-    Returns :func:`evaluate`'s dict.
+    Runs :class:`EvalStep` through :func:`pipeline.core.step.run_step`: the model is loaded only
+    when its weights, the bank or the games changed. Returns :func:`evaluate`'s dict.
     Raises ``FileNotFoundError`` when the checkpoint is missing, ``ValueError`` for an unknown name."""
     from pipeline.core.artifacts import ArtifactStore
     if which not in (*RUN_CHECKPOINTS, "base"):
@@ -335,15 +392,13 @@ def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = No
     spec = "base" if which == "base" else os.path.join(store.run_dir, RUN_CHECKPOINTS[which])
     if spec != "base" and not os.path.isdir(spec):
         raise FileNotFoundError(f"no {which} checkpoint in {spec}")
-    with contextlib.ExitStack() as stack:
-        policy, bank, ident = make_policy(spec, cfg, stack, store.run_dir, base_model=base_model)
-        if which == "base":
-            export = store.load("export")
-            path = os.path.join(export.path, "skill_bank.json") if export else ""
-            bank = path if path and os.path.isfile(path) else ""
-        res = evaluate(policy, cfg, root, run_id, which, bank, ident, progress)
-    log(f"[eval_{which}] " + format_summary(res))
-    return res
+    folder, bank, ident = model_policy(spec, base_model)
+    if which == "base":
+        export = store.load("export")
+        path = os.path.join(export.path, "skill_bank.json") if export else ""
+        bank = path if path and os.path.isfile(path) else ""
+    step = EvalStep(which, lambda stack: open_model_policy(folder, ident["policy"], cfg, stack), ident, bank, progress)
+    return _summary(run_step(step, root, run_id, cfg, log=log))
 
 
 def format_summary(s: dict[str, Any]) -> str:

@@ -1,59 +1,60 @@
 """The ``sft_fit`` step of a pipeline run: train on the run's export artifact.
 
 Shared by the Airflow task ``sft_fit``, ``skillpipe sft fit`` and ``make run``. Output goes to
-``<root>/runs/<run_id>/sft_fit/``. Like the data stages it is skipped when nothing changed: its
-fingerprint (:mod:`pipeline.core.manifest`: the export's content, the config, the code version)
-is the one recorded in the final ``skillpipe_sft_manifest.json``.
+``<root>/runs/<run_id>/sft_fit/``. A step of :mod:`pipeline.core.step`: skipped when nothing
+changed (the export's content, the ``sft:`` settings, the step and package versions).
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable
 
-from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.layout import SFT_STEP
+from pipeline.core.layout import SFT_MANIFEST, SFT_STEP
+from pipeline.core.step import TrainingStep, run_step
 
-from sft import manifest as mf
-from sft.config import SFTFitConfig, to_dict
+from sft.config import SFTFitConfig
 
 STEP = SFT_STEP
-#: Fields that name places or how to resume, not what is trained: outside the fingerprint.
-NOT_FINGERPRINTED = ("pairs", "output_dir", "resume", "resume_mode", "model_cache_dir")
 
 
-def fingerprint(store: ArtifactStore, cfg: SFTFitConfig) -> tuple[str, dict[str, Any]]:
-    """``(fingerprint, facts)`` of the step for run ``store`` with ``cfg``. Raises
-    ``ArtifactError`` when the run's export artifact is missing or stale."""
-    config = {k: v for k, v in to_dict(cfg).items() if k not in NOT_FINGERPRINTED}
-    return step_manifest.step_fingerprint(STEP, step_manifest.upstream_facts(store, ["export"]), config)
+class SFTFitStep(TrainingStep):
+    """Supervised fine-tuning of the student on the run's exported SFT pairs."""
+    name = SFT_STEP
+    inputs = ("export",)
+    config_section = "sft"
+    # places and how to resume, not what is trained
+    not_fingerprinted = ("pairs", "output_dir", "resume", "resume_mode", "model_cache_dir")
+    manifest_name = SFT_MANIFEST
+
+    def configure(self, store: ArtifactStore, cfg: SFTFitConfig | None) -> SFTFitConfig:
+        """``cfg`` (default :class:`SFTFitConfig`) reading the run's export, writing the step folder."""
+        return dataclasses.replace(cfg or SFTFitConfig(), pairs=store.require("export").path,
+                                   output_dir=self.output_dir(store))
+
+    def run(self, store: ArtifactStore, cfg: SFTFitConfig) -> dict[str, Any]:
+        """Train (:func:`sft.train.fit`); returns its checkpoint manifest."""
+        from sft.train import fit
+        return fit(cfg.pairs, cfg.output_dir, cfg)
+
+    def rows(self, manifest: dict[str, Any]) -> int:
+        """SFT pairs trained on."""
+        return ((manifest.get("export") or {}).get("rows") or {}).get("used", 0)
+
+    def describe(self, manifest: dict[str, Any]) -> list[str]:
+        """Steps, losses and the checkpoint folder."""
+        losses = ", ".join(f"{x:.3f}" for x in manifest.get("losses", []))
+        return [f"{manifest['global_step']} steps, losses [{losses}], checkpoint "
+                f"{(manifest.get('config') or {}).get('output_dir', '')}"]
+
+
+SFT_FIT = SFTFitStep()
 
 
 def fit_for_run(root: str, run_id: str, cfg: SFTFitConfig | None = None, force: bool = False,
                 log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train on ``runs/<run_id>/export`` (unless unchanged) and return the checkpoint manifest
-    plus ``skipped`` and the XCom fields ``uri`` (the output folder), ``rows`` (SFT pairs
-    trained on) and ``fingerprint``. Raises ``ArtifactError`` when the run has no (or a stale)
-    export artifact."""
-    from sft.train import fit
-
-    store = ArtifactStore(root, run_id)
-    export = store.require("export")
-    out = os.path.join(store.run_dir, STEP)
-    cfg = dataclasses.replace(cfg or SFTFitConfig(), pairs=export.path, output_dir=out)
-    fp, facts = fingerprint(store, cfg)
-    path = os.path.join(out, mf.MANIFEST_NAME)
-    prev = None if force else step_manifest.reusable(path, fp)
-    if prev is not None:
-        log(f"[{STEP}] unchanged (fingerprint {fp[:12]}, step {prev['global_step']}): skipped")
-        return _result(prev, out, skipped=True)
-    m = step_manifest.record(path, fit(export.path, out, cfg), fp, facts)
-    losses = ", ".join(f"{x:.3f}" for x in m.get("losses", []))
-    log(f"[{STEP}] {m['global_step']} steps, losses [{losses}], checkpoint {out}")
-    return _result(m, out, skipped=False)
-
-
-def _result(m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:
-    rows = ((m.get("export") or {}).get("rows") or {}).get("used", 0)
-    return {**m, **step_manifest.xcom(out, rows, m["fingerprint"]), "skipped": skipped}
+    """Train on ``runs/<run_id>/export`` (unless unchanged): :func:`pipeline.core.step.run_step`
+    of :data:`SFT_FIT`. Returns the checkpoint manifest plus ``skipped``, ``uri`` (the output
+    folder), ``rows`` (SFT pairs trained on) and ``fingerprint``. Raises ``ArtifactError`` when
+    the run has no (or a stale) export artifact."""
+    return run_step(SFT_FIT, root, run_id, cfg, force=force, log=log)

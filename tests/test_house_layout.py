@@ -93,10 +93,12 @@ def test_old_names_are_the_one_declaration():
     from sft.rl import checkpoint, rollout_io, step
     assert artifacts.MANIFEST == remote.MANIFEST == layout.ARTIFACT_MANIFEST == "_manifest.json"
     assert manifest.MANIFEST_NAME == training.SFT_MANIFEST == layout.SFT_MANIFEST == "skillpipe_sft_manifest.json"
-    assert step.MANIFEST_NAME == layout.GRPO_MANIFEST == "grpo_manifest.json"
+    assert step.MANIFEST_NAME == step.GRPO.manifest_name == layout.GRPO_MANIFEST == "grpo_manifest.json"
+    assert run_step.SFT_FIT.manifest_name == manifest.MANIFEST_NAME
+    assert rollout_io.RolloutStep.manifest_name == layout.ARTIFACT_MANIFEST
     assert checkpoint.MANIFEST == layout.CHECKPOINT_MANIFEST == "checkpoint.json"
     assert inspect.STEP_MANIFESTS == ("skillpipe_sft_manifest.json", "grpo_manifest.json")
-    assert (run_step.STEP, step.STEP, rollout_io.STAGE) == ("sft_fit", "grpo", "rollout")
+    assert (run_step.SFT_FIT.name, step.GRPO.name, rollout_io.RolloutStep.name) == ("sft_fit", "grpo", "rollout")
 
 
 def test_paths_follow_the_declared_tree(tmp_path):
@@ -111,3 +113,48 @@ def test_paths_follow_the_declared_tree(tmp_path):
     assert layout.eval_stage(layout.SFT_STEP) == "eval_sft_fit"
     assert list(layout.STEP_MANIFESTS.items()) == [("sft_fit", "skillpipe_sft_manifest.json"),
                                                    ("grpo", "grpo_manifest.json")]
+
+
+#: The steps of the fingerprint recipe of a step after the data stages (pipeline.core.manifest):
+#: only the one step runner (pipeline.core.step.run_step) may call them.
+RECIPE = {"reusable", "record", "step_fingerprint", "upstream_facts"}
+STEP_RUNNER = os.path.join(REPO, "pipeline", "core", "step.py")
+
+
+def recipe_calls(source: str, where: str) -> list[str]:
+    """``"where:line name"`` for each call of a :data:`RECIPE` function through the
+    ``pipeline.core.manifest`` module or a name imported from it."""
+    tree = ast.parse(source)
+    aliases, direct = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "pipeline.core":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "manifest"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "pipeline.core.manifest":
+            direct |= {a.asname or a.name for a in node.names if a.name in RECIPE}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == "pipeline.core.manifest" and a.asname}
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in RECIPE and isinstance(f.value, ast.Name) \
+                    and f.value.id in aliases:
+                hits.append(f"{where}:{node.lineno} {f.attr}")
+            elif isinstance(f, ast.Name) and f.id in direct:
+                hits.append(f"{where}:{node.lineno} {f.id}")
+    return hits
+
+
+def test_recipe_scanner_sees_both_import_forms():
+    src = ("from pipeline.core import manifest as m\nfrom pipeline.core.manifest import record\n"
+           "m.reusable('p', 'f')\nrecord('p', {}, 'f', {})\nother.record(1)\n")
+    assert recipe_calls(src, "x.py") == ["x.py:3 reusable", "x.py:4 record"]
+
+
+def test_one_step_runner_fingerprints_reuses_and_records():
+    found = []
+    for path in python_files(*CODE_DIRS):
+        if os.path.abspath(path) != STEP_RUNNER:
+            with open(path, encoding="utf-8") as f:
+                found += recipe_calls(f.read(), os.path.relpath(path, REPO))
+    assert not found, "declare a pipeline.core.step.TrainingStep and run it with run_step:\n" + "\n".join(found)

@@ -1,18 +1,19 @@
-"""Fingerprint and manifest of a training step that follows the data stages (``sft_fit``, ``grpo``).
+"""Fingerprint and manifest of a step that follows the data stages (:mod:`pipeline.core.step`).
 
-Such a step is no :class:`~pipeline.core.stage.Stage`: its output is a model folder, not Parquet
-rows, and it keeps its own resume (optimizer state, checkpoints). It decides "unchanged: skip"
-the way the runner does for a stage, from the same facts:
+Such a step is no :class:`~pipeline.core.stage.Stage`: its output is a model folder or an
+evaluation, not the rows of a stage, and it may keep its own resume (optimizer state,
+checkpoints). It decides "unchanged: skip" the way the runner does for a stage, from the same facts:
 
 * ``inputs``: the content hash of each upstream artifact (never its location, so a moved run
   folder reruns nothing), after :func:`pipeline.core.runner.check_fresh` has refused a stale one;
 * ``config``: the settings that change the result (paths and resume switches left out);
-* ``code_version``; ``fingerprint = lineage.content_hash(facts, n=32)``.
+* ``step_version`` (the step's own) and ``code_version`` (the package's);
+  ``fingerprint = lineage.content_hash(facts, n=32)``.
 
-The step writes its own manifest file when it has finished (the file's presence is the step's
-"complete" mark); :func:`record` then adds ``fingerprint`` and ``fingerprint_facts`` to it
-atomically, and :func:`reusable` returns it on the next run while the fingerprint is the same.
-Callers return the same small reference as a stage (:func:`xcom`).
+:func:`record` writes the finished step's manifest with ``fingerprint`` and ``fingerprint_facts``
+atomically (its presence with a fingerprint is the step's "complete" mark), and :func:`reusable`
+returns it on the next run while the fingerprint is the same. Callers return the same small
+reference as a stage (:func:`xcom`).
 """
 from __future__ import annotations
 
@@ -40,10 +41,12 @@ def upstream_facts(store: Any, stages: Iterable[str]) -> list[dict[str, str]]:
     return facts
 
 
-def step_fingerprint(step: str, inputs: list[dict[str, Any]], config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def step_fingerprint(step: str, inputs: list[dict[str, Any]], config: dict[str, Any],
+                     version: str = "1") -> tuple[str, dict[str, Any]]:
     """``(fingerprint, facts)`` of step ``step``: 32 hex characters over ``inputs`` (JSON-ready
-    dicts, e.g. :func:`upstream_facts`), ``config`` and the code version."""
-    facts = {"stage": step, "inputs": inputs, "config": config, "code_version": __version__}
+    dicts, e.g. :func:`upstream_facts`), ``config``, the step's ``version`` and the package version."""
+    facts = {"stage": step, "inputs": inputs, "config": config, "step_version": version,
+             "code_version": __version__}
     return content_hash(facts, n=32), facts
 
 

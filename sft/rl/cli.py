@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import os
 from typing import Any, Optional
@@ -55,67 +54,47 @@ def _policy(policy: str, base_url: str, model: str, api_key_env: str, temperatur
     return HFPolicy(m, tok, max_tokens, temperature, 1.0, model_id=f"hf:{os.path.abspath(policy)}")
 
 
-#: Environment engines (one JVM each, ~100 MB) a rollout keeps at once; more tasks are played in chunks.
-MAX_ENGINES = 8
-
-
 def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", games: str = "twc", tasks: int = 4,
                      episodes_per_task: int = 2, fold: str = "train", seed0: int = 0, max_steps: int = 10,
                      policy: str = "embedded", base_url: str = "", model: str = "", api_key_env: str = "",
                      temperature: float = 0.4, max_tokens: int = 256, skill_bank: str = "", history_length: int = 2,
                      game_params: str = "", policy_obj: Any = None, noise: float = 0.0,
-                     noise_seed: int = 0) -> dict[str, Any]:
+                     noise_seed: int = 0, replace_tree: bool = False, force: bool = False) -> dict[str, Any]:
     """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
-    Parquet ``rollout`` artifact of ``run_id`` under ``root``. Returns counts and paths.
+    Parquet ``rollout`` artifact of ``run_id`` under ``root`` (:class:`sft.rl.rollout_io.RolloutStep`
+    through :func:`pipeline.core.step.run_step`: the same settings, policy and bank with the tree
+    still in ``out`` replay nothing, unless ``force``). Returns ``parquet`` (the artifact folder),
+    ``txt_files`` (paths), ``skipped`` and the episode summary.
     ``policy_obj`` (any ``sft.rl.rollout.Policy``) overrides ``policy``; ``policy="gold"`` plays
     the engine's gold plan with ``noise`` (``sft.rl.rollout.GoldPolicy``, seeded by
-    ``noise_seed``). Raises
-    ``pipeline.core.config.ConfigError`` for a bad env/games/count and ``EnvUnavailable`` for a
-    missing ALFWorld, both before any policy or server starts."""
-    from pipeline.core.config import PromptConfig
-    from pipeline.progress import bar as progress_bar
-    from sft.rl.rollout import episode_summary, run_episodes
-    from sft.rl.rollout_io import write_parquet, write_txt_tree
+    ``noise_seed``). ``replace_tree`` clears an earlier tree in ``out`` instead of refusing it.
+    Raises ``pipeline.core.config.ConfigError`` for a bad env/games/count or an ``out`` that holds
+    another tree, and ``EnvUnavailable`` for a missing ALFWorld, all before any policy or server starts."""
+    from pipeline.core.step import run_step
+    from sft.rl.rollout_io import RolloutConfig, RolloutStep, chosen_tasks
 
-    from sft.rl.grpo import make_envs, make_task_lists
-    from sft.rl.config import GRPOConfig
-    from pipeline.bank.evolving import SkillBank
+    cfg = RolloutConfig(env, games, tasks, episodes_per_task, fold, seed0, max_steps, policy, base_url, model,
+                        api_key_env, temperature, max_tokens, skill_bank, history_length, game_params, noise,
+                        noise_seed)
+    chosen_tasks(cfg)  # a bad env or game: a usage error before the fingerprint reads the bank
 
-    from pipeline.core.config import ConfigError
-    old = glob.glob(os.path.join(glob.escape(out), "env[0-9]*", "test*.txt"))
-    if old:  # files of an earlier, larger run would survive and be parsed with this one's
-        raise ConfigError(f"--out {out} already holds a rollout tree ({len(old)} files, e.g. {old[0]}); "
-                          "choose an empty or new folder")
-    gcfg = GRPOConfig(env=env, games=[g.strip() for g in games.split(",") if g.strip()], train_seeds=tasks,
-                      val_tasks=tasks, max_env_steps=max_steps, game_params=game_params).validate()
-    train_tasks, dev_tasks = make_task_lists(gcfg)
-    chosen = dev_tasks if fold == "dev" else train_tasks
-    if env == "textworld" and seed0:
-        chosen = [dataclasses.replace(t, seed=t.seed + seed0) for t in chosen]
-    bank = SkillBank.load(skill_bank, env)
-    pcfg = PromptConfig(history_length=history_length)
-    episodes = []
-    with contextlib.ExitStack() as stack:
-        pol = policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out,
-                                    noise, noise_seed)
-        envs = make_envs(gcfg, min(len(chosen), MAX_ENGINES))
-        for e in envs:
-            stack.callback(e.close)
-        w = len(envs)
-        bar = stack.enter_context(progress_bar(episodes_per_task * len(chosen), "rollout", unit="ep"))
-        for k in range(episodes_per_task):
-            for i in range(0, len(chosen), w):  # at most MAX_ENGINES JVMs, reused across chunks
-                part = chosen[i:i + w]
-                episodes += run_episodes(envs[:len(part)], part, [f"rollout:{t.instance}" for t in part], pol,
-                                         bank.rows, pcfg, max_steps, env, record_offset=k * len(chosen) + i,
-                                         bank_version=bank.version)
-                bar.update(len(part))
-    files = write_txt_tree(out, episodes, pcfg)
-    summary = episode_summary(episodes)
-    path = write_parquet(root, run_id, episodes, {"policy": getattr(pol, "model_id", ""), "env": env,
-                                                  "bank_version": bank.version, "txt_tree": os.path.abspath(out),
-                                                  "summary": summary})
-    return {"parquet": path, "txt_files": files, **summary}
+    def open_policy(stack: contextlib.ExitStack) -> Any:
+        return policy_obj or _policy(policy, base_url, model, api_key_env, temperature, max_tokens, stack, out,
+                                     noise, noise_seed)
+    step = RolloutStep(out, open_policy, _identity(policy, policy_obj), replace_tree)
+    res = run_step(step, root, run_id, cfg, force=force, log=lambda m: None)
+    return {"parquet": res["uri"], "txt_files": [os.path.join(out, f) for f in res["txt_files"]],
+            "skipped": res["skipped"], **res["summary"]}
+
+
+def _identity(policy: str, policy_obj: Any) -> dict[str, Any]:
+    """What names a rollout policy in the fingerprint: a model folder by its weights' hashes."""
+    if policy_obj is not None:
+        return {"model_id": getattr(policy_obj, "model_id", type(policy_obj).__name__)}
+    if policy in ("gold", "embedded", "endpoint") or not os.path.isdir(policy):
+        return {"policy": policy}
+    from sft.eval import model_policy
+    return model_policy(policy)[2]
 
 
 @app.command()

@@ -354,8 +354,9 @@ def _loop(run: _Run) -> tuple[int, str | None]:
     return step, last_ckpt
 
 
-def train(cfg: GRPOConfig) -> dict[str, Any]:
-    """Run (or resume) GRPO as configured; returns the summary also written to ``grpo_manifest.json``:
+def train(cfg: GRPOConfig, write_manifest: bool = True) -> dict[str, Any]:
+    """Run (or resume) GRPO as configured; returns the summary, also written to ``grpo_manifest.json``
+    unless ``write_manifest`` is False (the ``grpo`` step of a run records it once, with its fingerprint):
     ``output_dir``, ``steps`` (last step), ``started_at_step``, ``checkpoint`` (last checkpoint
     folder), ``bank_version``, ``bank_file`` (the bank of that checkpoint), ``log``, ``wall_s``, ``model``.
 
@@ -369,5 +370,6 @@ def train(cfg: GRPOConfig) -> dict[str, Any]:
                "checkpoint": last_ckpt, "bank_version": run.bank.version,
                "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": run.log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": run.model_dir}
-    atomic_write_json(os.path.join(cfg.output_dir, GRPO_MANIFEST), summary)
+    if write_manifest:
+        atomic_write_json(os.path.join(cfg.output_dir, GRPO_MANIFEST), summary)
     return summary

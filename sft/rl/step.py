@@ -1,10 +1,9 @@
 """The ``grpo`` step of a pipeline run: online GRPO from the run's SFT checkpoint and skill bank.
 
 Shared by the Airflow task ``grpo``, ``skillpipe rl grpo --run-id`` and ``make run``. Output goes to
-``<root>/runs/<run_id>/grpo/``. Skipped, like a data stage, when its fingerprint
-(:mod:`pipeline.core.manifest`: the export's content, which holds the bank, the SFT step's
-fingerprint and result, the config, the code version) is the one recorded in
-``grpo_manifest.json``.
+``<root>/runs/<run_id>/grpo/``. A step of :mod:`pipeline.core.step`: skipped when nothing
+changed (the export's content, which holds the bank; the SFT step's fingerprint, result and
+weights; the ``grpo:`` settings; the step and package versions).
 """
 from __future__ import annotations
 
@@ -13,18 +12,15 @@ import json
 import os
 from typing import Any, Callable
 
-from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.layout import GRPO_MANIFEST, GRPO_STEP, SFT_STEP
+from pipeline.core.step import TrainingStep, run_step
 
 from sft import manifest as sft_manifest
-from sft.rl.config import GRPOConfig, run_prompt_config, smoke, to_dict
+from sft.rl.config import GRPOConfig, run_prompt_config, smoke
 
 STEP = GRPO_STEP
 MANIFEST_NAME = GRPO_MANIFEST
-#: Fields that name places or how to resume, not what is trained: outside the fingerprint (the
-#: SFT checkpoint and the bank are covered by the input facts instead of their paths).
-NOT_FINGERPRINTED = ("output_dir", "model", "model_cache_dir", "skill_bank", "resume")
 
 
 def _bank_env(bank_path: str) -> str:
@@ -32,58 +28,65 @@ def _bank_env(bank_path: str) -> str:
         return (json.load(f).get("metadata") or {}).get("env", "")
 
 
-def run_config(store: ArtifactStore, cfg: GRPOConfig | None = None) -> GRPOConfig:
-    """``cfg`` (default :func:`sft.rl.config.smoke`) pointed at run ``store``: its SFT checkpoint
-    as the starting policy, its exported bank, ``runs/<run_id>/grpo`` as output and the run's
-    own prompt section (the SFT pairs were rendered with it, so RL prompts match them byte for
-    byte). Raises ``ArtifactError`` without an export or build_pairs artifact."""
-    bank = os.path.join(store.require("export").path, "skill_bank.json")
-    return dataclasses.replace(cfg or smoke(), output_dir=os.path.join(store.run_dir, STEP),
-                               model=os.path.join(store.run_dir, SFT_STEP), skill_bank=bank,
-                               skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
+class GRPOStep(TrainingStep):
+    """Online GRPO: skill-conditioned rollouts from the SFT checkpoint, the bank evolving on failures."""
+    name = GRPO_STEP
+    inputs = ("export",)
+    config_section = "grpo"
+    # places and how to resume; the SFT checkpoint and the bank are input facts instead of paths
+    not_fingerprinted = ("output_dir", "model", "model_cache_dir", "skill_bank", "resume")
+    manifest_name = GRPO_MANIFEST
+
+    def configure(self, store: ArtifactStore, cfg: GRPOConfig | None) -> GRPOConfig:
+        """``cfg`` (default :func:`sft.rl.config.smoke`) pointed at run ``store``: its SFT checkpoint
+        as the starting policy, its exported bank, the step folder as output and the run's own
+        prompt section (the SFT pairs were rendered with it, so RL prompts match them byte for
+        byte). Raises ``ArtifactError`` without an export or build_pairs artifact."""
+        bank = os.path.join(store.require("export").path, "skill_bank.json")
+        return dataclasses.replace(cfg or smoke(), output_dir=self.output_dir(store),
+                                   model=os.path.join(store.run_dir, SFT_STEP), skill_bank=bank,
+                                   skill_bank_env=_bank_env(bank), prompt=run_prompt_config(store))
+
+    def input_facts(self, store: ArtifactStore, cfg: GRPOConfig) -> list[dict[str, Any]]:
+        """The SFT step it starts from: its fingerprint and result. Raises ``FileNotFoundError``
+        without an SFT checkpoint."""
+        sft = sft_manifest.read_manifest(cfg.model)
+        if sft is None:
+            raise FileNotFoundError(f"no SFT checkpoint in {cfg.model}: run `skillpipe sft fit --run-id "
+                                    f"{store.run_id}` first")
+        return [{"stage": SFT_STEP, **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}}]
+
+    def run(self, store: ArtifactStore, cfg: GRPOConfig) -> dict[str, Any]:
+        """Train (:func:`sft.rl.grpo.train`); returns its summary with ``train_episodes``."""
+        from sft.rl.grpo import train
+        m = train(cfg, write_manifest=False)
+        return dict(m, train_episodes=train_episodes(m["log"]))
+
+    def rows(self, manifest: dict[str, Any]) -> int:
+        """Training episodes played."""
+        return manifest.get("train_episodes", 0)
+
+    def after_record(self, root: str, store: ArtifactStore, cfg: GRPOConfig, manifest: dict[str, Any],
+                     reused: bool) -> None:
+        """Register the start and the evolved bank in the registry of ``root`` (idempotent)."""
+        register_banks(root, store.run_id, cfg, manifest)
+
+    def describe(self, manifest: dict[str, Any]) -> list[str]:
+        """One line per logged GRPO step and validation (:func:`step_log_lines`)."""
+        return step_log_lines(manifest["log"])
 
 
-def fingerprint(store: ArtifactStore, cfg: GRPOConfig, sft: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(fingerprint, facts)`` of the step: the export's content, the SFT step (``sft``: its
-    manifest) and ``cfg`` without paths. Raises ``ArtifactError`` for a missing or stale export."""
-    inputs = step_manifest.upstream_facts(store, ["export"])
-    inputs.append({"stage": SFT_STEP, **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}})
-    config = {k: v for k, v in to_dict(cfg).items() if k not in NOT_FINGERPRINTED}
-    return step_manifest.step_fingerprint(STEP, inputs, config)
+GRPO = GRPOStep()
 
 
 def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: bool = False,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run GRPO on run ``run_id`` (:func:`run_config`) unless its fingerprint is unchanged.
-
-    Returns the GRPO manifest plus ``skipped`` and the XCom fields ``uri`` (the output folder),
-    ``rows`` (training episodes played) and ``fingerprint``. Raises ``ArtifactError`` without an
-    export or build_pairs artifact and ``FileNotFoundError`` without an SFT checkpoint (run
-    ``skillpipe sft fit`` first).
-    """
-    from sft.rl.grpo import train
-
-    store = ArtifactStore(root, run_id)
-    cfg = run_config(store, cfg)
-    sft = sft_manifest.read_manifest(cfg.model)
-    if sft is None:
-        raise FileNotFoundError(f"no SFT checkpoint in {cfg.model}: run `skillpipe sft fit --run-id {run_id}` first")
-    fp, facts = fingerprint(store, cfg, sft)
-    path = os.path.join(cfg.output_dir, MANIFEST_NAME)
-    prev = None if force else step_manifest.reusable(path, fp)
-    if prev is not None:
-        log(f"[{STEP}] unchanged (fingerprint {fp[:12]}, bank {prev['bank_version']}): skipped")
-        return _result(prev, cfg.output_dir, skipped=True)
-    m = train(cfg)
-    register_banks(root, run_id, cfg, m)
-    m = step_manifest.record(path, dict(m, train_episodes=train_episodes(m["log"])), fp, facts)
-    for line in step_log_lines(m["log"]):
-        log(f"[{STEP}] {line}")
-    return _result(m, cfg.output_dir, skipped=False)
-
-
-def _result(m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:
-    return {**m, **step_manifest.xcom(out, m.get("train_episodes", 0), m["fingerprint"]), "skipped": skipped}
+    """Run GRPO on run ``run_id`` unless its fingerprint is unchanged: :func:`pipeline.core.step.run_step`
+    of :data:`GRPO`. Returns the GRPO manifest plus ``skipped`` and the XCom fields ``uri`` (the
+    output folder), ``rows`` (training episodes played) and ``fingerprint``. Raises
+    ``ArtifactError`` without an export or build_pairs artifact and ``FileNotFoundError`` without
+    an SFT checkpoint (run ``skillpipe sft fit`` first)."""
+    return run_step(GRPO, root, run_id, cfg, force=force, log=log)
 
 
 def train_episodes(log_path: str) -> int:

@@ -161,7 +161,7 @@ def test_txt_tree_parses_back_with_identical_steps(tmp_path, episodes):
 
 
 def test_parquet_artifact_round_trips(tmp_path, episodes):
-    path = write_parquet(str(tmp_path), "r", episodes, {"policy": "scripted"})
+    written = write_parquet(ArtifactStore(str(tmp_path), "r"), episodes, {"policy": "scripted"})
     art = ArtifactStore(str(tmp_path), "r").require("rollout")
-    assert art.path == path and art.manifest["counts"]["out"] == 2 and art.manifest["policy"] == "scripted"
+    assert art.manifest == written and art.manifest["counts"]["out"] == 2 and art.manifest["policy"] == "scripted"
     assert art.read_rows() == [e.trajectory.to_row() for e in episodes]

@@ -1,0 +1,135 @@
+"""The step contract: the work after the data stages (``sft_fit``, ``grpo``, ``eval_*``, ``rollout``).
+
+A step's output is a folder (a model checkpoint, an evaluation's episodes) rather than the rows
+of a stage, and it may keep its own resume state, but it is declared and run the way a stage is.
+Subclass :class:`TrainingStep`::
+
+    class Fit(TrainingStep):
+        name = "sft_fit"                      # folder: runs/<run_id>/sft_fit/
+        inputs = ("export",)                  # upstream artifacts (fingerprinted by content)
+        config_section = "sft"                # the run config section it reads
+        not_fingerprinted = ("output_dir",)   # config fields that name places, not results
+        manifest_name = SFT_MANIFEST          # the file that marks it complete
+        version = "1"                         # bump when the meaning of the output changes
+
+        def run(self, store, cfg):
+            return train(store.require("export").path, self.output_dir(store), cfg)
+
+:func:`run_step` does the rest, the same way for every step: **freshness** (every upstream
+artifact was built from the current version of its own upstreams, else ``ArtifactError``),
+**fingerprint** (:func:`pipeline.core.manifest.step_fingerprint`: upstream content hashes, the
+step's other input facts, the config without the places, the step version and the package
+version), **reuse** (a manifest that recorded the same fingerprint: skipped), **run**,
+**record** (the manifest plus fingerprint, written atomically: its presence with a fingerprint
+is the "complete" mark), :meth:`TrainingStep.after_record` (what lives outside the step folder,
+idempotent), and the small reference a DAG task returns (:func:`pipeline.core.manifest.xcom`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, ClassVar
+
+from pipeline.core import manifest as step_manifest
+from pipeline.core.artifacts import ArtifactStore
+
+
+class TrainingStep:
+    """Base class of the steps after the data stages: declare the attributes, implement :meth:`run`.
+
+    Attributes:
+        name: the step's folder under ``runs/<run_id>/`` (and its DAG task's name).
+        inputs: upstream artifacts it needs; each is freshness-checked and fingerprinted by content.
+        optional_inputs: upstream artifacts fingerprinted (and checked) only when the run has them.
+        config_section: the run config section it reads (``sft``, ``grpo``, ``eval``; '' = none).
+        not_fingerprinted: config fields left out of the fingerprint (places, resume switches,
+            speed-only settings): changing them reruns nothing.
+        manifest_name: the file in the step folder whose presence, with a fingerprint, marks
+            the step complete.
+        version: the step's code version, bumped by its author when the meaning of the output
+            changes; part of the fingerprint with the package version.
+    """
+    name: ClassVar[str] = ""
+    inputs: ClassVar[tuple[str, ...]] = ()
+    optional_inputs: ClassVar[tuple[str, ...]] = ()
+    config_section: ClassVar[str] = ""
+    not_fingerprinted: ClassVar[tuple[str, ...]] = ()
+    manifest_name: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+
+    def output_dir(self, store: ArtifactStore) -> str:
+        """The step folder of run ``store``: ``runs/<run_id>/<name>/``."""
+        return os.path.join(store.run_dir, self.name)
+
+    def configure(self, store: ArtifactStore, cfg: Any) -> Any:
+        """``cfg`` pointed at run ``store`` (its paths, the run's own prompt section...). Default: as given."""
+        return cfg
+
+    def input_facts(self, store: ArtifactStore, cfg: Any) -> list[dict[str, Any]]:
+        """Fingerprint facts of what the step reads besides its upstream artifacts (a checkpoint's
+        weights, a base model), as JSON-ready dicts. Default: none."""
+        return []
+
+    def config_facts(self, cfg: Any) -> dict[str, Any]:
+        """The fingerprinted part of ``cfg`` (a dataclass): every field but :attr:`not_fingerprinted`."""
+        return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in self.not_fingerprinted}
+
+    def still_valid(self, store: ArtifactStore, cfg: Any, prev: dict[str, Any]) -> bool:
+        """Whether a manifest of the same fingerprint may be reused (e.g. its output outside the
+        step folder is still there). Default: yes."""
+        return True
+
+    def run(self, store: ArtifactStore, cfg: Any) -> dict[str, Any]:
+        """Do the work into :meth:`output_dir`; return the manifest to record (JSON-ready). Must not
+        write :attr:`manifest_name` itself: :func:`run_step` records it once, with the fingerprint."""
+        raise NotImplementedError
+
+    def rows(self, manifest: dict[str, Any]) -> int:
+        """How many data rows the output stands for (the XCom ``rows``: pairs trained on,
+        episodes played)."""
+        return 0
+
+    def after_record(self, root: str, store: ArtifactStore, cfg: Any, manifest: dict[str, Any],
+                     reused: bool) -> None:
+        """Write what outlives the step folder (a registry under ``root``, the root the run was
+        given). Called after the record and also when an unchanged step is reused, so it must be
+        idempotent. Default: nothing."""
+
+    def describe(self, manifest: dict[str, Any]) -> list[str]:
+        """Log lines of a finished run of the step. Default: none."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"<step {self.name}>"
+
+
+def run_step(step: TrainingStep, root: str, run_id: str, cfg: Any, force: bool = False,
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run ``step`` on run ``run_id`` under ``root`` with ``cfg`` (module docstring: freshness,
+    fingerprint, reuse unless ``force``, run, record, after_record).
+
+    Returns the recorded manifest plus ``skipped`` and the XCom fields ``uri`` (the step folder),
+    ``rows`` and ``fingerprint``. Raises ``ArtifactError`` when a required upstream artifact is
+    missing or stale; whatever :meth:`TrainingStep.configure` or :meth:`TrainingStep.run` raise.
+    """
+    store = ArtifactStore(root, run_id)
+    cfg = step.configure(store, cfg)
+    present = [s for s in step.optional_inputs if store.load(s) is not None]
+    inputs = step_manifest.upstream_facts(store, [*step.inputs, *present]) + step.input_facts(store, cfg)
+    fp, facts = step_manifest.step_fingerprint(step.name, inputs, step.config_facts(cfg), step.version)
+    out = step.output_dir(store)
+    path = os.path.join(out, step.manifest_name)
+    prev = None if force else step_manifest.reusable(path, fp)
+    if prev is not None and step.still_valid(store, cfg, prev):
+        step.after_record(root, store, cfg, prev, reused=True)
+        log(f"[{step.name}] unchanged (fingerprint {fp[:12]}): skipped")
+        return _result(step, prev, out, skipped=True)
+    m = step_manifest.record(path, step.run(store, cfg), fp, facts)
+    step.after_record(root, store, cfg, m, reused=False)
+    for line in step.describe(m):
+        log(f"[{step.name}] {line}")
+    return _result(step, m, out, skipped=False)
+
+
+def _result(step: TrainingStep, m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:
+    return {**m, **step_manifest.xcom(out, step.rows(m), m["fingerprint"]), "skipped": skipped}
