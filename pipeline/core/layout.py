@@ -1,7 +1,7 @@
 """The run layout: every folder and manifest name of a run, declared once.
 
 A run of the pipeline lives in one folder under the root (a local path, or the local mirror of
-an object-storage root, :mod:`pipeline.core.remote`)::
+an object-storage root, :mod:`pipeline.engine.remote`)::
 
     <root>/
       runs/                                   RUNS_DIR

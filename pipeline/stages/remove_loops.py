@@ -45,7 +45,7 @@ from pipeline.stages.parse import shard_drops
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
 from pipeline.core.lineage import content_hash
-from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
 
 _STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
 _INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type

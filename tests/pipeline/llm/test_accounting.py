@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core.config import LLMConfig, OptionError, run_config
-from pipeline.core.shards import _llm_sum
+from pipeline.engine.shards import _llm_sum
 from pipeline.llm.accounting import cost_usd, stage_figures
 from pipeline.report import runinfo
 

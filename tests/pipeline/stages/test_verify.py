@@ -10,8 +10,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, PipelineConfig, from_dict
 from pipeline.core.records import TRAJECTORY_SCHEMA, Trajectory
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.verify import Checker, register
 from pipeline.verify import _REGISTERED
 from tests.helpers.llm_stage_data import write_upstream
@@ -171,7 +171,7 @@ def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
     is a step verify found clean, of a trajectory that stayed a success; alfworld_9 gives none."""
     from bench.reliability_stub import SchemaStub
     from pipeline.core.config import QUALITY_RULES
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     inp = tmp_path / "in"
     shutil.copytree(os.path.join(REPO, "data", "samples"), inp)
     shutil.copy(os.path.join(FIXTURES, "verify", "react_webshop_episodes.txt"), inp / "react-webshop")

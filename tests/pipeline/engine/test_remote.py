@@ -14,7 +14,7 @@ from pipeline.cli import app
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.lease import Lease, LeaseHeld
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
-from pipeline.core.remote import ATTEMPT_KEY, CacheCheckpointer, open_artifact, open_root, read_table
+from pipeline.engine.remote import ATTEMPT_KEY, CacheCheckpointer, open_artifact, open_root, read_table
 from pipeline.llm.cache import ResponseCache, decode_part
 from tests.helpers.llm_stage_data import cool_apple, heat_mug
 

@@ -227,7 +227,7 @@ def collect(ctx, name: str, log=print):
     is set, as for an unsharded stage. Returns the stage's
     :class:`~pipeline.core.artifacts.StageArtifact`.
 
-    ``ctx``: a :class:`~pipeline.core.stage.StageContext` with ``plan`` set. Raises
+    ``ctx``: a :class:`~pipeline.stage.stage.StageContext` with ``plan`` set. Raises
     ``ArtifactError`` when a shard has no complete artifact."""
     import hashlib
     import shutil

@@ -21,7 +21,7 @@ artifact of rows plus a quarantine of the units it could not use. Subclass :clas
     STAGE = Shorten()                         # the registry picks up the module's STAGE
 
 put it in ``pipeline/stages/shorten.py`` and add its name to ``pipeline.stages.STAGES`` (run
-order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for every stage:
+order). The runner (:mod:`pipeline.engine.runner`) does the rest, the same way for every stage:
 
 * **freshness** before running: every upstream artifact must have been built from the current
   version of its own upstreams, else ``ArtifactError`` (never mix two inputs);
@@ -43,10 +43,10 @@ order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for
   bank as a version of ``<root>/banks``), so nothing is registered for an artifact that was never
   committed.
 
-LLM stages subclass :class:`pipeline.core.llmstage.LLMStage`, which adds the request/answer loop.
+LLM stages subclass :class:`pipeline.stage.llmstage.LLMStage`, which adds the request/answer loop.
 
 **Shards.** A stage with ``sharded = True`` (a *map* stage: its rows depend on one trajectory at a
-time) runs once per shard of a run planned into several shards (:mod:`pipeline.core.shards`),
+time) runs once per shard of a run planned into several shards (:mod:`pipeline.engine.shards`),
 with ``ctx.shard`` set; ``ctx.upstream(name)`` then returns that shard of a sharded upstream and
 the whole artifact of a global one. The others (*reduces*) run once and read every shard.
 """
@@ -207,7 +207,7 @@ class StageContext:
     llm_factory: Callable[[], Any] | None = None
     _llm: Any = None
     shard: str | None = None  # the shard a map stage is running on (None: the whole run)
-    plan: Any = None  # the run's ShardPlan (pipeline.core.shards) when it has more than one shard
+    plan: Any = None  # the run's ShardPlan (pipeline.engine.shards) when it has more than one shard
     # the root the run was given (a folder or an object-storage URI such as s3://bucket/prefix);
     # "" = the store's own root. Shared registries (the skill bank history) live there.
     root: str = ""

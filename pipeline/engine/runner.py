@@ -1,9 +1,9 @@
 """Run one stage or the whole pipeline: the single entry point of the CLI and the Airflow DAG.
 
-Stages are :class:`~pipeline.core.stage.Stage` objects from the registry
+Stages are :class:`~pipeline.stage.stage.Stage` objects from the registry
 (:func:`pipeline.stages.get_stage`); the contract they implement, and what the runner does for
 each of them (freshness check, fingerprint and skip, count invariant, atomic write), is
-described in :mod:`pipeline.core.stage`.
+described in :mod:`pipeline.stage.stage`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import to_table
 from pipeline.llm.accounting import stage_figures
-from pipeline.core.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
+from pipeline.stage.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
                                  StageResult)
 from pipeline.stages import STAGES, get_stage
 
@@ -109,7 +109,7 @@ def fingerprint(ctx: StageContext, name: str, model_id: str = "",
     """Stage fingerprint and the facts it was computed from (stored in the manifest).
 
     ``inputs``: the stage's input facts when it reported them itself
-    (:attr:`~pipeline.core.stage.StageOutput.input_facts`); else :meth:`Stage.input_facts`.
+    (:attr:`~pipeline.stage.stage.StageOutput.input_facts`); else :meth:`Stage.input_facts`.
     Raises ``ValueError`` for an unknown stage, ``ArtifactError`` for a missing upstream."""
     stage = get_stage(name)
     # keyed by path relative to the project (two templates may share a file name)
@@ -235,8 +235,8 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     """Run stage ``name`` of the run in ``ctx`` unless an identical artifact exists.
 
     Once the artifact is written (or reused), ``commit`` is called when given (on object storage:
-    publishing it, :meth:`~pipeline.core.remote.StageHooks.after`), then the stage's
-    :meth:`~pipeline.core.stage.Stage.after_commit` (not for one shard of a map stage). Nothing
+    publishing it, :meth:`~pipeline.engine.remote.StageHooks.after`), then the stage's
+    :meth:`~pipeline.stage.stage.Stage.after_commit` (not for one shard of a map stage). Nothing
     of either happens when the stage fails or its counts do not reconcile.
 
     Raises:
@@ -320,25 +320,25 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
                  stages: tuple[str, ...] | list[str] | None = None, force: bool = False,
                  log: Callable[[str], None] = print, shards: int | None = None) -> list[StageResult]:
     """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root`` (a folder or an
-    fsspec URI: :func:`pipeline.core.remote.open_root`).
+    fsspec URI: :func:`pipeline.engine.remote.open_root`).
 
     Later stages read earlier stages' artifacts from the same run, so ``stages=["distill"]``
     reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
     opened lazily and closed at the end.
 
-    ``shards``: how many shards the map stages run in (:func:`pipeline.core.shards.plan_run`:
+    ``shards``: how many shards the map stages run in (:func:`pipeline.engine.shards.plan_run`:
     ``None`` keeps the run's plan, ``0`` sizes it from the input). In a sharded run a map stage
     runs shard after shard (each skipped when unchanged) and is then collected; a reduce reads
     every shard. The result of a map stage is its stage-level reference.
 
-    The whole call holds the run's lock (:mod:`pipeline.core.runlock`): a second process on the same
-    run id gets :class:`~pipeline.core.runlock.RunLocked` at once. Under the lock, each stage's
+    The whole call holds the run's lock (:mod:`pipeline.engine.runlock`): a second process on the same
+    run id gets :class:`~pipeline.engine.runlock.RunLocked` at once. Under the lock, each stage's
     temporary folders left by a killed process are removed before it runs.
 
     Raises ``ValueError`` for an invalid run id (:func:`check_run_id`), an unknown stage or a
     shard count the run's plan cannot take.
     """
-    from pipeline.core.shards import plan_run
+    from pipeline.engine.shards import plan_run
 
     check_run_id(run_id)
     # fail fast on a typo; old stage names map to the new ones; run order whatever the given order
@@ -358,8 +358,8 @@ def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, en
     """``(context, model id, hooks)`` for work on run ``run_id``, under the run's exclusive lock
     (``unit`` None: a whole CLI run) or its shared lock plus ``unit``'s own (an orchestrator task)."""
     from pipeline.llm.provider import llm_factory, model_id_for
-    from pipeline.core.remote import open_root
-    from pipeline.core.runlock import run_lock, task_lock
+    from pipeline.engine.remote import open_root
+    from pipeline.engine.runlock import run_lock, task_lock
 
     with open_root(root, run_id) as (local_root, hooks):
         store = ArtifactStore(local_root, run_id)
@@ -403,8 +403,8 @@ def _run_shard(stage: Stage, ctx: StageContext, shard: str, model: str, force: b
 
 def _collect_unit(name: str, ctx: StageContext, log: Callable[[str], None], hooks,
                   skipped: bool = True) -> StageResult:
-    """The collect step of sharded stage ``name`` (:func:`pipeline.core.shards.collect`)."""
-    from pipeline.core.shards import collect
+    """The collect step of sharded stage ``name`` (:func:`pipeline.engine.shards.collect`)."""
+    from pipeline.engine.shards import collect
     hooks.before(name)
     art = collect(ctx, name, log)
     hooks.after(name)
@@ -460,10 +460,10 @@ def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: s
     map stage ``stage`` (in a one-shard run: the stage itself, for the first shard). Without: a
     reduce (after collecting its sharded upstreams), or the collect step of a map stage (its
     shards must be complete: ``ArtifactError`` otherwise). Holds the run's lock shared and the
-    task's own exclusively (:func:`pipeline.core.runlock.task_lock`), so the mapped tasks of one
+    task's own exclusively (:func:`pipeline.engine.runlock.task_lock`), so the mapped tasks of one
     run work in parallel and a duplicate of one task fails with ``RunLocked``. ``llm_mode``
     (``online`` | ``batch``; empty: the config's) sets ``llm.mode``."""
-    from pipeline.core.shards import load_plan
+    from pipeline.engine.shards import load_plan
     st = get_stage(stage)
     unit = f"{st.name}.{shard}" if shard else st.name
     cfg = _task_config(config_path, llm_base_url, llm_model, llm_mode)
@@ -489,9 +489,9 @@ def plan_task(*, root: str, run_id: str, input_path: str, shards: int = 0,
     """Plan run ``run_id``'s input into ``shards`` shards (0: automatic) for an orchestrator and
     return the shard ids (``["shard-00000", ...]``, the list mapped tasks expand over). Holds
     the run's exclusive lock while it plans. Raises ``FileNotFoundError`` for a missing input."""
-    from pipeline.core.remote import open_root
-    from pipeline.core.runlock import run_lock
-    from pipeline.core.shards import load_plan, plan_run, shard_id
+    from pipeline.engine.remote import open_root
+    from pipeline.engine.runlock import run_lock
+    from pipeline.engine.shards import load_plan, plan_run, shard_id
     check_run_id(run_id)
     with open_root(root, run_id) as (local_root, hooks):
         store = ArtifactStore(local_root, run_id)
