@@ -318,7 +318,7 @@ def _has_artifact(root: str, run_id: str, stage: str) -> bool:
     that artifact is complete, intact and fresh is the runner's check (its errors say which)."""
     from pipeline.core.artifacts import MANIFEST, ArtifactStore
     from pipeline.engine.remote import RemoteRun, is_remote, remote_fs
-    from pipeline.engine.shards import is_shard_id
+    from pipeline.core.layout import is_shard_id
     if is_remote(root):
         fs, base = remote_fs(root)
         has_manifest, shards = RemoteRun(fs, base, run_id).listing(stage)  # one LIST

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file
-from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
+from pipeline.core.layout import ARTIFACT_MANIFEST, is_shard_id, run_dir
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = ARTIFACT_MANIFEST  # the name is declared in pipeline.core.layout
@@ -115,7 +115,6 @@ def shard_dirs(stage_dir: str) -> list[str]:
     """The shard folders of a sharded stage folder, in shard order: those its stage manifest
     lists (``shards``), else every ``shard-NNNNN`` folder holding a manifest. Empty for a flat
     (one-shard) artifact or no folder."""
-    from pipeline.engine.shards import is_shard_id
     try:
         with open(os.path.join(stage_dir, MANIFEST), encoding="utf-8") as f:
             listed = json.load(f).get("shards")

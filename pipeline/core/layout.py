@@ -47,6 +47,8 @@ ROLLOUT_STAGE = "rollout"
 SFT_STEP = "sft_fit"
 GRPO_STEP = "grpo"
 EVAL_PREFIX = "eval_"
+#: The folder of one shard of a sharded stage: ``shard-NNNNN`` (:func:`shard_id`).
+SHARD_PREFIX = "shard-"
 #: The training steps after export, in run order, and the manifest each one writes.
 STEP_MANIFESTS = {SFT_STEP: SFT_MANIFEST, GRPO_STEP: GRPO_MANIFEST}
 #: Every manifest file name of a run (what a house test keeps out of literals elsewhere).
@@ -61,6 +63,16 @@ def run_dir(root: str, run_id: str) -> str:
 def is_run_dir(path: str) -> bool:
     """Whether ``path`` is a run folder, ``.../runs/<run_id>`` (by name only; nothing is read)."""
     return os.path.basename(os.path.dirname(os.path.abspath(path))) == RUNS_DIR
+
+
+def shard_id(i: int) -> str:
+    """``shard-NNNNN`` (five digits, zero-padded) for shard number ``i`` (from 0)."""
+    return f"{SHARD_PREFIX}{i:05d}"
+
+
+def is_shard_id(name: str) -> bool:
+    """True for a name of the form ``shard-<digits>``."""
+    return name.startswith(SHARD_PREFIX) and name[len(SHARD_PREFIX):].isdigit()
 
 
 def eval_stage(label: str) -> str:

@@ -42,7 +42,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file, temp_name
-from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
+from pipeline.core.layout import ARTIFACT_MANIFEST, SHARD_PREFIX, run_dir
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ ATTEMPTS_DIR = "_attempts"
 LLM_PARTS_DIR = "_llm_cache"
 LOCKS_DIR = "_locks"
 ATTEMPT_KEY = "attempt"
-SHARD_PREFIX = "shard-"
 RUN_FILE_DIRS = ("_plan",)  # run-level files (the shard plan), mirrored as plain files
 
 

@@ -491,7 +491,8 @@ def plan_task(*, root: str, run_id: str, input_path: str, shards: int = 0,
     the run's exclusive lock while it plans. Raises ``FileNotFoundError`` for a missing input."""
     from pipeline.engine.remote import open_root
     from pipeline.engine.runlock import run_lock
-    from pipeline.engine.shards import load_plan, plan_run, shard_id
+    from pipeline.core.layout import shard_id
+    from pipeline.engine.shards import load_plan, plan_run
     check_run_id(run_id)
     with open_root(root, run_id) as (local_root, hooks):
         store = ArtifactStore(local_root, run_id)

@@ -58,11 +58,10 @@ import pyarrow as pa
 from pipeline.core.artifacts import ArtifactError, EncodedPart, PartEncoder, decode_part
 from pipeline.core.config import ParseConfig
 from pipeline.formats.common import bad, rebase, trajectories_table, trajectory_row
-from pipeline.formats.discover import list_input_files, read_file
+from pipeline.formats.discover import file_groups, input_root, list_input_files, read_file
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.lineage import ID_HEX, UNREADABLE, input_sha256
 from pipeline.core.records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
-from pipeline.engine.shards import file_groups, input_root  # noqa: F401 (input_root: part of this module's API)
 from pipeline.stage.stage import Stage, StageContext, StageOutput
 from pipeline.selection import GlobalCaps, content_digest, rank_instances
 
