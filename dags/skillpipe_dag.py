@@ -112,9 +112,9 @@ def training(params: dict, section: str, **overrides):
     """Training section ``section`` (``sft``, ``grpo``, ``eval``) of the run's config (param
     ``config``; empty = the defaults, the CPU budget) with the DAG params given in ``overrides``
     applied when set (``None`` = not set). The same function the CLI commands read ``--config``
-    with (``pipeline.core.train_config.training_config``), so the DAG and the CLI train alike.
+    with (``pipeline.runconfig.training_config``), so the DAG and the CLI train alike.
     Raises ``ConfigError`` (a ``ValueError``) for a bad config or param value."""
-    from pipeline.core.train_config import training_config
+    from pipeline.runconfig import training_config
     return training_config(params["config"] or None, section, overrides)
 
 

@@ -245,10 +245,10 @@ def run(
 
 
 def _checked_run_config(run_id: str, *options: str | None):
-    """The run's config (:func:`pipeline.core.config.run_config` of ``options``: config file,
+    """The run's config (:func:`pipeline.runconfig.run_config` of ``options``: config file,
     env, format, LLM URL, model, key variable, mode) once ``run_id`` is valid; a usage error
     (exit 2) naming the option otherwise."""
-    from pipeline.core.config import OptionError, run_config
+    from pipeline.runconfig import OptionError, run_config
     from pipeline.engine.runner import check_run_id
     try:
         check_run_id(run_id)
@@ -287,7 +287,7 @@ def exit_on_sigterm() -> None:
 def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:
     """The input the run reads: ``given``, else the one run ``run_id`` recorded; a usage error
     (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
-    from pipeline.core.config import OptionError, check_run_input
+    from pipeline.runconfig import OptionError, check_run_input
     from pipeline.engine.remote import RootMissing, check_bucket, is_remote
     try:
         if is_remote(root):
@@ -618,9 +618,9 @@ def _load_config_option(path: Optional[str]):
     """The config of a ``--config`` option (``None`` = defaults); a file that cannot be read or
     holds a bad value is a usage error (exit 2) naming the file and the key."""
     import yaml
-    from pipeline.core.config import load_config
+    from pipeline.runconfig import load_run_config
     try:
-        return load_config(path)
+        return load_run_config(path)
     except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
         raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint="--config")
 

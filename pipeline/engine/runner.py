@@ -439,8 +439,8 @@ def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], Non
 
 
 def _task_config(config_path: str | None, llm_base_url: str, llm_model: str, llm_mode: str = "") -> PipelineConfig:
-    from pipeline.core.config import load_config
-    cfg = load_config(config_path)
+    from pipeline.runconfig import load_run_config
+    cfg = load_run_config(config_path)
     if llm_base_url:
         cfg.llm.base_url = llm_base_url
     if llm_model:

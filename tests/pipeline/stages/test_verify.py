@@ -11,6 +11,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, PipelineConfig, from_dict
 from pipeline.core.records import TRAJECTORY_SCHEMA, Trajectory
 from pipeline.engine.runner import run_stage
+from pipeline.runconfig import check_verify_rules
 from pipeline.stage.stage import StageContext
 from pipeline.verify import Checker, register
 from pipeline.verify import _REGISTERED
@@ -117,7 +118,7 @@ def test_rules_can_be_switched_off_or_flagged_and_on_flagged_quarantine_drops_un
     c = m["counts"]
     assert c["quarantine_reasons"] == {"env_rejected": 1} and c["units_in"] == c["units_out"] + c["quarantined"] == 8
     with pytest.raises(ConfigError, match=r"verify.disabled_rules: unknown rules \['holds_three'\]"):
-        from_dict({"verify": {"disabled_rules": ["holds_three"]}})
+        check_verify_rules(from_dict({"verify": {"disabled_rules": ["holds_three"]}}).verify)
 
 
 class Exploding(Checker):
