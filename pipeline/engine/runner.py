@@ -303,6 +303,12 @@ def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]
             "greedy embedded model, or llm.retry_failed false, would answer them the same way again)")
 
 
+def sharded_stages() -> frozenset[str]:
+    """The registry's stages that run per shard (the map stages): what a context needs to
+    resolve an upstream to its own shard (:meth:`StageContext.reads_shard`)."""
+    return frozenset(name for name in STAGES if get_stage(name).sharded)
+
+
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
     """One dict per written stage for the summary table (from the manifests on disk)."""
     rows = []
@@ -366,7 +372,8 @@ def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, en
         lock = run_lock(store.run_dir, run_id) if unit is None else task_lock(store.run_dir, unit, run_id)
         with lock, contextlib.ExitStack() as stack:
             ctx = StageContext(store, config, input_path=input_path, env=env,
-                               llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root)
+                               llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root,
+                               sharded=sharded_stages())
             yield ctx, model_id_for(config.llm) if any(s.uses_llm for s in chosen) else "", hooks
 
 

@@ -211,19 +211,14 @@ class StageContext:
     # the root the run was given (a folder or an object-storage URI such as s3://bucket/prefix);
     # "" = the store's own root. Shared registries (the skill bank history) live there.
     root: str = ""
-
-    def bank_store(self):
-        """The skill bank history of the run's root (:class:`pipeline.bank.store.BankStore`): in the
-        bucket for an object-storage root, never in this worker's mirror."""
-        from pipeline.bank.store import BankStore
-        return BankStore(self.root or self.store.root)
+    # the stages that run per shard (Stage.sharded), handed in by the runner, which knows the
+    # registry: the contract stays below the stages it describes
+    sharded: frozenset[str] = frozenset()
 
     def reads_shard(self, stage: str) -> bool:
-        """True when ``upstream(stage)`` resolves to this context's shard of ``stage``."""
-        if not self.shard:
-            return False
-        from pipeline.stages import get_stage
-        return get_stage(stage).sharded
+        """True when ``upstream(stage)`` resolves to this context's shard of ``stage``: this
+        context runs one shard, and ``stage`` is one of :attr:`sharded`."""
+        return bool(self.shard) and stage in self.sharded
 
     def upstream(self, stage: str) -> StageArtifact:
         """The artifact of ``stage``: this shard of it when both run per shard, else the whole

@@ -41,6 +41,7 @@ from pipeline import quality
 from pipeline.bank import merge as _skillmerge
 from pipeline.bank.judge import ItemJudge, blocking, field_bounds
 from pipeline.bank import rows as skillbank
+from pipeline.bank.store import BankStore
 from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
 from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row
@@ -335,6 +336,12 @@ def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], as
     return train, held
 
 
+def bank_store(ctx: StageContext) -> BankStore:
+    """The skill bank history of the run's root: in the bucket for an object-storage root, never
+    in this worker's mirror (``ctx.root``; a local run: the store's own root)."""
+    return BankStore(ctx.root or ctx.store.root)
+
+
 def bank_parent(ctx: StageContext, version: str, has_rows: bool) -> str | None:
     """The parent the bank ``version`` is (or will be) registered with in ``<root>/banks``: the
     stored record's when the version is already there, else this run's previous bank when the
@@ -343,7 +350,7 @@ def bank_parent(ctx: StageContext, version: str, has_rows: bool) -> str | None:
     (:meth:`SkillsStage.after_commit`)."""
     if not has_rows:
         return None
-    banks = ctx.bank_store()
+    banks = bank_store(ctx)
     if banks.has(version):
         return banks.get(version).record["parent"]
     previous = ctx.store.load(NAME)
@@ -454,7 +461,7 @@ class SkillsStage(LLMStage):
         rerun adds no version and no event; an empty bank is not registered."""
         counters = art.manifest.get("counters") or {}
         version = counters.get("bank_version")
-        banks = ctx.bank_store()
+        banks = bank_store(ctx)
         if not version or (reused and banks.has(version)):
             return
         rows = art.read_rows()
