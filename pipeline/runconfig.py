@@ -34,8 +34,8 @@ def check_verify_rules(vcfg: VerifyConfig) -> None:
 
 
 def load_run_config(path: str | None) -> PipelineConfig:
-    """The run config file at ``path`` (``None`` = the defaults): :func:`pipeline.core.config.load_config`,
-    then :func:`check_verify_rules`. Raises ``OSError``/``yaml.YAMLError`` for an unreadable
+    """The run config file at ``path`` (``None`` = the defaults):
+    :func:`pipeline.core.config.load_config`, then :func:`check_verify_rules`. Raises ``OSError``/``yaml.YAMLError`` for an unreadable
     file and :class:`ConfigError` for a bad value."""
     cfg = load_config(path)
     check_verify_rules(cfg.verify)
@@ -44,11 +44,12 @@ def load_run_config(path: str | None) -> PipelineConfig:
 
 def training_config(path: str | None, section: str, overrides: dict[str, Any] | None = None) -> Any:
     """Training section ``section`` (``sft``, ``grpo`` or ``eval``) of the run config file at
-    ``path`` (``None`` = the defaults, :func:`~pipeline.core.train_config.run_defaults`) with ``overrides``
-    applied (:func:`~pipeline.core.train_config.with_overrides`). What ``skillpipe sft fit --config``, ``skillpipe rl grpo --config``,
-    ``skillpipe eval --config`` and the DAG tasks ``sft_fit``, ``grpo``, ``eval_*`` train and
-    evaluate with. Raises ``OSError``/``yaml.YAMLError`` for an unreadable file and
-    :class:`ConfigError` for a bad value anywhere in it (:func:`load_run_config`)."""
+    ``path`` (``None`` = the defaults, :func:`~pipeline.core.train_config.run_defaults`) with
+    ``overrides`` applied (:func:`~pipeline.core.train_config.with_overrides`). What ``skillpipe
+    sft fit --config``, ``skillpipe rl grpo --config``, ``skillpipe eval --config`` and the DAG
+    tasks ``sft_fit``, ``grpo``, ``eval_*`` train and evaluate with. Raises
+    ``OSError``/``yaml.YAMLError`` for an unreadable file and :class:`ConfigError` for a bad value
+    anywhere in it (:func:`load_run_config`)."""
     return with_overrides(section, getattr(load_run_config(path), section), overrides or {})
 
 

@@ -6,7 +6,7 @@ an object-storage root, :mod:`pipeline.engine.remote`)::
     <root>/
       runs/                                   RUNS_DIR
         <run_id>/                             run_dir(root, run_id)
-          <stage>/                            a data stage (pipeline.stages.STAGES), e.g. export
+          <stage>/                            a data stage (STAGES), e.g. export
             part-00000.parquet                (pipeline.core.artifacts: parts, _quarantine/, ...)
             _manifest.json                    ARTIFACT_MANIFEST: fingerprint, counts, files
             shard-00000/_manifest.json        one per shard of a sharded stage, same name
@@ -32,6 +32,9 @@ from __future__ import annotations
 import os
 
 RUNS_DIR = "runs"
+#: The data stages, in run order: their folders under ``runs/<run_id>/`` (the registry
+#: :mod:`pipeline.stages` maps each name to its module).
+STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export")
 #: The manifest of every artifact folder (a stage, one shard of it, an eval, the rollout).
 ARTIFACT_MANIFEST = "_manifest.json"
 #: The manifest of the SFT output folder and of each of its checkpoints.

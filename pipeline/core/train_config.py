@@ -2,9 +2,10 @@
 
 One dataclass per training step, every field with a default, a help text and its range, in the
 manner of the data sections of :mod:`pipeline.core.config` (the same :func:`config_field`,
-:func:`coerce` and :func:`check_fields` of :mod:`pipeline.core.config_base`): :class:`SFTFitConfig` (the ``sft_fit`` step, TRL
-``SFTTrainer``), :class:`GRPOConfig` (the ``grpo`` step, online GRPO with skill-bank
-evolution) and :class:`EvalConfig` (the ``eval_sft`` / ``eval_grpo`` evaluations). They live in
+:func:`coerce` and :func:`check_fields`, from :mod:`pipeline.core.config_base`):
+:class:`SFTFitConfig` (the ``sft_fit`` step, TRL ``SFTTrainer``), :class:`GRPOConfig` (the
+``grpo`` step, online GRPO with skill-bank evolution) and :class:`EvalConfig` (the ``eval_sft`` /
+``eval_grpo`` evaluations). They live in
 ``pipeline`` so that ``PipelineConfig`` (and ``skillpipe config --show``) can hold them while
 ``pipeline`` never imports ``sft``; ``sft.config``, ``sft.rl.config`` and ``sft.eval`` re-export
 them with their loaders.

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from pipeline import __version__
 from pipeline.core.artifacts import ArtifactError, ArtifactStore, EncodedPart
 from pipeline.core.config import PipelineConfig, to_dict
+from pipeline.core.freshness import check_fresh
 from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import to_table
@@ -64,44 +65,6 @@ def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True, only_t
         return {"fingerprint": fp, "failed_requests": summary}
     return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": retried}, n=32),
             "fingerprint_complete": fp, "failed_requests": summary}
-
-
-def check_fresh(store: ArtifactStore, stage: str, seen: set | None = None, shard: str | None = None) -> None:
-    """Raise ``ArtifactError`` when ``stage``'s artifact (or its shard ``shard``'s, or an
-    ancestor's) was built from an upstream artifact that has since been rewritten, e.g. parse
-    rerun on a new input but remove_loops not: running a later stage on it would silently mix
-    two inputs. A sharded stage's stage manifest is checked shard by shard."""
-    seen = seen if seen is not None else set()
-    if (stage, shard) in seen:
-        return
-    seen.add((stage, shard))
-    art = store.require(stage, shard)
-    if shard is None and art.manifest.get("shards"):
-        for s in art.manifest["shards"]:
-            check_fresh(store, stage, seen, s["id"])
-        return
-    for inp in art.manifest.get("inputs", []):
-        # "stage" + "content_sha256" since fingerprints name no location; "uri" + "fingerprint" before
-        up = inp.get("stage") or os.path.basename(os.path.normpath(inp.get("uri", "")))
-        key = "content_sha256" if "content_sha256" in inp else "fingerprint"
-        if key not in inp or up not in STAGES:
-            continue
-        up_label = f" {inp['shard']}" if inp.get("shard") else ""
-        up_stage = store.load(up) if inp.get("shard") else None
-        if up_stage is not None and inp["shard"] not in {s["id"] for s in up_stage.manifest.get("shards") or []}:
-            raise ArtifactError(  # the upstream was written again in another shard layout (a new plan)
-                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
-                f"from '{up}'{up_label}, which the run no longer has ('{up}' was rerun with another shard "
-                f"count); rerun from '{stage}' on (e.g. --stages {','.join(STAGES[STAGES.index(stage):])})")
-        current = store.require(up, inp.get("shard"))
-        now = current.content_sha256 if key == "content_sha256" else current.fingerprint
-        if now != inp[key]:
-            raise ArtifactError(
-                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
-                f"from '{up}'{up_label} {inp[key][:12]} "
-                f"but '{up}' is now {now[:12]}; rerun from '{stage}' on "
-                f"(e.g. --stages {','.join(STAGES[STAGES.index(stage):])}) or the whole run")
-        check_fresh(store, up, seen, inp.get("shard"))
 
 
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",

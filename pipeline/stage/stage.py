@@ -20,8 +20,8 @@ artifact of rows plus a quarantine of the units it could not use. Subclass :clas
 
     STAGE = Shorten()                         # the registry picks up the module's STAGE
 
-put it in ``pipeline/stages/shorten.py`` and add its name to ``pipeline.stages.STAGES`` (run
-order). The runner (:mod:`pipeline.engine.runner`) does the rest, the same way for every stage:
+put it in ``pipeline/stages/shorten.py`` and add its name to ``STAGES`` in ``pipeline/core/layout.py``
+(run order). The runner (:mod:`pipeline.engine.runner`) does the rest, the same way for every stage:
 
 * **freshness** before running: every upstream artifact must have been built from the current
   version of its own upstreams, else ``ArtifactError`` (never mix two inputs);

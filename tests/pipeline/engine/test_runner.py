@@ -8,6 +8,7 @@ import pytest
 from pipeline.engine import runner
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
+from pipeline.core.freshness import check_fresh
 from pipeline.core.records import QuarantineRow
 from pipeline.engine.runner import CountMismatch, run_stage
 from pipeline.stage.stage import Stage, StageContext, StageOutput
@@ -156,7 +157,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
-    runner.check_fresh(ArtifactStore(str(tmp_path), "r"), "remove_loops")
+    check_fresh(ArtifactStore(str(tmp_path), "r"), "remove_loops")
 
 
 def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
@@ -216,7 +217,7 @@ def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
     again = run_pipeline(str(b), "r", str(b / "input"), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
     assert [r.skipped for r in again] == [True, True]
     assert [r.fingerprint for r in again] == [r.fingerprint for r in first]
-    runner.check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
+    check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
     dedupe = ArtifactStore(str(b), "r").require("remove_loops").manifest
     assert str(a) not in json.dumps(dedupe["inputs"]) and dedupe["inputs"][0]["stage"] == "parse"
 
