@@ -35,8 +35,8 @@ def check_verify_rules(vcfg: VerifyConfig) -> None:
 
 def load_run_config(path: str | None) -> PipelineConfig:
     """The run config file at ``path`` (``None`` = the defaults):
-    :func:`pipeline.core.config.load_config`, then :func:`check_verify_rules`. Raises ``OSError``/``yaml.YAMLError`` for an unreadable
-    file and :class:`ConfigError` for a bad value."""
+    :func:`pipeline.core.config.load_config`, then :func:`check_verify_rules`. Raises
+    ``OSError``/``yaml.YAMLError`` for an unreadable file and :class:`ConfigError` for a bad value."""
     cfg = load_config(path)
     check_verify_rules(cfg.verify)
     return cfg
