@@ -203,7 +203,8 @@ def remote_cache_keys(fs, folder: str, pattern: str = "_llm_cache/*.parquet") ->
 
 def _read_stage(uri: str, run_id: str, stage: str) -> tuple[list, list] | None:
     from pipeline.core.artifacts import ArtifactStore
-    from pipeline.engine.remote import is_remote, read_table
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import read_table
     if is_remote(uri):
         try:
             path = f"{uri}/runs/{run_id}/{stage}"

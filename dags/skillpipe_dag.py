@@ -222,7 +222,8 @@ def skillpipe():
                  "`<root>/runs/<run_id>/report.html`. Its `file://` URI is this task's XCom `uri` (XCom tab) "
                  "and the last line of its log. Runs after the last step whether it failed or not.")
     def report(params=None) -> dict:
-        from pipeline.engine.remote import is_remote, pull_run
+        from pipeline.core.storage import is_remote
+        from pipeline.engine.remote import pull_run
         from pipeline.report import build_report
         a = _args(params, {"base_url": "", "model": ""})
         root = a["root"]

@@ -99,7 +99,8 @@ def _parse_stages(stages: str | None) -> list[str] | None:
 def _previous_input(root: str, run_id: str) -> str:
     """The input path run ``run_id``'s parse artifact recorded (``""``: none), read from the
     remote run for an object-storage root (one GET), so a rerun there needs no --input either."""
-    from pipeline.engine.remote import is_remote, remote_manifest
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import remote_manifest
     if is_remote(root):
         manifest = remote_manifest(root, run_id, "parse") or {}
         return manifest.get("input_path", "")
@@ -125,7 +126,7 @@ def _storage_errors() -> tuple[type, ...]:
 
 def _storage_message(e: BaseException, root: str) -> str:
     """One line for a storage error ``e`` under ``root``, saying what to check."""
-    from pipeline.engine.remote import is_remote
+    from pipeline.core.storage import is_remote
     what = f"{type(e).__name__}: {e}".replace("\n", " ")
     local = getattr(e, "filename", None)
     if is_remote(root) and isinstance(local, str) and os.path.isabs(local):  # the mirror, not the store
@@ -167,7 +168,8 @@ def _storage_failure(e: BaseException, uri: str, option: str = "--root") -> str:
 def _user_message(msg: str, root: str) -> str:
     """``msg`` as the user should read it: for an object-storage root the local mirror folder is
     named by the root URI, and a suggested ``skillpipe run`` command gets the ``--root`` given."""
-    from pipeline.engine.remote import is_remote, mirror_dir
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import mirror_dir
     if is_remote(root):
         msg = msg.replace(mirror_dir(root), root.rstrip("/"))
     if os.path.normpath(root) != ".":
@@ -178,7 +180,8 @@ def _user_message(msg: str, root: str) -> str:
 def _show_uri(local_path: str, root: str) -> str:
     """Where the user finds the artifact at ``local_path``: the remote URI for an object-storage
     root (``local_path`` is then in its mirror), else the path itself."""
-    from pipeline.engine.remote import is_remote, mirror_dir
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import mirror_dir
     if not is_remote(root):
         return local_path
     rel = os.path.relpath(local_path, mirror_dir(root)).replace(os.sep, "/")
@@ -288,7 +291,7 @@ def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) ->
     """The input the run reads: ``given``, else the one run ``run_id`` recorded; a usage error
     (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
     from pipeline.runconfig import OptionError, check_run_input
-    from pipeline.engine.remote import RootMissing, check_bucket, is_remote
+    from pipeline.core.storage import RootMissing, check_bucket, is_remote
     try:
         if is_remote(root):
             check_bucket(root)
@@ -317,7 +320,8 @@ def _has_artifact(root: str, run_id: str, stage: str) -> bool:
     manifest, or a shard folder (a sharded stage whose collect step has not run yet). Whether
     that artifact is complete, intact and fresh is the runner's check (its errors say which)."""
     from pipeline.core.artifacts import MANIFEST, ArtifactStore
-    from pipeline.engine.remote import RemoteRun, is_remote, remote_fs
+    from pipeline.core.storage import is_remote, remote_fs
+    from pipeline.engine.remote import RemoteRun
     from pipeline.core.layout import is_shard_id
     if is_remote(root):
         fs, base = remote_fs(root)
@@ -526,7 +530,7 @@ def inspect(
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
     from pipeline.core.artifacts import ArtifactError
-    from pipeline.engine.remote import check_bucket, is_remote
+    from pipeline.core.storage import check_bucket, is_remote
     from pipeline.inspect import describe, lineage_report
     path = _plain_path(path)
     try:
@@ -567,7 +571,8 @@ def report(
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
-    from pipeline.engine.remote import check_bucket, is_remote, pull_run
+    from pipeline.core.storage import check_bucket, is_remote
+    from pipeline.engine.remote import pull_run
     from pipeline.report import build_report
     root = bank_root = _plain_path(root)  # on object storage the bank history is read in the bucket
     try:

@@ -77,7 +77,8 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
     (``s3://.../runs/<id>/<stage>``: the committed artifact, pulled by
     :func:`pipeline.engine.remote.open_artifact`). Raises ``FileNotFoundError`` / ``ArtifactError``.
     """
-    from pipeline.engine.remote import is_remote, open_artifact, pull_run
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import open_artifact, pull_run
     shown = path.rstrip("/") if is_remote(path) else os.path.abspath(path)
     if is_remote(path):
         root, run_id, rest = split_run_uri(path)
@@ -121,7 +122,8 @@ def split_run_uri(uri: str) -> tuple[str, str, str]:
 def _run_dir(path: str) -> str:
     """The local run folder ``path`` is in; for an object-storage URI the whole run pulled into
     the local mirror (:func:`pipeline.engine.remote.pull_run`)."""
-    from pipeline.engine.remote import is_remote, pull_run
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import pull_run
     if is_remote(path):
         root, run_id, _ = split_run_uri(path)
         if not run_id:
