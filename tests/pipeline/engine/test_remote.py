@@ -21,7 +21,7 @@ from tests.helpers.llm_stage_data import cool_apple, heat_mug
 ROWS = [cool_apple("success", "traj-A").to_row(), heat_mug("traj-B").to_row()]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def publish_remove_loops(root: str, rows=ROWS) -> dict:

@@ -30,7 +30,7 @@ ANSWERS = [{"content": json.dumps({"skills": [SKILL]})},                        
            {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb misread",
                                                  "how_to_avoid": "Reread the goal"}]})}]
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def write_skills_upstream(store: ArtifactStore) -> None:

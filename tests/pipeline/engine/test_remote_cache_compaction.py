@@ -22,7 +22,7 @@ from tests.helpers.remote_upstream import commit_cool_apple_upstream
 ROWS = [cool_apple("success", "traj-A").to_row()]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def part_names(fs, folder: str) -> list[str]:

@@ -26,7 +26,7 @@ from tests.helpers.remote_upstream import commit_cool_apple_upstream
 STAGES = ["parse", "remove_loops", "verify", "split", "memory"]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def quiet(_msg: str) -> None:

@@ -107,7 +107,7 @@ def test_split_run_uri():
     assert split_run_uri("s3://b/p/memory") == ("", "", "")
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(env, tmp_path, monkeypatch):
