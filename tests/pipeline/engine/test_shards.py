@@ -9,8 +9,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.engine.runlock import RunLocked, run_lock, task_lock
 from pipeline.engine.runner import plan_task, run_pipeline, run_task
-from pipeline.engine.shards import file_groups, make_plan, partition
-from pipeline.formats.discover import list_input_files
+from pipeline.engine.shards import make_plan, partition
+from pipeline.formats.discover import file_groups, list_input_files
 from tests.helpers.paths import REPO
 
 SAMPLES = os.path.join(REPO, "data", "samples")
