@@ -56,7 +56,7 @@ from bench.stub_endpoint import StubEndpoint, serve_child  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
 from pipeline.core.config import LLMConfig  # noqa: E402
 from pipeline.core.layout import run_dir, stage_manifest_path  # noqa: E402
-from pipeline.core.remote import read_table  # noqa: E402
+from pipeline.engine.remote import read_table  # noqa: E402
 from pipeline.llm.client import LLMClient  # noqa: E402
 from pipeline.llm.types import JSONRequest  # noqa: E402
 from pipeline.stages import STAGES  # noqa: E402

@@ -166,7 +166,7 @@ def base_config(a: argparse.Namespace):
 
 def pipeline(a: argparse.Namespace) -> list:
     """Step 2: the data stages of the skills arm with the embedded LLM (or ``--llm-base-url``)."""
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     return run_pipeline(a.root, a.run_id, os.path.join(a.root, "traces", a.run_id),
                         arm_config(arm("skills"), base_config(a)), env="textworld",
                         log=lambda m: print(m, flush=True))
@@ -181,7 +181,7 @@ ARM_STAGES = ("distill", "build_pairs", "export")
 def arm_data(a: argparse.Namespace, which: Arm) -> list:
     """Step 2b: the data of a trained arm other than skills under its run id: the skills arm's
     artifacts up to the skill bank, then :data:`ARM_STAGES` with :func:`arm_config`."""
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     run_id = which.run_id(a.run_id)
     if run_id == a.run_id:
         raise ValueError(f"arm {which.name} shares the skills arm's run; it has no data of its own")

@@ -109,8 +109,8 @@ def measure(tree: str) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.config import PipelineConfig
-    from pipeline.core.runner import run_stage
-    from pipeline.core.stage import StageContext
+    from pipeline.engine.runner import run_stage
+    from pipeline.stage.stage import StageContext
 
     store_root = tempfile.mkdtemp(prefix="skillpipe-bench-")
     stop, peak = threading.Event(), [0.0, 0.0]

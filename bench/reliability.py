@@ -20,7 +20,7 @@ for the storm (section 5 runs no LLM stage).
 The storm: a fault-injecting OpenAI-compatible proxy on loopback sits between the pipeline's LLM
 client and an upstream (default: the schema stub; ``--upstream embedded`` for the embedded SmolLM2
 server, or a URL). For each fault rate (default 30 % and 60 % of calls), a fresh run of the stages
-up to distill (through :func:`pipeline.core.runner.run_pipeline`), then skill evolution
+up to distill (through :func:`pipeline.engine.runner.run_pipeline`), then skill evolution
 (:func:`bench.reliability_evolution.evolution_storm`: ``sft.rl.evolution.evolve``, as GRPO calls
 it, on the run's trajectories and bank), goes through the proxy, which picks a fault per call
 from a seeded generator:
@@ -200,12 +200,12 @@ def storm(root: str, upstream: str, rate: float, seed: int, memo: dict, input_pa
     counted); otherwise the embedded server (``json_object``, default content rules)."""
     from bench.reliability_common import FAKE_KEY, KEY_ENV, write_config
     os.environ.setdefault(KEY_ENV, FAKE_KEY)
-    from pipeline.core.config import load_config
-    from pipeline.core.runner import run_pipeline
+    from pipeline.runconfig import load_run_config
+    from pipeline.engine.runner import run_pipeline
     t0 = time.monotonic()
     run_id = f"storm-{int(rate * 100)}"
     with FaultProxy(upstream, rate, seed, memo) as proxy:
-        cfg = load_config(write_config(os.path.join(root, f"{run_id}.yaml"), proxy.base_url, llm={
+        cfg = load_run_config(write_config(os.path.join(root, f"{run_id}.yaml"), proxy.base_url, llm={
             # the upstream's own slowness is not a fault under test (the proxy injects "slow"
             # itself): on a loaded CPU a real model can take minutes per answer
             "model": model, "structured_output": "json_schema" if stub else "json_object", "timeout_s": 1800.0}))

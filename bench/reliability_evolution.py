@@ -7,7 +7,7 @@ trajectories ``r, r + rounds, ...`` of that env as the validation episodes (``wo
 trajectory's success), with ``update_threshold = 1`` so that every category with a failure in
 the round asks for skills; the bank carries over from round to round, as in training. Every
 request must end as an applied answer or a quarantine row (``record["quarantine"]``, built by
-:func:`pipeline.core.llmstage.failure_row` with the model's raw output): rows lost = requests -
+:func:`pipeline.stage.llmstage.failure_row` with the model's raw output): rows lost = requests -
 answered - quarantined, and a quarantine row of an answer-level failure (not a transport error)
 must keep a non-empty raw output.
 """
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from pipeline.core.records import Trajectory  # noqa: E402
-from pipeline.core.runner import TRANSPORT_REASONS  # noqa: E402
+from pipeline.engine.runner import TRANSPORT_REASONS  # noqa: E402
 
 ROUNDS = 6  # evolution rounds per env: up to 6 x (categories with a failure) requests
 

@@ -1,10 +1,10 @@
 """Section 1b of the reliability suite: kill -9 of the processes a DAG run consists of.
 
 Each mapped Airflow task of ``dags/skillpipe_dag.py`` runs
-:func:`pipeline.core.runner.run_task` ``(stage, shard=...)`` in a worker process; each
+:func:`pipeline.engine.runner.run_task` ``(stage, shard=...)`` in a worker process; each
 ``<stage>_all`` task runs ``run_task(stage)`` (the collect step). Here a run of the sample input
 in ``SHARDS`` shards goes task after task in DAG order (:func:`tasks`), the plan by
-:func:`pipeline.core.runner.plan_task`; the task under test runs as its own process
+:func:`pipeline.engine.runner.plan_task`; the task under test runs as its own process
 (``python -c "run_task(...)"``, its own process group) and is sent SIGKILL at a seeded random
 moment:
 
@@ -52,7 +52,7 @@ TASK_TIMEOUT_S = 900.0   # one task of data/samples takes seconds: past this it 
 DAG_TIMEOUT_S = 1800.0   # a whole airflow dags test run
 LEASE_S = 3.0
 CKPT_ANSWERS = 2
-TASK = "import json, sys; from pipeline.core.runner import run_task; run_task(**json.loads(sys.argv[1]))"
+TASK = "import json, sys; from pipeline.engine.runner import run_task; run_task(**json.loads(sys.argv[1]))"
 # (root kind, stage, shard or None for the collect step, mode, seed): 13 kills
 POINTS = [("local", "parse", "shard-00001", "write", 0), ("local", "remove_loops", "shard-00002", "time", 0),
           ("local", "memory", "shard-00000", "request", 0), ("local", "memory", "shard-00000", "request", 1),
@@ -137,7 +137,7 @@ class Root:
         """The run folder that worker ``worker`` works in (the root's, or its mirror's)."""
         if self.s3 is None:
             return layout.run_dir(self.uri, run_id)
-        from pipeline.core.remote import mirror_dir
+        from pipeline.engine.remote import mirror_dir
         with environ(self.env(worker)):
             return layout.run_dir(mirror_dir(self.uri), run_id)
 
@@ -203,7 +203,8 @@ def remote_cache_keys(fs, folder: str, pattern: str = "_llm_cache/*.parquet") ->
 
 def _read_stage(uri: str, run_id: str, stage: str) -> tuple[list, list] | None:
     from pipeline.core.artifacts import ArtifactStore
-    from pipeline.core.remote import is_remote, read_table
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import read_table
     if is_remote(uri):
         try:
             path = f"{uri}/runs/{run_id}/{stage}"
@@ -224,7 +225,7 @@ def _task_args(root: Root, run_id: str, config: str, stage: str, shard: str | No
 
 def run_inline(root: Root, worker: str, args: dict[str, Any]) -> None:
     """One task in this process (another worker when ``worker`` differs), as a DAG task runs it."""
-    from pipeline.core.runner import run_task
+    from pipeline.engine.runner import run_task
     with environ(root.env(worker)):
         run_task(args.pop("stage"), log=_quiet, **args)
 
@@ -241,7 +242,7 @@ def reference(root: Root, config: str, stub: SchemaStub, targets: set[tuple[str,
     """Run the whole task sequence once, unkilled, as run ``reference``: the tasks in ``targets``
     (those killed at a fraction of their wall time) as processes, the others in this process. Returns per task
     ``(LLM requests, wall s)``; checks the request-key derivation on the run's cache."""
-    from pipeline.core.runner import plan_task
+    from pipeline.engine.runner import plan_task
     from pipeline.llm.cache import CACHE_FILE
     with environ(root.env("main")):
         plan_task(root=root.uri, run_id="reference", input_path=SAMPLES, shards=SHARDS, log=_quiet)
@@ -296,7 +297,7 @@ def kill_one(root: Root, kind: str, config: str, stub: SchemaStub, point: tuple,
              upto: str, latency_s: float) -> TaskKill:
     """One kill: a fresh run up to the task, the task killed (:func:`wait_for_moment`), its retry
     on a fresh worker, the rest of the run, the checks."""
-    from pipeline.core.runner import plan_task
+    from pipeline.engine.runner import plan_task
     from pipeline.llm.cache import CACHE_FILE
     _, stage, shard, mode, seed = point
     run_id = f"kill-{kind}-{stage}-{shard or 'all'}-{mode}-{seed}"

@@ -6,7 +6,7 @@ Agent rollout traces → skill bank → distilled SFT pairs → SFT fit (SkillRL
 remove_loops, verify, memory, distill, build_pairs) run as one mapped task per shard, each followed by
 `<stage>_all`, which collects the shards (for parse: the cross-shard duplicate and cap pass);
 split, skills and export run once over all shards. Clearing one shard's task reruns that shard.
-Every task calls `pipeline.core.runner.run_task`, the same entry point as `skillpipe run --stages X`,
+Every task calls `pipeline.engine.runner.run_task`, the same entry point as `skillpipe run --stages X`,
 and returns only `{uri, rows, fingerprint}`. Artifacts live under `<root>/runs/<run_id>/<stage>/`.
 With no `llm_base_url`, a setup task starts the embedded llama.cpp server and a teardown task
 stops it, whatever happens in between. `eval_sft` and `eval_grpo` play each checkpoint on
@@ -30,7 +30,7 @@ from pipeline.stages import STAGES, get_stage
 
 
 def _args(params: dict, llm: dict) -> dict:
-    from pipeline.core.runner import safe_run_id
+    from pipeline.engine.runner import safe_run_id
     from airflow.sdk import get_current_context
     run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
     return dict(root=params["root"] or os.getcwd(), run_id=run_id, input_path=params["input_path"],
@@ -41,7 +41,7 @@ def _args(params: dict, llm: dict) -> dict:
 @task
 def plan(params=None) -> list[str]:
     """Plan the input into shards; returns their ids (what the map stages expand over)."""
-    from pipeline.core.runner import plan_task
+    from pipeline.engine.runner import plan_task
     a = _args(params, {"base_url": "", "model": ""})
     return plan_task(root=a["root"], run_id=a["run_id"], input_path=a["input_path"], shards=int(params["shards"]))
 
@@ -93,7 +93,7 @@ def stage_task(name: str):
     """The task running stage ``name`` (one shard of it when mapped with ``shard``)."""
     @task(task_id=name, **STAGE_RETRIES, doc_md=f"Run the `{name}` stage (pipeline/stages/{name}.py), per shard if it maps.")
     def _run(llm: dict, upstream: dict | None = None, shard: str | None = None, params=None) -> dict:
-        from pipeline.core.runner import run_task
+        from pipeline.engine.runner import run_task
         return run_task(name, shard=shard, **_args(params, llm))
     return _run
 
@@ -103,7 +103,7 @@ def collect_task(name: str):
     @task(task_id=f"{name}_all", **STAGE_RETRIES, doc_md=f"Collect the shards of `{name}` into its stage manifest (summed counts)"
                                        + ("; the cross-shard duplicate and cap pass" if name == "parse" else ""))
     def _collect(llm: dict, params=None) -> dict:
-        from pipeline.core.runner import run_task
+        from pipeline.engine.runner import run_task
         return run_task(name, **_args(params, llm))
     return _collect
 
@@ -112,9 +112,9 @@ def training(params: dict, section: str, **overrides):
     """Training section ``section`` (``sft``, ``grpo``, ``eval``) of the run's config (param
     ``config``; empty = the defaults, the CPU budget) with the DAG params given in ``overrides``
     applied when set (``None`` = not set). The same function the CLI commands read ``--config``
-    with (``pipeline.core.train_config.training_config``), so the DAG and the CLI train alike.
+    with (``pipeline.runconfig.training_config``), so the DAG and the CLI train alike.
     Raises ``ConfigError`` (a ``ValueError``) for a bad config or param value."""
-    from pipeline.core.train_config import training_config
+    from pipeline.runconfig import training_config
     return training_config(params["config"] or None, section, overrides)
 
 
@@ -197,7 +197,7 @@ def skillpipe():
         if params["llm_base_url"]:
             return {"base_url": params["llm_base_url"], "model": params["llm_model"], "state_dir": ""}
         from pipeline.llm.server import start_detached
-        from pipeline.core.runner import safe_run_id
+        from pipeline.engine.runner import safe_run_id
         from airflow.sdk import get_current_context
         run_id = params["run_id"] or safe_run_id(get_current_context()["run_id"])
         state_dir = os.path.join(run_dir(params["root"] or os.getcwd(), run_id), "_llm_server")
@@ -222,7 +222,8 @@ def skillpipe():
                  "`<root>/runs/<run_id>/report.html`. Its `file://` URI is this task's XCom `uri` (XCom tab) "
                  "and the last line of its log. Runs after the last step whether it failed or not.")
     def report(params=None) -> dict:
-        from pipeline.core.remote import is_remote, pull_run
+        from pipeline.core.storage import is_remote
+        from pipeline.engine.remote import pull_run
         from pipeline.report import build_report
         a = _args(params, {"base_url": "", "model": ""})
         root = a["root"]

@@ -8,7 +8,7 @@ Examples::
     skillpipe inspect runs/sample/export --lineage pair-0123abcd    # one SFT pair back to its source
     skillpipe serve-llm --port 8080                                # embedded endpoint, foreground
 
-The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.core.runner`).
+The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.engine.runner`).
 """
 from __future__ import annotations
 
@@ -99,7 +99,8 @@ def _parse_stages(stages: str | None) -> list[str] | None:
 def _previous_input(root: str, run_id: str) -> str:
     """The input path run ``run_id``'s parse artifact recorded (``""``: none), read from the
     remote run for an object-storage root (one GET), so a rerun there needs no --input either."""
-    from pipeline.core.remote import is_remote, remote_manifest
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import remote_manifest
     if is_remote(root):
         manifest = remote_manifest(root, run_id, "parse") or {}
         return manifest.get("input_path", "")
@@ -125,7 +126,7 @@ def _storage_errors() -> tuple[type, ...]:
 
 def _storage_message(e: BaseException, root: str) -> str:
     """One line for a storage error ``e`` under ``root``, saying what to check."""
-    from pipeline.core.remote import is_remote
+    from pipeline.core.storage import is_remote
     what = f"{type(e).__name__}: {e}".replace("\n", " ")
     local = getattr(e, "filename", None)
     if is_remote(root) and isinstance(local, str) and os.path.isabs(local):  # the mirror, not the store
@@ -167,7 +168,8 @@ def _storage_failure(e: BaseException, uri: str, option: str = "--root") -> str:
 def _user_message(msg: str, root: str) -> str:
     """``msg`` as the user should read it: for an object-storage root the local mirror folder is
     named by the root URI, and a suggested ``skillpipe run`` command gets the ``--root`` given."""
-    from pipeline.core.remote import is_remote, mirror_dir
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import mirror_dir
     if is_remote(root):
         msg = msg.replace(mirror_dir(root), root.rstrip("/"))
     if os.path.normpath(root) != ".":
@@ -178,7 +180,8 @@ def _user_message(msg: str, root: str) -> str:
 def _show_uri(local_path: str, root: str) -> str:
     """Where the user finds the artifact at ``local_path``: the remote URI for an object-storage
     root (``local_path`` is then in its mirror), else the path itself."""
-    from pipeline.core.remote import is_remote, mirror_dir
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import mirror_dir
     if not is_remote(root):
         return local_path
     rel = os.path.relpath(local_path, mirror_dir(root)).replace(os.sep, "/")
@@ -245,11 +248,11 @@ def run(
 
 
 def _checked_run_config(run_id: str, *options: str | None):
-    """The run's config (:func:`pipeline.core.config.run_config` of ``options``: config file,
+    """The run's config (:func:`pipeline.runconfig.run_config` of ``options``: config file,
     env, format, LLM URL, model, key variable, mode) once ``run_id`` is valid; a usage error
     (exit 2) naming the option otherwise."""
-    from pipeline.core.config import OptionError, run_config
-    from pipeline.core.runner import check_run_id
+    from pipeline.runconfig import OptionError, run_config
+    from pipeline.engine.runner import check_run_id
     try:
         check_run_id(run_id)
         return run_config(*options)
@@ -287,8 +290,8 @@ def exit_on_sigterm() -> None:
 def _input_path(given: str | None, root: str, run_id: str, reads_input: bool) -> str:
     """The input the run reads: ``given``, else the one run ``run_id`` recorded; a usage error
     (exit 2) when parse runs and there is none, one ``error:`` line when the storage fails."""
-    from pipeline.core.config import OptionError, check_run_input
-    from pipeline.core.remote import RootMissing, check_bucket, is_remote
+    from pipeline.runconfig import OptionError, check_run_input
+    from pipeline.core.storage import RootMissing, check_bucket, is_remote
     try:
         if is_remote(root):
             check_bucket(root)
@@ -317,8 +320,9 @@ def _has_artifact(root: str, run_id: str, stage: str) -> bool:
     manifest, or a shard folder (a sharded stage whose collect step has not run yet). Whether
     that artifact is complete, intact and fresh is the runner's check (its errors say which)."""
     from pipeline.core.artifacts import MANIFEST, ArtifactStore
-    from pipeline.core.remote import RemoteRun, is_remote, remote_fs
-    from pipeline.core.shards import is_shard_id
+    from pipeline.core.storage import is_remote, remote_fs
+    from pipeline.engine.remote import RemoteRun
+    from pipeline.core.layout import is_shard_id
     if is_remote(root):
         fs, base = remote_fs(root)
         has_manifest, shards = RemoteRun(fs, base, run_id).listing(stage)  # one LIST
@@ -381,7 +385,7 @@ def _run_and_summarise(root: str, run_id: str, input_path: str, cfg, options: di
     """``run_pipeline`` with ``options`` (env, stages, force, shards), then the summary; every
     failure a user can meet is one ``error:`` line (exit 1; 130 for Ctrl-C)."""
     from pipeline.core.artifacts import ArtifactError
-    from pipeline.core.runner import CountMismatch, run_pipeline
+    from pipeline.engine.runner import CountMismatch, run_pipeline
     t0 = time.monotonic()
     try:
         results = run_pipeline(root, run_id, input_path, cfg, log=lambda m: err.print(m, highlight=False, markup=False),
@@ -526,14 +530,14 @@ def inspect(
 ):
     """Show schema, row counts and sample rows of an artifact, or the lineage of one SFT pair."""
     from pipeline.core.artifacts import ArtifactError
-    from pipeline.core.remote import check_bucket, is_remote
+    from pipeline.core.storage import check_bucket, is_remote
     from pipeline.inspect import describe, lineage_report
     path = _plain_path(path)
     try:
         if is_remote(path):
             check_bucket(path, option="")  # else "no complete artifact" for a bucket that is not there
         if html:
-            from pipeline.core.remote import open_artifact
+            from pipeline.engine.remote import open_artifact
             from pipeline.report.artifact import write_artifact_html
             local = open_artifact(path)  # an object-storage URI: pulled into the mirror; a path: itself
             console.print(f"wrote {write_artifact_html(local, html, rows=rows, quarantine=quarantine)}",
@@ -567,7 +571,8 @@ def report(
 ):
     """Write one self-contained HTML report of a run (funnel, LLM use and cost, skill bank, data
     quality, training, lineage explorer) and print its path."""
-    from pipeline.core.remote import check_bucket, is_remote, pull_run
+    from pipeline.core.storage import check_bucket, is_remote
+    from pipeline.engine.remote import pull_run
     from pipeline.report import build_report
     root = bank_root = _plain_path(root)  # on object storage the bank history is read in the bucket
     try:
@@ -618,9 +623,9 @@ def _load_config_option(path: Optional[str]):
     """The config of a ``--config`` option (``None`` = defaults); a file that cannot be read or
     holds a bad value is a usage error (exit 2) naming the file and the key."""
     import yaml
-    from pipeline.core.config import load_config
+    from pipeline.runconfig import load_run_config
     try:
-        return load_config(path)
+        return load_run_config(path)
     except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
         raise typer.BadParameter(f"config {path}: {e}".replace("\n", " "), param_hint="--config")
 

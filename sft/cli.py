@@ -59,7 +59,8 @@ def run_config_section(path: Optional[str], section: str, overrides: dict | None
     error of ``option`` (the command's name for the run config) naming the file and the key; a bad
     option value one naming the key."""
     import yaml
-    from pipeline.core.train_config import training_config, with_overrides
+    from pipeline.core.train_config import with_overrides
+    from pipeline.runconfig import training_config
     try:
         cfg = training_config(path, section)
     except (ValueError, TypeError, OSError, yaml.YAMLError) as e:

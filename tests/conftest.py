@@ -1,6 +1,6 @@
 """Shared pytest set-up for the whole suite.
 
-Tests mirror the packages (``tests/pipeline/core/test_runner.py`` tests ``pipeline/core/runner.py``).
+Tests mirror the packages (``tests/pipeline/engine/test_runner.py`` tests ``pipeline/engine/runner.py``).
 Shared helpers are plain modules in ``tests/helpers/``, imported one way:
 ``from tests.helpers.<module> import ...`` (``paths`` for REPO/FIXTURES, ``llm_faults`` and ``llm_stage_data`` for stage-level LLM tests).
 Fixtures used across folders live here.

@@ -10,8 +10,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, from_dict
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories, write_upstream
 
 

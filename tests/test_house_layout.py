@@ -86,7 +86,8 @@ def test_the_layout_module_declares_every_name_and_stands_alone():
 
 
 def test_old_names_are_the_one_declaration():
-    from pipeline.core import artifacts, remote
+    from pipeline.core import artifacts
+    from pipeline.engine import remote
     from pipeline import inspect
     from pipeline.report import training
     from sft import manifest, run_step

@@ -38,7 +38,7 @@ ALLOWED = {
     ("pipeline/llm/ratelimit.py", "admit"):
         "waits for the limiter's condition, which release() and the hold-back timer notify; each call "
         "it admits has the client's request timeout",
-    ("pipeline/core/remote.py", "before"):
+    ("pipeline/engine/remote.py", "before"):
         "Lease.acquire() never waits: it takes the lease or raises LeaseHeld at once",
     ("pipeline/bank/files.py", "writing"):
         "Lease.acquire() never waits; the loop that retries it raises WaitTimeout past its deadline",

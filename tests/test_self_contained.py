@@ -63,7 +63,7 @@ ALLOWED: tuple[tuple[str | tuple[str, ...], str, str], ...] = (
     ("tests/sft/test_submit.py", "/home/me/e", "a pod path outside the mount that the test asserts is refused"),
     ("tests/pipeline/core/test_artifacts.py", "../evil", "a bad artifact file name the test asserts is rejected"),
     ("tests/pipeline/core/test_artifacts.py", "../x", "a bad stage name the test asserts is rejected"),
-    ("tests/pipeline/core/test_run_guard.py", "../escape", "a bad run id the test asserts is rejected"),
+    ("tests/pipeline/engine/test_run_guard.py", "../escape", "a bad run id the test asserts is rejected"),
     # the reliability suite's escape attempts: run ids, stage names and artifact paths it asserts are refused
     ("bench/reliability_secrets.py", "../../../escaped", "an escape attempt the suite asserts is refused"),
     ("bench/reliability_secrets.py", "/etc/escaped", "an escape attempt the suite asserts is refused"),

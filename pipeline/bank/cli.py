@@ -30,7 +30,7 @@ ROOT = typer.Option(".", "--root", help="folder that holds runs/ and banks/, or 
 def _store(root: str) -> BankStore:
     """The bank history of ``root``; for an object-storage root its bucket must exist (else one
     error line naming it) and its storage options be valid."""
-    from pipeline.core.remote import RootMissing, check_bucket, is_remote
+    from pipeline.core.storage import RootMissing, check_bucket, is_remote
     try:
         if is_remote(root):
             check_bucket(root)

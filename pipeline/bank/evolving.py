@@ -13,7 +13,7 @@ Evolved skills are capped per category (oldest evicted first) and ranked after t
 static skills keep their bank order and come first, evolved skills follow in the order they
 were added, so they never push static skills out. A failed LLM call changes nothing; it is
 returned as a quarantine record with the raw answer
-(:func:`pipeline.core.llmstage.failure_row`, as an LLM stage does). The caller (``sft.rl.evolution``) decides
+(:func:`pipeline.stage.llmstage.failure_row`, as an LLM stage does). The caller (``sft.rl.evolution``) decides
 which categories to update and which failures to show.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from pipeline.bank import rows as skillbank
 from pipeline.core import lineage
 from pipeline.core.fsutil import atomic_write_json
-from pipeline.core.llmstage import failure_row
+from pipeline.stage.llmstage import failure_row
 from pipeline.llm import templates
 from pipeline.llm.schemas import schema_path
 from pipeline.llm.types import JSONRequest

@@ -138,9 +138,9 @@ class RemoteFiles:
 
 def bank_files(root: str) -> LocalFiles | RemoteFiles:
     """The files of ``<root>/banks``: ``root`` is a local folder (or ``file://`` URI), or an
-    object-storage URI (:func:`pipeline.core.remote.is_remote`), opened with the run's storage
-    options (:func:`pipeline.core.remote.remote_fs`)."""
-    from pipeline.core.remote import is_remote, remote_fs
+    object-storage URI (:func:`pipeline.core.storage.is_remote`), opened with the run's storage
+    options (:func:`pipeline.core.storage.remote_fs`)."""
+    from pipeline.core.storage import is_remote, remote_fs
     if is_remote(root):
         fs, base = remote_fs(root)
         return RemoteFiles(fs, f"{base}/banks")

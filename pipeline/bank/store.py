@@ -10,7 +10,7 @@ Layout (versioned: content hash, parent version, history)::
 URI a run was given as its root (``s3://bucket/prefix``: the bank files are then objects in the
 bucket, :mod:`pipeline.bank.files`), so every run under it shares one bank history. The skills
 stage's bank is registered by the runner once the stage's artifact is committed
-(:meth:`pipeline.core.stage.Stage.after_commit`). A version id is :func:`pipeline.bank.rows.bank_version` of its rows
+(:meth:`pipeline.stage.stage.Stage.after_commit`). A version id is :func:`pipeline.bank.rows.bank_version` of its rows
 (``bank-<hash>`` of the skills' kind, category and text; source ids and order do not count), so
 registering the same bank twice - a rerun, a retried Airflow task, a crash after registration -
 returns the first record and writes nothing: artifacts stay identical across reruns.

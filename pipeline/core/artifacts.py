@@ -12,7 +12,7 @@ Quarantine parts and the manifest sit under ``_``-prefixed names, which Parquet 
 ``pd.read_parquet("runs/ID/build_pairs")`` returns the stage's good rows only. Runs written before
 this layout keep their quarantine in ``quarantine/``; :func:`quarantine_dir` still finds it.
 
-A map stage of a run planned into several shards (:mod:`pipeline.core.shards`) writes one full
+A map stage of a run planned into several shards (:mod:`pipeline.engine.shards`) writes one full
 artifact per shard, ``<stage>/shard-NNNNN/`` (parts, ``_quarantine/``, ``_manifest.json`` with its
 own fingerprint and counts), and a stage manifest ``<stage>/_manifest.json`` that lists the shards
 (``shards``), sums their counts and lists their files (``shard-NNNNN/part-00000.parquet``...).
@@ -28,7 +28,7 @@ Face Hub does, ``data/<split>-00000-of-00001.parquet`` (see :meth:`ArtifactStore
 A stage is written into a temporary sibling folder and renamed into place only when complete,
 so a crashed or retried task never leaves a half-written artifact and never appends to an old
 one. ``<root>`` is a local folder: an object-storage root (``s3://...``) is mirrored to one by
-:mod:`pipeline.core.remote`, which commits each artifact there without a rename (manifest last).
+:mod:`pipeline.engine.remote`, which commits each artifact there without a rename (manifest last).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file
-from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
+from pipeline.core.layout import ARTIFACT_MANIFEST, is_shard_id, run_dir
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = ARTIFACT_MANIFEST  # the name is declared in pipeline.core.layout
@@ -70,7 +70,7 @@ class StageArtifact:
     @property
     def fingerprint(self) -> str:
         """The stage fingerprint the manifest records (32 hex characters, see
-        :func:`pipeline.core.runner.fingerprint`); ``KeyError`` if the manifest has none."""
+        :func:`pipeline.engine.runner.fingerprint`); ``KeyError`` if the manifest has none."""
         return self.manifest["fingerprint"]
 
     @property
@@ -115,7 +115,6 @@ def shard_dirs(stage_dir: str) -> list[str]:
     """The shard folders of a sharded stage folder, in shard order: those its stage manifest
     lists (``shards``), else every ``shard-NNNNN`` folder holding a manifest. Empty for a flat
     (one-shard) artifact or no folder."""
-    from pipeline.core.shards import is_shard_id
     try:
         with open(os.path.join(stage_dir, MANIFEST), encoding="utf-8") as f:
             listed = json.load(f).get("shards")

@@ -10,141 +10,20 @@ fingerprint covers them, the training steps fingerprint their own config.
 Loading is strict: every value is checked against the type of its default (:func:`coerce`: no
 silent ``bool("false") == True`` or ``int(1.7) == 1``) and against the range or choices declared
 on its field (:func:`check_fields`); every problem raises :class:`ConfigError` as
-``section.key: message``.
+``section.key: message``. The field machinery and the shared ``prompt:`` section live in
+:mod:`pipeline.core.config_base` and are importable from here. What only the registries above
+the ground floor know (the verify checkers' rule names, the readers, the embedded models) is
+checked where a run reads its config: :mod:`pipeline.runconfig`.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config value of the wrong type, out of range, or an unknown key/section.
-
-    A ``ValueError`` so every caller that already reports ``ValueError`` cleanly (``skillpipe run
-    --config``, ``skillpipe sft``, ``skillpipe rl grpo``) prints it as one ``error:`` line.
-    """
-
-
-#: ``min``/``max`` of each field made by :func:`config_field`, keyed by the ``dataclasses.Field``
-#: itself (identity hash). Not in the field metadata: ``HfArgumentParser`` (``python -m sft.train``)
-#: passes every metadata key to ``argparse.add_argument``, which has no ``min``/``max``.
-_LIMITS: dict[dataclasses.Field, tuple[float | None, float | None]] = {}
-
-
-def config_field(default: Any, help: str, *, min: float | None = None, max: float | None = None,
-                 choices: tuple | None = None):
-    """A dataclass field with a default and a ``help`` text (lists/dicts get a fresh copy each).
-
-    ``min``/``max`` (inclusive) and ``choices`` are enforced by :func:`check_fields` when a config
-    is loaded; ``choices`` also goes into the metadata, where argparse-based parsers use it.
-    """
-    meta: dict[str, Any] = {"help": help}
-    if choices is not None:
-        meta["choices"] = choices
-    if isinstance(default, (list, dict)):
-        f = field(default_factory=lambda: type(default)(default), metadata=meta)
-    else:
-        f = field(default=default, metadata=meta)
-    if min is not None or max is not None:
-        _LIMITS[f] = (min, max)
-    return f
-
-
-_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def coerce(value: Any, default: Any, where: str) -> Any:
-    """``value`` converted to the type of ``default``; raises :class:`ConfigError` ``"where: ..."``.
-
-    Rules: a bool field takes a bool, 0/1, or one of the strings true/false/yes/no/1/0 (any
-    case); an int field takes an int or an integral float (``1.0``), never a bool; a float field
-    takes a finite int/float or a numeric string (PyYAML reads ``1e-6`` as a string); a str field
-    takes a string; list/dict fields take a list/mapping. ``None`` is never accepted.
-    """
-    def fail(expected: str):
-        raise ConfigError(f"{where}: expected {expected}, got {value!r} ({type(value).__name__})")
-
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _BOOLS:
-            return _BOOLS[value.strip().lower()]
-        fail("a boolean (true/false/yes/no/1/0)")
-    if isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        fail("an integer")
-    if isinstance(default, float):
-        number = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
-        elif isinstance(value, str):
-            try:
-                number = float(value.strip())
-            except ValueError:
-                pass
-        if number is None or not math.isfinite(number):
-            fail("a finite number")
-        return number
-    if isinstance(default, str):
-        if isinstance(value, str):
-            return value
-        fail("a string")
-    if isinstance(default, list):
-        if isinstance(value, list):
-            return list(value)
-        fail("a list")
-    if isinstance(default, dict):
-        if isinstance(value, dict):
-            return dict(value)
-        fail("a mapping")
-    return value
-
-
-def check_fields(cfg: Any, section: str = "") -> None:
-    """Enforce the ``min``/``max``/``choices`` of every field of dataclass ``cfg``;
-    raises :class:`ConfigError` ``"section.key: must be >= 0, got -1"``."""
-    for f in dataclasses.fields(cfg):
-        value, meta = getattr(cfg, f.name), f.metadata
-        where = f"{section}.{f.name}" if section else f.name
-        if "choices" in meta and value not in meta["choices"]:
-            raise ConfigError(f"{where}: must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
-        low, high = _LIMITS.get(f, (None, None))
-        if low is not None and value < low:
-            raise ConfigError(f"{where}: must be >= {low}, got {value!r}")
-        if high is not None and value > high:
-            raise ConfigError(f"{where}: must be <= {high}, got {value!r}")
-
-
-def build_flat(cls: type, data: Any, base: Any = None, what: str = "config") -> Any:
-    """``base`` (or ``cls()``) with the keys of the flat mapping ``data`` coerced and replaced,
-    then range-checked. Raises :class:`ConfigError` for a non-mapping, an unknown key, a wrong
-    type or an out-of-range value. Used by the SFT and GRPO configs."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what}: expected a mapping of field names to values, got {type(data).__name__}")
-    cfg = base if base is not None else cls()
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(map(str, set(data) - names))
-    if unknown:
-        raise ConfigError(f"unknown {what} keys {unknown}; known: {sorted(names)}")
-    cfg = dataclasses.replace(cfg, **{k: coerce(v, getattr(cfg, k), k) for k, v in data.items()})
-    check_fields(cfg)
-    return cfg
-
+from pipeline.core.config_base import (ConfigError, PromptConfig, build_flat, check_fields,  # noqa: F401
+                                       coerce, config_field)
+from pipeline.core.train_config import RUN_SET, SECTION_CLASSES, check_section, run_defaults, section_keys
 
 _f = config_field
 
@@ -308,17 +187,6 @@ class DistillConfig:
                         choices=("llm", "none"))
 
 
-@dataclass
-class PromptConfig:
-    """YAML section ``prompt:``: what the per-step prompt shows (history, skills, mistakes), read
-    by distill and build_pairs (field help: ``skillpipe config --show``)."""
-    history_length: int = _f(2, "observation/action pairs shown in the prompt (SkillRL's RL default)",
-                            min=0)
-    top_k_general: int = _f(6, "general skills shown (SkillRL's top_k)", min=0)
-    max_mistakes: int = _f(5, "common mistakes shown", min=0)
-    skills: bool = _f(True, "include the retrieved skills block at every step")
-
-
 #: Policies of a build_pairs rule: quarantine the pair, or keep it and count the rule as a flag.
 POLICIES = ("quarantine", "flag")
 #: WebShop trajectory policy after an inadmissible click (``build_pairs.webshop_reject``).
@@ -421,22 +289,9 @@ class PipelineConfig:
     export: ExportConfig = field(default_factory=ExportConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     # training steps after export (pipeline.core.train_config; no stage fingerprint covers them)
-    sft: Any = field(default_factory=lambda: _training_defaults("sft"))
-    grpo: Any = field(default_factory=lambda: _training_defaults("grpo"))
-    eval: Any = field(default_factory=lambda: _training_defaults("eval"))
-
-
-def _training_defaults(section: str) -> Any:
-    # imported here: pipeline.core.train_config builds its classes on this module
-    from pipeline.core.train_config import run_defaults
-    return run_defaults(section)
-
-
-def _section_keys(section: str, values: Any) -> list[str]:
-    """The keys a config file may set in ``section`` (every field but the run-set ones of a
-    training section, ``pipeline.core.train_config.RUN_SET``)."""
-    from pipeline.core.train_config import section_keys
-    return section_keys(section, values)
+    sft: Any = field(default_factory=lambda: run_defaults("sft"))
+    grpo: Any = field(default_factory=lambda: run_defaults("grpo"))
+    eval: Any = field(default_factory=lambda: run_defaults("eval"))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -446,7 +301,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     out = dataclasses.asdict(cfg)
     if isinstance(cfg, PipelineConfig):
         for f in dataclasses.fields(cfg):
-            keys = _section_keys(f.name, getattr(cfg, f.name))
+            keys = section_keys(f.name, getattr(cfg, f.name))
             out[f.name] = {k: v for k, v in out[f.name].items() if k in keys}
     return out
 
@@ -489,13 +344,11 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     ``distill.reasoning: none`` (needs ``build_pairs.empty_think: flag``); returns
     ``cfg`` (with ``per_env`` normalised) or raises :class:`ConfigError` ``section.key: message``.
     (A module function: ``build_pairs`` is a section name of :class:`PipelineConfig`.)"""
-    from pipeline.core.train_config import SECTION_CLASSES, check_section
     for f in dataclasses.fields(cfg):
         check_fields(getattr(cfg, f.name), f.name)
     for section in SECTION_CLASSES:  # their own checks (games, lora_r), and the run's prompt section
         setattr(cfg, section, check_section(section, getattr(cfg, section), cfg.prompt))
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
-    check_verify_rules(cfg.verify)
     unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
     if unknown:
         raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
@@ -504,18 +357,6 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
         raise ConfigError("build_pairs.empty_think: must be flag with distill.reasoning: none (every think is "
                           "empty; quarantine drops every pair and the export has none)")
     return cfg
-
-
-def check_verify_rules(vcfg: VerifyConfig) -> None:
-    """Raise :class:`ConfigError` for a name in ``verify.disabled_rules``/``flag_rules`` that no
-    checker (:func:`pipeline.verify.rule_names`) has, as ``rule`` or ``checker.rule``."""
-    from pipeline.verify import rule_names
-    known = rule_names()
-    names = {r for rules in known.values() for r in rules} | {f"{c}.{r}" for c, rules in known.items() for r in rules}
-    for key in ("disabled_rules", "flag_rules"):
-        unknown = sorted(set(map(str, getattr(vcfg, key))) - names)
-        if unknown:
-            raise ConfigError(f"verify.{key}: unknown rules {unknown}; known: {', '.join(sorted(names))}")
 
 
 #: Config sections renamed with their stages (old name -> new); old names are accepted for one
@@ -558,7 +399,7 @@ def from_dict(data: dict[str, Any]) -> PipelineConfig:
             raise ConfigError(f"{section}: expected a mapping of keys to values, got {type(values).__name__} "
                               f"{values!r}")
         sub = getattr(cfg, section)
-        names = set(_section_keys(section, sub))
+        names = set(section_keys(section, sub))
         for k, v in values.items():
             if k not in names:
                 raise ConfigError(_unknown_key(section, k, names))
@@ -568,7 +409,6 @@ def from_dict(data: dict[str, Any]) -> PipelineConfig:
 
 def _unknown_key(section: str, key: Any, names: set[str]) -> str:
     """The error of key ``key`` that section ``section`` does not have (``names``: those it has)."""
-    from pipeline.core.train_config import RUN_SET
     if key in RUN_SET.get(section, ()):
         why = "the run's prompt: section" if key == "prompt" else "the run (runs/<run_id>/...)"
         return f"{section}.{key}: not a config key: set by {why}"
@@ -582,71 +422,3 @@ def load_config(path: str | None) -> PipelineConfig:
     import yaml
     with open(path, encoding="utf-8") as f:
         return from_dict(yaml.safe_load(f) or {})
-
-
-class OptionError(ValueError):
-    """A ``skillpipe run`` option that cannot be used; ``option`` is its command-line name
-    (e.g. ``--input``), for the usage error."""
-
-    def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
-
-
-def run_config(path: str | None, env: str = "auto", fmt: str | None = None, llm_base_url: str | None = None,
-               llm_model: str | None = None, llm_api_key_env: str | None = None,
-               llm_mode: str | None = None) -> PipelineConfig:
-    """The effective config of a run: the YAML file at ``path`` (defaults when ``None``) with the
-    command-line overrides applied (``fmt`` -> ``parse.format``, the ``llm_*`` values -> ``llm``,
-    ``llm_mode`` -> ``llm.mode``;
-    ``None`` keeps the file's value). ``env`` (``auto`` or a registered env) is only checked.
-
-    Raises :class:`OptionError` naming the option: an unreadable or invalid file (``--config``),
-    an unknown env (``--env``) or format (``--format``), a model that is no embedded model's
-    alias when no endpoint is given (``--llm-model``)."""
-    import yaml
-    try:
-        cfg = load_config(path)
-    except (ValueError, TypeError, OSError, yaml.YAMLError) as e:
-        raise OptionError("--config", f"config {path}: {e}".replace("\n", " ")) from e
-    from pipeline.envs import REGISTRY
-    if env != "auto" and env not in REGISTRY:
-        raise OptionError("--env", f"unknown env {env!r}; choose from auto, {', '.join(sorted(REGISTRY))}")
-    if fmt is not None:
-        from pipeline.formats.discover import READERS
-        if fmt != "auto" and fmt not in READERS:
-            raise OptionError("--format", f"unknown format {fmt!r}; choose from auto, {', '.join(READERS)}")
-        cfg.parse.format = fmt
-    for key, value in (("base_url", llm_base_url), ("model", llm_model), ("api_key_env", llm_api_key_env)):
-        if value is not None:
-            setattr(cfg.llm, key, value)
-    if not cfg.llm.base_url and cfg.llm.model:
-        from pipeline.llm.weights import MODELS
-        if cfg.llm.model not in MODELS:
-            raise OptionError("--llm-model", f"{cfg.llm.model!r} is not an embedded model ({', '.join(MODELS)}); "
-                                             "to use another model give its endpoint with --llm-base-url")
-    if llm_mode is not None:
-        if llm_mode not in ("online", "batch"):
-            raise OptionError("--llm-mode", f"unknown LLM mode {llm_mode!r}; choose from online, batch")
-        cfg.llm.mode = llm_mode
-    if cfg.llm.mode == "batch" and not cfg.llm.base_url:
-        raise OptionError("--llm-mode", "batch mode needs an endpoint with the Batch API (--llm-base-url or "
-                                        "llm.base_url); the embedded server answers online only")
-    return cfg
-
-
-def check_run_input(input_path: str, reads_input: bool) -> None:
-    """Check a run's input path (``""`` = none); ``reads_input``: the parse stage runs.
-
-    Raises :class:`OptionError` (``--input``) when parse runs without an input, when the path
-    does not exist, or when parse would find no input file under it."""
-    import os
-    if reads_input and not input_path:
-        raise OptionError("--input", "required for a new run (no previous parse artifact)")
-    if input_path and not os.path.exists(input_path):
-        raise OptionError("--input", f"input path does not exist: {input_path}")
-    if input_path and reads_input:
-        from pipeline.formats.discover import list_input_files
-        if not list_input_files(input_path):
-            raise OptionError("--input", f"no input files under {input_path} (README*/SOURCE* files and hidden "
-                                         "files are skipped)")

@@ -1,12 +1,12 @@
 """The run layout: every folder and manifest name of a run, declared once.
 
 A run of the pipeline lives in one folder under the root (a local path, or the local mirror of
-an object-storage root, :mod:`pipeline.core.remote`)::
+an object-storage root, :mod:`pipeline.engine.remote`)::
 
     <root>/
       runs/                                   RUNS_DIR
         <run_id>/                             run_dir(root, run_id)
-          <stage>/                            a data stage (pipeline.stages.STAGES), e.g. export
+          <stage>/                            a data stage (STAGES), e.g. export
             part-00000.parquet                (pipeline.core.artifacts: parts, _quarantine/, ...)
             _manifest.json                    ARTIFACT_MANIFEST: fingerprint, counts, files
             shard-00000/_manifest.json        one per shard of a sharded stage, same name
@@ -32,6 +32,9 @@ from __future__ import annotations
 import os
 
 RUNS_DIR = "runs"
+#: The data stages, in run order: their folders under ``runs/<run_id>/`` (the registry
+#: :mod:`pipeline.stages` maps each name to its module).
+STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export")
 #: The manifest of every artifact folder (a stage, one shard of it, an eval, the rollout).
 ARTIFACT_MANIFEST = "_manifest.json"
 #: The manifest of the SFT output folder and of each of its checkpoints.
@@ -47,6 +50,8 @@ ROLLOUT_STAGE = "rollout"
 SFT_STEP = "sft_fit"
 GRPO_STEP = "grpo"
 EVAL_PREFIX = "eval_"
+#: The folder of one shard of a sharded stage: ``shard-NNNNN`` (:func:`shard_id`).
+SHARD_PREFIX = "shard-"
 #: The training steps after export, in run order, and the manifest each one writes.
 STEP_MANIFESTS = {SFT_STEP: SFT_MANIFEST, GRPO_STEP: GRPO_MANIFEST}
 #: Every manifest file name of a run (what a house test keeps out of literals elsewhere).
@@ -61,6 +66,16 @@ def run_dir(root: str, run_id: str) -> str:
 def is_run_dir(path: str) -> bool:
     """Whether ``path`` is a run folder, ``.../runs/<run_id>`` (by name only; nothing is read)."""
     return os.path.basename(os.path.dirname(os.path.abspath(path))) == RUNS_DIR
+
+
+def shard_id(i: int) -> str:
+    """``shard-NNNNN`` (five digits, zero-padded) for shard number ``i`` (from 0)."""
+    return f"{SHARD_PREFIX}{i:05d}"
+
+
+def is_shard_id(name: str) -> bool:
+    """True for a name of the form ``shard-<digits>``."""
+    return name.startswith(SHARD_PREFIX) and name[len(SHARD_PREFIX):].isdigit()
 
 
 def eval_stage(label: str) -> str:

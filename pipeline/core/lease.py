@@ -1,4 +1,4 @@
-"""A lease on object storage: the remote counterpart of the run lock (:mod:`pipeline.core.runlock`).
+"""A lease on object storage: the remote counterpart of the run lock (:mod:`pipeline.engine.runlock`).
 
 ``flock`` cannot reach across machines, so a worker that runs a stage (or one shard of it) on an
 object-storage root first takes a **lease**: a small JSON object

@@ -1,11 +1,11 @@
 """Fingerprint and manifest of a step that follows the data stages (:mod:`pipeline.core.step`).
 
-Such a step is no :class:`~pipeline.core.stage.Stage`: its output is a model folder or an
+Such a step is no :class:`~pipeline.stage.stage.Stage`: its output is a model folder or an
 evaluation, not the rows of a stage, and it may keep its own resume (optimizer state,
 checkpoints). It decides "unchanged: skip" the way the runner does for a stage, from the same facts:
 
 * ``inputs``: the content hash of each upstream artifact (never its location, so a moved run
-  folder reruns nothing), after :func:`pipeline.core.runner.check_fresh` has refused a stale one;
+  folder reruns nothing), after :func:`pipeline.core.freshness.check_fresh` has refused a stale one;
 * ``config``: the settings that change the result (paths and resume switches left out);
 * ``step_version`` (the step's own) and ``code_version`` (the package's);
   ``fingerprint = lineage.content_hash(facts, n=32)``.
@@ -22,6 +22,7 @@ import os
 from typing import Any, Iterable
 
 from pipeline import __version__
+from pipeline.core.freshness import check_fresh
 from pipeline.core.fsutil import atomic_write_json
 from pipeline.core.lineage import content_hash
 
@@ -33,7 +34,6 @@ def upstream_facts(store: Any, stages: Iterable[str]) -> list[dict[str, str]]:
     """``[{"stage", "content_sha256"}]`` of each upstream artifact of ``store`` (an
     ``ArtifactStore``), the input facts of a stage. Raises ``ArtifactError`` when one is missing
     or stale (built from an upstream artifact that has since been rewritten)."""
-    from pipeline.core.runner import check_fresh
     facts = []
     for s in stages:
         check_fresh(store, s)

@@ -2,9 +2,10 @@
 
 One dataclass per training step, every field with a default, a help text and its range, in the
 manner of the data sections of :mod:`pipeline.core.config` (the same :func:`config_field`,
-:func:`coerce` and :func:`check_fields`): :class:`SFTFitConfig` (the ``sft_fit`` step, TRL
-``SFTTrainer``), :class:`GRPOConfig` (the ``grpo`` step, online GRPO with skill-bank
-evolution) and :class:`EvalConfig` (the ``eval_sft`` / ``eval_grpo`` evaluations). They live in
+:func:`coerce` and :func:`check_fields`, from :mod:`pipeline.core.config_base`):
+:class:`SFTFitConfig` (the ``sft_fit`` step, TRL ``SFTTrainer``), :class:`GRPOConfig` (the
+``grpo`` step, online GRPO with skill-bank evolution) and :class:`EvalConfig` (the ``eval_sft`` /
+``eval_grpo`` evaluations). They live in
 ``pipeline`` so that ``PipelineConfig`` (and ``skillpipe config --show``) can hold them while
 ``pipeline`` never imports ``sft``; ``sft.config``, ``sft.rl.config`` and ``sft.eval`` re-export
 them with their loaders.
@@ -21,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.core.config import ConfigError, PromptConfig, build_flat, check_fields, config_field
+from pipeline.core.config_base import ConfigError, PromptConfig, build_flat, check_fields, config_field
 
 _f = config_field
 
@@ -73,7 +74,7 @@ class SFTFitConfig:
     preflight: bool = _f(True, "run the label-mask and chat-template invariants before training")
 
     def validate(self) -> None:
-        """Raise :class:`pipeline.core.config.ConfigError` (a ``ValueError``) ``"field: message"`` for a
+        """Raise :class:`pipeline.core.config_base.ConfigError` (a ``ValueError``) ``"field: message"`` for a
         value out of its declared range/choices (field metadata), or ``lora`` with ``lora_r < 1``."""
         check_fields(self)
         if self.lora and self.lora_r < 1:
@@ -157,7 +158,7 @@ class GRPOConfig:
                          min=0)
 
     def validate(self) -> "GRPOConfig":
-        """Return ``self`` or raise :class:`pipeline.core.config.ConfigError` (a ``ValueError``)
+        """Return ``self`` or raise :class:`pipeline.core.config_base.ConfigError` (a ``ValueError``)
         ``"field: message"``: declared ranges/choices, ``temperature`` and ``top_p`` > 0, a
         non-empty ``games`` list of known TextWorld Express games, ``val_tasks >= 1`` when
         validation runs (``eval_steps > 0``)."""
@@ -283,14 +284,3 @@ def with_overrides(section: str, cfg: Any, overrides: dict[str, Any]) -> Any:
         msg = str(e)
         raise ConfigError(msg if msg.startswith("unknown") else f"{section}.{msg}") from None
     return out
-
-
-def training_config(path: str | None, section: str, overrides: dict[str, Any] | None = None) -> Any:
-    """Training section ``section`` (``sft``, ``grpo`` or ``eval``) of the run config file at
-    ``path`` (``None`` = the defaults, :func:`run_defaults`) with ``overrides`` applied
-    (:func:`with_overrides`). What ``skillpipe sft fit --config``, ``skillpipe rl grpo --config``,
-    ``skillpipe eval --config`` and the DAG tasks ``sft_fit``, ``grpo``, ``eval_*`` train and
-    evaluate with. Raises ``OSError``/``yaml.YAMLError`` for an unreadable file and
-    :class:`ConfigError` for a bad value anywhere in it."""
-    from pipeline.core.config import load_config
-    return with_overrides(section, getattr(load_config(path), section), overrides or {})

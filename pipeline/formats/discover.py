@@ -22,6 +22,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Callable, Iterator
 
 from pipeline.core.records import QuarantineRow, Trajectory
@@ -51,6 +52,17 @@ HEAD_BYTES = 64 * 1024
 #: checked in 1 MB blocks first so a bad byte deep in a huge file is found with its line.
 WHOLE_READ_BYTES = 16 << 20
 _SKIP_NAMES = re.compile(r"^(SOURCE|README)(\.[A-Za-z0-9]+)?$", re.IGNORECASE)
+
+
+def input_root(input_path: str) -> str:
+    """The folder input URIs are relative to: ``input_path`` itself, or a file's folder."""
+    return input_path if os.path.isdir(input_path) else os.path.dirname(input_path)
+
+
+def file_groups(files: list[str]) -> list[list[str]]:
+    """``files`` (sorted by path) cut into groups of consecutive files of one folder: the unit
+    parse selects in and the shard plan never splits (an environment instance stays whole)."""
+    return [list(g) for _, g in groupby(files, key=os.path.dirname)]
 
 
 def list_input_files(path: str) -> list[str]:

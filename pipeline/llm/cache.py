@@ -10,7 +10,7 @@ The SQLite file is local to one worker (:data:`CACHE_FILE` in the run folder). F
 object storage, entries travel between workers as immutable **cache parts**: Parquet files of
 :data:`PART_SCHEMA` written by :func:`encode_part` from :meth:`ResponseCache.entries_after` and
 loaded by :func:`decode_part` + :meth:`ResponseCache.import_entries`
-(:mod:`pipeline.core.remote` checkpoints and restores them); no SQLite file is ever shared over
+(:mod:`pipeline.engine.remote` checkpoints and restores them); no SQLite file is ever shared over
 network storage. Once a unit is committed its parts are merged into one
 (:func:`compact_entries`), so a long shard does not leave hundreds of small files.
 """

@@ -21,9 +21,8 @@ def _path_or_none(alias: str):
     from pipeline.llm import weights
     m = weights.spec(alias)
     if m.package:
-        from pipeline.llm.server import find_gguf
         try:
-            return find_gguf()
+            return weights.find_gguf()
         except FileNotFoundError:
             return None
     path = weights.models_dir() / m.file_name

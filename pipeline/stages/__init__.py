@@ -1,13 +1,14 @@
 """The data stages, in run order: one module each, named after the stage, whose ``STAGE`` is a
-:class:`pipeline.core.stage.Stage` (the contract is documented there).
+:class:`pipeline.stage.stage.Stage` (the contract is documented there).
 
-``STAGES`` is the one list of stage names; the runner, the CLI and the Airflow DAG all read it.
-Three stages were renamed to say what they do (old name -> new); the CLI and config files
-accept the old names for one release.
+``STAGES`` is the one list of stage names, declared with the run layout
+(:data:`pipeline.core.layout.STAGES`: each names a folder of a run) and read from here by the
+runner, the CLI and the Airflow DAG. Three stages were renamed to say what they do (old name ->
+new); the CLI and config files accept the old names for one release.
 """
 from __future__ import annotations
 
-STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export")
+from pipeline.core.layout import STAGES
 RENAMED_STAGES = {"dedupe": "remove_loops", "aggregate": "skills", "validate": "build_pairs"}
 
 
@@ -18,7 +19,7 @@ def canonical_stage(name: str) -> str:
 
 
 def get_stage(name: str):
-    """The :class:`~pipeline.core.stage.Stage` registered as ``name`` (old names accepted): the
+    """The :class:`~pipeline.stage.stage.Stage` registered as ``name`` (old names accepted): the
     ``STAGE`` of module ``pipeline.stages.<name>``. Raises ``ValueError`` for an unknown name."""
     import importlib
     name = canonical_stage(name)

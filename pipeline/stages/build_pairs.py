@@ -65,7 +65,7 @@ from pipeline.prompts import (needs_synthetic_done, prompt_template_files, rende
                        visible_admissible)
 from pipeline.core.config import check_fields
 from pipeline.core.records import SFT_PAIR_SCHEMA, QuarantineRow, Trajectory
-from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
 from pipeline.tokens import counter_for
 
 NAME = "build_pairs"  # the stage's name, in its quarantine rows

@@ -16,7 +16,7 @@ checks them 1:1 plus the form rules (no tags and no CJK, by :mod:`pipeline.rules
 build_pairs judges a pair; non-blank; bounded). The reference trusted the indices and silently
 emitted empty thinks. Failures (the model's raw output kept) and non-successes (reason
 ``not_success``: failures feed memories, not SFT) are quarantined
-(:class:`~pipeline.core.llmstage.LLMStage` runs the loop). Units: trajectories.
+(:class:`~pipeline.stage.llmstage.LLMStage` runs the loop). Units: trajectories.
 
 Content rules (``pipeline.quality``): each answer's check also rejects a think with no
 words, an n-gram loop, a think reused for two steps, a think naming an entity the agent has not
@@ -37,9 +37,9 @@ from typing import Any, Callable
 
 from pipeline import prompts, quality, rules
 from pipeline.core.config import QualityConfig
-from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row, send
+from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
-from pipeline.core.stage import StageContext, StageOutput, reject
+from pipeline.stage.stage import StageContext, StageOutput, reject
 from pipeline.llm import jsonparse
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap

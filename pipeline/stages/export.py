@@ -32,7 +32,7 @@ from pipeline import envs
 from pipeline.prompts import prompt_template_files
 from pipeline.quality import metrics as qmetrics
 from pipeline.core.records import SFT_PAIR_SCHEMA, Trajectory
-from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.stage.stage import Stage, StageContext, StageOutput
 from pipeline.core.artifacts import ArtifactError
 from pipeline.verify import summary as verify_summary
 

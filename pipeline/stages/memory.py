@@ -11,7 +11,7 @@ Schema depends on the outcome:
 The schema (derived from ``schemas/memory.schema.json``) is validated by the client, and
 :func:`check_memory` additionally enforces the outcome-specific content (a success needs a
 non-blank planning pattern, a failure at least one mistake) and the content rules. A call that
-still fails is quarantined with the model's raw output (:class:`~pipeline.core.llmstage.LLMStage`
+still fails is quarantined with the model's raw output (:class:`~pipeline.stage.llmstage.LLMStage`
 runs the loop). Units: trajectories; ``in = out + quarantined``.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pipeline import quality
 
 from pipeline.core import lineage
 from pipeline.core.config import MemoryConfig, QualityConfig
-from pipeline.core.llmstage import Job, LLMRun, LLMStage
+from pipeline.stage.llmstage import Job, LLMRun, LLMStage
 from pipeline.core.records import MEMORY_SCHEMA, Trajectory
-from pipeline.core.stage import StageContext, StageOutput
+from pipeline.stage.stage import StageContext, StageOutput
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema
 from pipeline.llm.types import JSONRequest

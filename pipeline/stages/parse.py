@@ -25,7 +25,7 @@ and returns the bytes plus per-group ranking facts (:class:`ChunkResult`); the m
 applies the global caps and writes each task's bytes as one part file. Only when a global cap
 drops rows of a task is that task's part decoded and re-encoded without them.
 
-Shards: in a run planned into several shards (:mod:`pipeline.core.shards`: contiguous runs of
+Shards: in a run planned into several shards (:mod:`pipeline.engine.shards`: contiguous runs of
 groups in path order) each shard is parsed alone with the within-group selection above, and
 the cross-group part (duplicates of an earlier group, global caps: :class:`CrossGroup`) is left
 to a small reduce, :meth:`Parse.reduce_shards`, run when the shards are collected: each shard
@@ -58,12 +58,11 @@ import pyarrow as pa
 from pipeline.core.artifacts import ArtifactError, EncodedPart, PartEncoder, decode_part
 from pipeline.core.config import ParseConfig
 from pipeline.formats.common import bad, rebase, trajectories_table, trajectory_row
-from pipeline.formats.discover import list_input_files, read_file
+from pipeline.formats.discover import file_groups, input_root, list_input_files, read_file
 from pipeline.formats.parallel import ordered_map, worker_count
 from pipeline.core.lineage import ID_HEX, UNREADABLE, input_sha256
 from pipeline.core.records import QUARANTINE_SCHEMA, TRAJECTORY_SCHEMA, QuarantineRow, Trajectory, to_table
-from pipeline.core.shards import file_groups, input_root  # noqa: F401 (input_root: part of this module's API)
-from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.stage.stage import Stage, StageContext, StageOutput
 from pipeline.selection import GlobalCaps, content_digest, rank_instances
 
 MAX_LISTED_INPUTS = 1000  # input files listed one by one in the parse manifest

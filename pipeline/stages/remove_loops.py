@@ -31,7 +31,6 @@ in like every parse row, so in = out + quarantined holds per shard.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pyarrow as pa
@@ -43,13 +42,13 @@ from pipeline.core.artifacts import parquet_parts
 from pipeline.formats.common import trajectory_row
 from pipeline.stages.parse import shard_drops
 from pipeline.formats.parallel import ordered_map, worker_count
-from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Step, Trajectory, to_table
+from pipeline.core.records import STEP_TYPE, TEXT, TRAJECTORY_SCHEMA, Trajectory, to_table
 from pipeline.core.lineage import content_hash
-from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.rules import REASONING, is_reasoning
+from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
 
 _STEPS_TYPE = TRAJECTORY_SCHEMA.field("steps").type
 _INT_LIST = TRAJECTORY_SCHEMA.field("removed_step_indices").type
-_REASONING = re.compile(r"^\s*think\s*(?::|\[)", re.I)
 
 
 def _norm(text: str | None) -> str:
@@ -58,12 +57,6 @@ def _norm(text: str | None) -> str:
     share one whitespace class, and lower-casing neither makes nor removes whitespace: checked
     over every code point), ~4x faster on observations."""
     return " ".join((text or "").lower().split())
-
-
-def is_reasoning(step: Step | dict) -> bool:
-    """True for a thinking-only step (``think: ...`` ALFWorld, ``think[...]`` WebShop)."""
-    action = step["action"] if isinstance(step, dict) else step.action
-    return action is not None and bool(_REASONING.match(action))
 
 
 WORKERS = 0            # worker processes (0 = one per CPU)
@@ -103,7 +96,7 @@ def _loop_positions(actions: list[str | None], removable: list[bool], observatio
             continue
         k = cache.get(a)
         if k is None:
-            k = cache[a] = "" if _REASONING.match(a) else "=" + _norm(a)  # "" marks reasoning
+            k = cache[a] = "" if REASONING.match(a) else "=" + _norm(a)  # "" marks reasoning
         akey.append(k or None)
     kept: list[int] = []
     removed: list[list[int]] = []
@@ -278,7 +271,7 @@ def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, lis
         else:
             keep = range(n)
         # actions counted like remove_loops_rows: every kept step after the first that is not reasoning
-        n_actions = sum(1 for p in keep[1:] if actions[start + p] is None or not _REASONING.match(actions[start + p]))
+        n_actions = sum(1 for p in keep[1:] if actions[start + p] is None or not REASONING.match(actions[start + p]))
         if n_actions < min_actions:
             new, _ = remove_loops_row(table.slice(r, 1).to_pylist()[0])
             qrows.append(_too_short(new, n_actions, min_actions))

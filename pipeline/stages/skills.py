@@ -13,7 +13,7 @@ Per environment, up to three kinds of structured calls:
 Answers are schema-validated, then numbered consecutively only at export. Each skill row
 carries the ids of the memories and trajectories fed to its call. Near-duplicates are
 merged by embedding similarity (:mod:`pipeline.bank.merge`). The calls are asked through
-:class:`~pipeline.core.llmstage.LLMStage`; its units are memories, not calls, so the stage
+:class:`~pipeline.stage.llmstage.LLMStage`; its units are memories, not calls, so the stage
 assembles its own output (:meth:`SkillsStage.collect`). A memory is *used* when it
 fed at least one successful call; every other memory is quarantined with the reason (the failed
 call's error and raw output, or ``not_used``). The bank is also written as SkillRL JSON
@@ -41,12 +41,13 @@ from pipeline import quality
 from pipeline.bank import merge as _skillmerge
 from pipeline.bank.judge import ItemJudge, blocking, field_bounds
 from pipeline.bank import rows as skillbank
+from pipeline.bank.store import BankStore
 from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
-from pipeline.core.llmstage import Job, LLMRun, LLMStage, failure_row
+from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row
 from pipeline.core.records import SKILL_SCHEMA, QuarantineRow, Trajectory
 from pipeline.core.split import read_assignment
-from pipeline.core.stage import StageContext, StageOutput, reject
+from pipeline.stage.stage import StageContext, StageOutput, reject
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest
@@ -335,6 +336,12 @@ def hold_out_val(memories: list[dict[str, Any]], instance_of: dict[str, str], as
     return train, held
 
 
+def bank_store(ctx: StageContext) -> BankStore:
+    """The skill bank history of the run's root: in the bucket for an object-storage root, never
+    in this worker's mirror (``ctx.root``; a local run: the store's own root)."""
+    return BankStore(ctx.root or ctx.store.root)
+
+
 def bank_parent(ctx: StageContext, version: str, has_rows: bool) -> str | None:
     """The parent the bank ``version`` is (or will be) registered with in ``<root>/banks``: the
     stored record's when the version is already there, else this run's previous bank when the
@@ -343,7 +350,7 @@ def bank_parent(ctx: StageContext, version: str, has_rows: bool) -> str | None:
     (:meth:`SkillsStage.after_commit`)."""
     if not has_rows:
         return None
-    banks = ctx.bank_store()
+    banks = bank_store(ctx)
     if banks.has(version):
         return banks.get(version).record["parent"]
     previous = ctx.store.load(NAME)
@@ -449,12 +456,12 @@ class SkillsStage(LLMStage):
 
     def after_commit(self, ctx: StageContext, art: StageArtifact, reused: bool) -> None:
         """Register the committed bank (its rows, with the parent its counters name) as a version of
-        ``<root>/banks`` (:meth:`pipeline.core.stage.Stage.after_commit`). A reused artifact is
+        ``<root>/banks`` (:meth:`pipeline.stage.stage.Stage.after_commit`). A reused artifact is
         registered only when its version is missing (a process killed after the commit), so a
         rerun adds no version and no event; an empty bank is not registered."""
         counters = art.manifest.get("counters") or {}
         version = counters.get("bank_version")
-        banks = ctx.bank_store()
+        banks = bank_store(ctx)
         if not version or (reused and banks.has(version)):
             return
         rows = art.read_rows()

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.records import SPLIT_SCHEMA
 from pipeline.core.split import split_rows
-from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.stage.stage import Stage, StageContext, StageOutput
 
 
 def instance_outcomes(trajectories: StageArtifact) -> tuple[list[str], set[str], int]:

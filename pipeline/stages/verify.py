@@ -35,7 +35,7 @@ from typing import Any
 
 from pipeline.core.config import to_dict
 from pipeline.core.records import TRAJECTORY_SCHEMA, QuarantineRow, Trajectory
-from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
 from pipeline.verify import checker_classes, checker_for
 from pipeline.verify.policy import Decision, decide
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.records import Trajectory
+from pipeline.rules import is_reasoning
 from pipeline.envs import alfworld as alf_env
 from pipeline.verify import alfworld_text as tx
 from pipeline.verify.base import Checker, Verdict
@@ -87,7 +88,6 @@ class AlfworldChecker(Checker):
 
     def check(self, traj: Trajectory, options: dict[str, Any]) -> Verdict:
         """Replay the record on :class:`Room`; findings per step, then the goal."""
-        from pipeline.stages.remove_loops import is_reasoning
         verdict = Verdict(self.name)
         room = Room(set(tx.room_receptacles(traj.steps[0].observation)))
         for step in traj.steps[1:]:

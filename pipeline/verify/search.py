@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 from pipeline.core.records import Trajectory
+from pipeline.rules import is_reasoning
 from pipeline.verify.base import Checker, Verdict
 
 RULES = {
@@ -68,7 +69,6 @@ class SearchChecker(Checker):
 
     def check(self, traj: Trajectory, options: dict[str, Any]) -> Verdict:
         """Syntax per step, then the answer against the gold answer or the environment's verdict."""
-        from pipeline.stages.remove_loops import is_reasoning
         verdict = Verdict(self.name)
         answer = None
         for step in traj.steps[1:]:

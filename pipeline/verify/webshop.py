@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from pipeline.core.records import Trajectory
+from pipeline.rules import is_reasoning
 from pipeline.verify.base import Checker, Verdict
 
 RULES = {
@@ -76,7 +77,6 @@ class WebshopChecker(Checker):
 
     def check(self, traj: Trajectory, options: dict[str, Any]) -> Verdict:
         """Findings per step (module docstring), then the purchase and its reward."""
-        from pipeline.stages.remove_loops import is_reasoning
         verdict = Verdict(self.name)
         page, score = traj.steps[0].observation or "", None
         for step in traj.steps[1:]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bank.evolving import PROMPT_SHA, SkillBank, apply_updates, update_request
-from pipeline.core.llmstage import Job, send
+from pipeline.stage.llmstage import Job, send
 from pipeline.llm.types import JSONRequest
 from sft.rl.rollout import Episode
 

@@ -130,7 +130,7 @@ def test_action_only_control_trains_on_every_step_without_an_llm(tmp_path):
     """Step 2b on real gold rollouts: the main run's upstream artifacts are copied, distill makes
     no call, every successful step becomes a pair with an empty think."""
     from pipeline.core.config import PipelineConfig
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     from sft.rl.cli import collect_rollouts
     a = outcome.parse_args(["--root", str(tmp_path), "--run-id", "o", "--train-tasks", "3"])
     collect_rollouts(str(tmp_path / "traces" / "o"), str(tmp_path), "o-traces", games=a.game, tasks=3,

@@ -12,8 +12,8 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.paths import FIXTURES, REPO
 
 spec = importlib.util.spec_from_file_location("reference_model", os.path.join(REPO, "bench", "reference_model.py"))

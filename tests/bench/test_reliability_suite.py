@@ -152,8 +152,8 @@ def sample_run(root: str) -> str:
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.config import PipelineConfig
     from pipeline.core.records import SKILL_SCHEMA
-    from pipeline.core.runner import run_stage
-    from pipeline.core.stage import StageContext
+    from pipeline.engine.runner import run_stage
+    from pipeline.stage.stage import StageContext
     from tests.helpers.llm_stage_data import write_upstream
     from tests.helpers.paths import REPO
     store = ArtifactStore(root, "r1")

@@ -15,7 +15,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.bank.store import BankStore
 from pipeline.core.config import QUALITY_RULES
 from pipeline.inspect import lineage_report
-from pipeline.core.runner import STAGES
+from pipeline.engine.runner import STAGES
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -83,7 +83,7 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
 
 def test_xcom_stays_small_for_1000_shards(tmp_path):
     """The plan task's XCom (the shard ids) and the references of 1,000 mapped tasks, as JSON."""
-    from pipeline.core.runner import plan_task, run_task
+    from pipeline.engine.runner import plan_task, run_task
     inp = tmp_path / "in"
     for i in range(1000):  # 1,000 folders: a plan can have up to one shard per folder
         os.makedirs(inp / f"env{i:04d}")
@@ -180,7 +180,7 @@ def test_dag_runs_the_map_stages_per_shard(tmp_path):
     training): every mapped shard task succeeds, each returns a small reference to its shard
     folder, and the export equals a one-shard CLI run's."""
     from bench.reliability_stub import SchemaStub
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     from pipeline.core.config import load_config
     home = tmp_path / "airflow"
     env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=os.path.join(ROOT, "dags"),

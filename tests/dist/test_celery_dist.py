@@ -78,7 +78,7 @@ def write_config(path: str, base_url: str) -> str:
 
 def export_rows(root: str, run_id: str) -> list[str]:
     """The run's export rows (local folder or object-storage root) as sorted canonical JSON."""
-    from pipeline.core.remote import read_table
+    from pipeline.engine.remote import read_table
     rows = read_table(f"{root.rstrip('/')}/runs/{run_id}/export").to_pylist()
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
 

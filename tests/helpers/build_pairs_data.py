@@ -5,8 +5,8 @@ import dataclasses
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, to_table
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 
 
 SKILL = {"skill_id": "gen-1", "env": "", "kind": "general", "category": "", "title": "Check Twice",

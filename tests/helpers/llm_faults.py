@@ -8,7 +8,7 @@ import os
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.core.stage import StageContext
+from pipeline.stage.stage import StageContext
 from pipeline.llm.client import LLMClient
 from bench.chat_stub import ChatStub
 

@@ -9,8 +9,8 @@ import shutil
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA, Trajectory
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
 from tests.helpers.paths import REPO
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.remote import open_root
+from pipeline.engine.remote import open_root
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 
 

@@ -9,7 +9,7 @@ import json
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA
-from pipeline.core.runner import run_stage
+from pipeline.engine.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories, write_upstream
 
 

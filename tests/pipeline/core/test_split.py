@@ -2,9 +2,9 @@
 artifact read by skills and export."""
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runner import run_stage
+from pipeline.engine.runner import run_stage
 from pipeline.core.split import read_assignment, split_instances, split_rows
-from pipeline.core.stage import StageContext
+from pipeline.stage.stage import StageContext
 
 
 def test_split_instances_rules():

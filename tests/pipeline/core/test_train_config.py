@@ -3,8 +3,8 @@ run-set keys, and the overrides the CLI options and DAG params apply."""
 import pytest
 
 from pipeline.core.config import ConfigError, PipelineConfig, from_dict, load_config, to_dict
-from pipeline.core.train_config import EVAL_SMOKE, GRPO_SMOKE, GRPOConfig, EvalConfig, SFTFitConfig, \
-    training_config, with_overrides
+from pipeline.core.train_config import EVAL_SMOKE, GRPO_SMOKE, GRPOConfig, EvalConfig, SFTFitConfig, with_overrides
+from pipeline.runconfig import training_config
 
 
 def _err(data) -> str:

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from pipeline.core.remote import mirror_lock
+from pipeline.engine.remote import mirror_lock
 from pipeline.core.waits import WaitTimeout, run_bounded, seconds_from_env, wait_exit
 from pipeline.llm.server import _terminate
 from tests.helpers.paths import REPO
@@ -58,7 +58,7 @@ def test_the_embedded_server_stop_kills_a_process_that_ignores_sigterm():
 
 
 def test_mirror_lock_gives_up_naming_the_holder(tmp_path):
-    holder = ("import sys; from pipeline.core.remote import mirror_lock\n"
+    holder = ("import sys; from pipeline.engine.remote import mirror_lock\n"
               "with mirror_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()")
     env = {**os.environ, "PYTHONPATH": REPO}
     proc = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdin=subprocess.PIPE,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.config import LLMConfig, OptionError, run_config
-from pipeline.core.shards import _llm_sum
+from pipeline.core.config import LLMConfig
+from pipeline.runconfig import OptionError, run_config
+from pipeline.engine.shards import _llm_sum
 from pipeline.llm.accounting import cost_usd, stage_figures
 from pipeline.report import runinfo
 

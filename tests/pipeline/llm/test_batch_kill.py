@@ -14,7 +14,7 @@ import pytest
 
 from bench.reliability_common import cli_args, run_cli, run_env, write_config
 from bench.stub_endpoint import StubEndpoint
-from pipeline.core.remote import read_table
+from pipeline.engine.remote import read_table
 from pipeline.stages import STAGES as ALL_STAGES
 
 STAGES = ",".join(ALL_STAGES[:ALL_STAGES.index("memory") + 1])  # parse ... memory

@@ -11,7 +11,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import LLMConfig, PipelineConfig
 from pipeline.llm.client import LLMClient, azure_settings
 from pipeline.llm.types import JSONRequest
-from pipeline.core.runner import run_stage
+from pipeline.engine.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import FAILURE, GOOD_B, stage_ctx, stub_llm_config

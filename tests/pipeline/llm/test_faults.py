@@ -16,7 +16,7 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.core.runner import StageFailed, run_stage
+from pipeline.engine.runner import StageFailed, run_stage
 from tests.helpers.llm_stage_data import cool_apple, heat_mug, write_trajectories, write_upstream
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, TRUNCATED, llm_counts, stage_ctx, stub_llm_config
 from bench.chat_stub import ChatStub

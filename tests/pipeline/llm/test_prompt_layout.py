@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from pipeline.core.config import PipelineConfig, SkillsConfig
-from pipeline.core.llmstage import Job, send
+from pipeline.stage.llmstage import Job, send
 from pipeline.llm.types import JSONResult
 from pipeline.stages import distill, memory, skills
 from tests.helpers.llm_stage_data import cool_apple

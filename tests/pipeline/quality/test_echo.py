@@ -15,7 +15,7 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA
-from pipeline.core.runner import run_stage
+from pipeline.engine.runner import run_stage
 from pipeline.llm import templates
 from pipeline.quality import echo
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config

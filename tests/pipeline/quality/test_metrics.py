@@ -105,8 +105,8 @@ def test_export_writes_the_metrics_to_the_manifest_and_the_card(tmp_path):
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.config import PipelineConfig
     from pipeline.core.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, to_table
-    from pipeline.core.runner import run_stage
-    from pipeline.core.stage import StageContext
+    from pipeline.engine.runner import run_stage
+    from pipeline.stage.stage import StageContext
     from tests.helpers.llm_stage_data import write_trajectories
     from tests.helpers.build_pairs_data import SKILL, pair as export_pair
 

@@ -12,8 +12,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.llm_stage_data import write_upstream
 from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import stage_ctx, stub_llm_config

@@ -14,8 +14,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import DistillConfig, PipelineConfig
 from pipeline.llm.schemas import grammar_schema
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.stages import distill
 from pipeline.llm import templates as _templates
 from tests.helpers.llm_stage_data import cool_apple, embedded_llm, heat_mug, write_trajectories, write_upstream

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactError
 from pipeline.core.records import SFT_PAIR_SCHEMA, SKILL_SCHEMA, SPLIT_SCHEMA, to_table
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.core.split import split_instances, split_rows
 from tests.helpers.build_pairs_data import SKILL, pair
 

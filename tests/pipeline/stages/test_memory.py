@@ -11,8 +11,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import MemoryConfig, PipelineConfig
 from pipeline.llm.schemas import grammar_schema, load_schema
 from pipeline.llm.types import JSONResult
-from pipeline.core.runner import TRANSPORT_REASONS, run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import TRANSPORT_REASONS, run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.stages import memory
 from pipeline.llm import templates as _templates
 

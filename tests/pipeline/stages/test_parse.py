@@ -7,8 +7,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import Step, Trajectory
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.stages import parse
 from pipeline.selection import select
 from tests.helpers.paths import FIXTURES

@@ -11,11 +11,11 @@ import pytest
 from pipeline.bank import rows as skillbank
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import SkillsConfig, PipelineConfig
-from pipeline.core.llmstage import Job
+from pipeline.stage.llmstage import Job
 from pipeline.llm.types import JSONResult
 from pipeline.core.records import MEMORY_SCHEMA
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from pipeline.bank import merge as _skillmerge
 from pipeline.llm import templates as _templates
 from pipeline.stages import skills

@@ -10,8 +10,9 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, PipelineConfig, from_dict
 from pipeline.core.records import TRAJECTORY_SCHEMA, Trajectory
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.runconfig import check_verify_rules
+from pipeline.stage.stage import StageContext
 from pipeline.verify import Checker, register
 from pipeline.verify import _REGISTERED
 from tests.helpers.llm_stage_data import write_upstream
@@ -117,7 +118,7 @@ def test_rules_can_be_switched_off_or_flagged_and_on_flagged_quarantine_drops_un
     c = m["counts"]
     assert c["quarantine_reasons"] == {"env_rejected": 1} and c["units_in"] == c["units_out"] + c["quarantined"] == 8
     with pytest.raises(ConfigError, match=r"verify.disabled_rules: unknown rules \['holds_three'\]"):
-        from_dict({"verify": {"disabled_rules": ["holds_three"]}})
+        check_verify_rules(from_dict({"verify": {"disabled_rules": ["holds_three"]}}).verify)
 
 
 class Exploding(Checker):
@@ -171,7 +172,7 @@ def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
     is a step verify found clean, of a trajectory that stayed a success; alfworld_9 gives none."""
     from bench.reliability_stub import SchemaStub
     from pipeline.core.config import QUALITY_RULES
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     inp = tmp_path / "in"
     shutil.copytree(os.path.join(REPO, "data", "samples"), inp)
     shutil.copy(os.path.join(FIXTURES, "verify", "react_webshop_episodes.txt"), inp / "react-webshop")

@@ -10,8 +10,8 @@ from pipeline.envs.sim.textworld import EnvTask, TextWorldExpressEnv
 from pipeline.core.records import DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import project_action, run_episodes
 from sft.rl.rollout_io import write_parquet, write_txt_tree
-from pipeline.core.runner import run_stage
-from pipeline.core.stage import StageContext
+from pipeline.engine.runner import run_stage
+from pipeline.stage.stage import StageContext
 from tests.helpers.rollout_policies import ScriptedPolicy
 
 GOLD = ["look around", "take clean brown shirt", "open wardrobe", "put clean brown shirt in wardrobe"]

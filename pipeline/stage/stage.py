@@ -20,8 +20,8 @@ artifact of rows plus a quarantine of the units it could not use. Subclass :clas
 
     STAGE = Shorten()                         # the registry picks up the module's STAGE
 
-put it in ``pipeline/stages/shorten.py`` and add its name to ``pipeline.stages.STAGES`` (run
-order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for every stage:
+put it in ``pipeline/stages/shorten.py`` and add its name to ``STAGES`` in ``pipeline/core/layout.py``
+(run order). The runner (:mod:`pipeline.engine.runner`) does the rest, the same way for every stage:
 
 * **freshness** before running: every upstream artifact must have been built from the current
   version of its own upstreams, else ``ArtifactError`` (never mix two inputs);
@@ -43,10 +43,10 @@ order). The runner (:mod:`pipeline.core.runner`) does the rest, the same way for
   bank as a version of ``<root>/banks``), so nothing is registered for an artifact that was never
   committed.
 
-LLM stages subclass :class:`pipeline.core.llmstage.LLMStage`, which adds the request/answer loop.
+LLM stages subclass :class:`pipeline.stage.llmstage.LLMStage`, which adds the request/answer loop.
 
 **Shards.** A stage with ``sharded = True`` (a *map* stage: its rows depend on one trajectory at a
-time) runs once per shard of a run planned into several shards (:mod:`pipeline.core.shards`),
+time) runs once per shard of a run planned into several shards (:mod:`pipeline.engine.shards`),
 with ``ctx.shard`` set; ``ctx.upstream(name)`` then returns that shard of a sharded upstream and
 the whole artifact of a global one. The others (*reduces*) run once and read every shard.
 """
@@ -207,23 +207,18 @@ class StageContext:
     llm_factory: Callable[[], Any] | None = None
     _llm: Any = None
     shard: str | None = None  # the shard a map stage is running on (None: the whole run)
-    plan: Any = None  # the run's ShardPlan (pipeline.core.shards) when it has more than one shard
+    plan: Any = None  # the run's ShardPlan (pipeline.engine.shards) when it has more than one shard
     # the root the run was given (a folder or an object-storage URI such as s3://bucket/prefix);
     # "" = the store's own root. Shared registries (the skill bank history) live there.
     root: str = ""
-
-    def bank_store(self):
-        """The skill bank history of the run's root (:class:`pipeline.bank.store.BankStore`): in the
-        bucket for an object-storage root, never in this worker's mirror."""
-        from pipeline.bank.store import BankStore
-        return BankStore(self.root or self.store.root)
+    # the stages that run per shard (Stage.sharded), handed in by the runner, which knows the
+    # registry: the contract stays below the stages it describes
+    sharded: frozenset[str] = frozenset()
 
     def reads_shard(self, stage: str) -> bool:
-        """True when ``upstream(stage)`` resolves to this context's shard of ``stage``."""
-        if not self.shard:
-            return False
-        from pipeline.stages import get_stage
-        return get_stage(stage).sharded
+        """True when ``upstream(stage)`` resolves to this context's shard of ``stage``: this
+        context runs one shard, and ``stage`` is one of :attr:`sharded`."""
+        return bool(self.shard) and stage in self.sharded
 
     def upstream(self, stage: str) -> StageArtifact:
         """The artifact of ``stage``: this shard of it when both run per shard, else the whole

@@ -16,8 +16,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.lease import LeaseHeld
-from pipeline.core.remote import open_root, read_table
-from pipeline.core.runner import run_pipeline, run_task
+from pipeline.engine.remote import open_root, read_table
+from pipeline.engine.runner import run_pipeline, run_task
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
 from bench.chat_stub import ChatStub
 from tests.helpers.paths import REPO
@@ -26,7 +26,7 @@ from tests.helpers.remote_upstream import commit_cool_apple_upstream
 STAGES = ["parse", "remove_loops", "verify", "split", "memory"]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def quiet(_msg: str) -> None:
@@ -75,7 +75,7 @@ def test_s3_run_equals_the_local_run_and_a_fresh_worker_skips_every_stage(env, t
 WORKER = """
 import json, sys
 from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.core.runner import run_pipeline, run_task
+from pipeline.engine.runner import run_pipeline, run_task
 root, base_url = sys.argv[1:3]
 cfg = PipelineConfig(llm=LLMConfig(**json.loads(sys.argv[3])))
 run_pipeline(root, "r1", "", cfg, env="alfworld", stages=["memory"], log=lambda m: None)

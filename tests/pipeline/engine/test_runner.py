@@ -5,12 +5,13 @@ import os
 import pyarrow as pa
 import pytest
 
-from pipeline.core import runner
+from pipeline.engine import runner
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
+from pipeline.core.freshness import check_fresh
 from pipeline.core.records import QuarantineRow
-from pipeline.core.runner import CountMismatch, run_stage
-from pipeline.core.stage import Stage, StageContext, StageOutput
+from pipeline.engine.runner import CountMismatch, run_stage
+from pipeline.stage.stage import Stage, StageContext, StageOutput
 from pipeline.stages import STAGES, get_stage
 from tests.helpers.paths import REPO
 
@@ -142,7 +143,7 @@ def test_safe_run_id_maps_airflow_ids():
 def test_later_stage_refuses_a_stale_upstream(tmp_path):
     """parse rerun on a new input while dedupe was not: memory must not mix the two inputs."""
     from pipeline.core.artifacts import ArtifactError
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     import shutil, os
     root = REPO
     a, b = tmp_path / "a", tmp_path / "b"
@@ -156,7 +157,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
-    runner.check_fresh(ArtifactStore(str(tmp_path), "r"), "remove_loops")
+    check_fresh(ArtifactStore(str(tmp_path), "r"), "remove_loops")
 
 
 def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
@@ -203,7 +204,7 @@ def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
     folder moved (or read through another --root) reran every stage. Real parse + dedupe."""
     import os
     import shutil
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     repo = REPO
     a = tmp_path / "a"
     shutil.copytree(os.path.join(repo, "data", "samples", "react-webshop"), a / "input")
@@ -216,19 +217,19 @@ def test_moved_run_folder_and_other_root_rerun_nothing(tmp_path):
     again = run_pipeline(str(b), "r", str(b / "input"), PipelineConfig(), stages=["parse", "remove_loops"], **quiet)
     assert [r.skipped for r in again] == [True, True]
     assert [r.fingerprint for r in again] == [r.fingerprint for r in first]
-    runner.check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
+    check_fresh(ArtifactStore(str(b), "r"), "remove_loops")
     dedupe = ArtifactStore(str(b), "r").require("remove_loops").manifest
     assert str(a) not in json.dumps(dedupe["inputs"]) and dedupe["inputs"][0]["stage"] == "parse"
 
 
 def test_the_contract_example_in_stage_py_runs_as_written(tmp_path, monkeypatch):
-    """The example stage of pipeline/core/stage.py's docstring, executed as written but with a cut
+    """The example stage of pipeline/stage/stage.py's docstring, executed as written but with a cut
     at 8 steps (so the contract a newcomer reads cannot rot): on the shipped sample it keeps the
     short trajectories and quarantines the rest, and the runner reconciles and writes it like any
     stage."""
     import re
     import shutil
-    import pipeline.core.stage as stage_mod
+    import pipeline.stage.stage as stage_mod
     from pipeline.core.records import TRAJECTORY_SCHEMA
     code = re.search(r"Subclass :class:`Stage`::\n\n(.*?)\n\nput it in", stage_mod.__doc__, re.S).group(1)
     code = code.replace("> 50", "> 8")  # the sample's episodes are short: make both branches happen
@@ -257,7 +258,7 @@ def test_a_stage_version_bump_reruns_it_and_everything_downstream_only(tmp_path,
     remove_loops reruns remove_loops and verify (whose input rows are byte-identical), not parse."""
     import os
     import shutil
-    from pipeline.core.runner import run_pipeline, stage_versions
+    from pipeline.engine.runner import run_pipeline, stage_versions
     from pipeline.stages import get_stage
     shutil.copytree(os.path.join(REPO, "data", "samples", "react-webshop"), tmp_path / "input")
     stages = ["parse", "remove_loops", "verify"]

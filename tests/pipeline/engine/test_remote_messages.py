@@ -17,7 +17,7 @@ from tests.helpers.paths import REPO
 SAMPLE = os.path.join(REPO, "data", "samples", "eto-alfworld")
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def flat(output: str) -> str:

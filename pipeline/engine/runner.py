@@ -1,9 +1,9 @@
 """Run one stage or the whole pipeline: the single entry point of the CLI and the Airflow DAG.
 
-Stages are :class:`~pipeline.core.stage.Stage` objects from the registry
+Stages are :class:`~pipeline.stage.stage.Stage` objects from the registry
 (:func:`pipeline.stages.get_stage`); the contract they implement, and what the runner does for
 each of them (freshness check, fingerprint and skip, count invariant, atomic write), is
-described in :mod:`pipeline.core.stage`.
+described in :mod:`pipeline.stage.stage`.
 """
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from typing import Any, Callable, Iterator
 from pipeline import __version__
 from pipeline.core.artifacts import ArtifactError, ArtifactStore, EncodedPart
 from pipeline.core.config import PipelineConfig, to_dict
+from pipeline.core.freshness import check_fresh
 from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
 from pipeline.core.records import to_table
 from pipeline.llm.accounting import stage_figures
-from pipeline.core.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
+from pipeline.stage.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
                                  StageResult)
 from pipeline.stages import STAGES, get_stage
 
@@ -66,50 +67,12 @@ def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True, only_t
             "fingerprint_complete": fp, "failed_requests": summary}
 
 
-def check_fresh(store: ArtifactStore, stage: str, seen: set | None = None, shard: str | None = None) -> None:
-    """Raise ``ArtifactError`` when ``stage``'s artifact (or its shard ``shard``'s, or an
-    ancestor's) was built from an upstream artifact that has since been rewritten, e.g. parse
-    rerun on a new input but remove_loops not: running a later stage on it would silently mix
-    two inputs. A sharded stage's stage manifest is checked shard by shard."""
-    seen = seen if seen is not None else set()
-    if (stage, shard) in seen:
-        return
-    seen.add((stage, shard))
-    art = store.require(stage, shard)
-    if shard is None and art.manifest.get("shards"):
-        for s in art.manifest["shards"]:
-            check_fresh(store, stage, seen, s["id"])
-        return
-    for inp in art.manifest.get("inputs", []):
-        # "stage" + "content_sha256" since fingerprints name no location; "uri" + "fingerprint" before
-        up = inp.get("stage") or os.path.basename(os.path.normpath(inp.get("uri", "")))
-        key = "content_sha256" if "content_sha256" in inp else "fingerprint"
-        if key not in inp or up not in STAGES:
-            continue
-        up_label = f" {inp['shard']}" if inp.get("shard") else ""
-        up_stage = store.load(up) if inp.get("shard") else None
-        if up_stage is not None and inp["shard"] not in {s["id"] for s in up_stage.manifest.get("shards") or []}:
-            raise ArtifactError(  # the upstream was written again in another shard layout (a new plan)
-                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
-                f"from '{up}'{up_label}, which the run no longer has ('{up}' was rerun with another shard "
-                f"count); rerun from '{stage}' on (e.g. --stages {','.join(STAGES[STAGES.index(stage):])})")
-        current = store.require(up, inp.get("shard"))
-        now = current.content_sha256 if key == "content_sha256" else current.fingerprint
-        if now != inp[key]:
-            raise ArtifactError(
-                f"stage '{stage}'{f' {shard}' if shard else ''} of run {store.run_id} is stale: it was built "
-                f"from '{up}'{up_label} {inp[key][:12]} "
-                f"but '{up}' is now {now[:12]}; rerun from '{stage}' on "
-                f"(e.g. --stages {','.join(STAGES[STAGES.index(stage):])}) or the whole run")
-        check_fresh(store, up, seen, inp.get("shard"))
-
-
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",
                 inputs: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
     """Stage fingerprint and the facts it was computed from (stored in the manifest).
 
     ``inputs``: the stage's input facts when it reported them itself
-    (:attr:`~pipeline.core.stage.StageOutput.input_facts`); else :meth:`Stage.input_facts`.
+    (:attr:`~pipeline.stage.stage.StageOutput.input_facts`); else :meth:`Stage.input_facts`.
     Raises ``ValueError`` for an unknown stage, ``ArtifactError`` for a missing upstream."""
     stage = get_stage(name)
     # keyed by path relative to the project (two templates may share a file name)
@@ -235,8 +198,8 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     """Run stage ``name`` of the run in ``ctx`` unless an identical artifact exists.
 
     Once the artifact is written (or reused), ``commit`` is called when given (on object storage:
-    publishing it, :meth:`~pipeline.core.remote.StageHooks.after`), then the stage's
-    :meth:`~pipeline.core.stage.Stage.after_commit` (not for one shard of a map stage). Nothing
+    publishing it, :meth:`~pipeline.engine.remote.StageHooks.after`), then the stage's
+    :meth:`~pipeline.stage.stage.Stage.after_commit` (not for one shard of a map stage). Nothing
     of either happens when the stage fails or its counts do not reconcile.
 
     Raises:
@@ -303,6 +266,12 @@ def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]
             "greedy embedded model, or llm.retry_failed false, would answer them the same way again)")
 
 
+def sharded_stages() -> frozenset[str]:
+    """The registry's stages that run per shard (the map stages): what a context needs to
+    resolve an upstream to its own shard (:meth:`StageContext.reads_shard`)."""
+    return frozenset(name for name in STAGES if get_stage(name).sharded)
+
+
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
     """One dict per written stage for the summary table (from the manifests on disk)."""
     rows = []
@@ -320,25 +289,25 @@ def run_pipeline(root: str, run_id: str, input_path: str, config: PipelineConfig
                  stages: tuple[str, ...] | list[str] | None = None, force: bool = False,
                  log: Callable[[str], None] = print, shards: int | None = None) -> list[StageResult]:
     """Run ``stages`` (default: all, in order) of run ``run_id`` under ``root`` (a folder or an
-    fsspec URI: :func:`pipeline.core.remote.open_root`).
+    fsspec URI: :func:`pipeline.engine.remote.open_root`).
 
     Later stages read earlier stages' artifacts from the same run, so ``stages=["distill"]``
     reruns only distillation. The LLM (embedded server unless ``config.llm.base_url``) is
     opened lazily and closed at the end.
 
-    ``shards``: how many shards the map stages run in (:func:`pipeline.core.shards.plan_run`:
+    ``shards``: how many shards the map stages run in (:func:`pipeline.engine.shards.plan_run`:
     ``None`` keeps the run's plan, ``0`` sizes it from the input). In a sharded run a map stage
     runs shard after shard (each skipped when unchanged) and is then collected; a reduce reads
     every shard. The result of a map stage is its stage-level reference.
 
-    The whole call holds the run's lock (:mod:`pipeline.core.runlock`): a second process on the same
-    run id gets :class:`~pipeline.core.runlock.RunLocked` at once. Under the lock, each stage's
+    The whole call holds the run's lock (:mod:`pipeline.engine.runlock`): a second process on the same
+    run id gets :class:`~pipeline.engine.runlock.RunLocked` at once. Under the lock, each stage's
     temporary folders left by a killed process are removed before it runs.
 
     Raises ``ValueError`` for an invalid run id (:func:`check_run_id`), an unknown stage or a
     shard count the run's plan cannot take.
     """
-    from pipeline.core.shards import plan_run
+    from pipeline.engine.shards import plan_run
 
     check_run_id(run_id)
     # fail fast on a typo; old stage names map to the new ones; run order whatever the given order
@@ -358,15 +327,16 @@ def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, en
     """``(context, model id, hooks)`` for work on run ``run_id``, under the run's exclusive lock
     (``unit`` None: a whole CLI run) or its shared lock plus ``unit``'s own (an orchestrator task)."""
     from pipeline.llm.provider import llm_factory, model_id_for
-    from pipeline.core.remote import open_root
-    from pipeline.core.runlock import run_lock, task_lock
+    from pipeline.engine.remote import open_root
+    from pipeline.engine.runlock import run_lock, task_lock
 
     with open_root(root, run_id) as (local_root, hooks):
         store = ArtifactStore(local_root, run_id)
         lock = run_lock(store.run_dir, run_id) if unit is None else task_lock(store.run_dir, unit, run_id)
         with lock, contextlib.ExitStack() as stack:
             ctx = StageContext(store, config, input_path=input_path, env=env,
-                               llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root)
+                               llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root,
+                               sharded=sharded_stages())
             yield ctx, model_id_for(config.llm) if any(s.uses_llm for s in chosen) else "", hooks
 
 
@@ -403,8 +373,8 @@ def _run_shard(stage: Stage, ctx: StageContext, shard: str, model: str, force: b
 
 def _collect_unit(name: str, ctx: StageContext, log: Callable[[str], None], hooks,
                   skipped: bool = True) -> StageResult:
-    """The collect step of sharded stage ``name`` (:func:`pipeline.core.shards.collect`)."""
-    from pipeline.core.shards import collect
+    """The collect step of sharded stage ``name`` (:func:`pipeline.engine.shards.collect`)."""
+    from pipeline.engine.shards import collect
     hooks.before(name)
     art = collect(ctx, name, log)
     hooks.after(name)
@@ -439,8 +409,8 @@ def remove_stale_temp(store: ArtifactStore, stage: str, log: Callable[[str], Non
 
 
 def _task_config(config_path: str | None, llm_base_url: str, llm_model: str, llm_mode: str = "") -> PipelineConfig:
-    from pipeline.core.config import load_config
-    cfg = load_config(config_path)
+    from pipeline.runconfig import load_run_config
+    cfg = load_run_config(config_path)
     if llm_base_url:
         cfg.llm.base_url = llm_base_url
     if llm_model:
@@ -460,10 +430,10 @@ def run_task(stage: str, *, root: str, run_id: str, input_path: str = "", env: s
     map stage ``stage`` (in a one-shard run: the stage itself, for the first shard). Without: a
     reduce (after collecting its sharded upstreams), or the collect step of a map stage (its
     shards must be complete: ``ArtifactError`` otherwise). Holds the run's lock shared and the
-    task's own exclusively (:func:`pipeline.core.runlock.task_lock`), so the mapped tasks of one
+    task's own exclusively (:func:`pipeline.engine.runlock.task_lock`), so the mapped tasks of one
     run work in parallel and a duplicate of one task fails with ``RunLocked``. ``llm_mode``
     (``online`` | ``batch``; empty: the config's) sets ``llm.mode``."""
-    from pipeline.core.shards import load_plan
+    from pipeline.engine.shards import load_plan
     st = get_stage(stage)
     unit = f"{st.name}.{shard}" if shard else st.name
     cfg = _task_config(config_path, llm_base_url, llm_model, llm_mode)
@@ -489,9 +459,10 @@ def plan_task(*, root: str, run_id: str, input_path: str, shards: int = 0,
     """Plan run ``run_id``'s input into ``shards`` shards (0: automatic) for an orchestrator and
     return the shard ids (``["shard-00000", ...]``, the list mapped tasks expand over). Holds
     the run's exclusive lock while it plans. Raises ``FileNotFoundError`` for a missing input."""
-    from pipeline.core.remote import open_root
-    from pipeline.core.runlock import run_lock
-    from pipeline.core.shards import load_plan, plan_run, shard_id
+    from pipeline.engine.remote import open_root
+    from pipeline.engine.runlock import run_lock
+    from pipeline.core.layout import shard_id
+    from pipeline.engine.shards import load_plan, plan_run
     check_run_id(run_id)
     with open_root(root, run_id) as (local_root, hooks):
         store = ArtifactStore(local_root, run_id)

@@ -33,7 +33,7 @@ What :meth:`LLMStage.run` does with them:
    to reject the unit after all); a job with a failed request becomes the unit's quarantine row
    (the first failed request: reason from :func:`pipeline.quality.reason_of`, raw output kept)
    plus one request row per further failed request (not units: ``StageOutput.request_quarantine``).
-4. The :class:`~pipeline.core.stage.StageOutput` has ``rows_in`` = number of jobs, every failed
+4. The :class:`~pipeline.stage.stage.StageOutput` has ``rows_in`` = number of jobs, every failed
    result in ``failed_requests`` (the runner records the stage incomplete, so a plain rerun
    resends them) and the counters of :meth:`LLMStage.counters` (by default the content-rule
    record of ``run.tally``).
@@ -50,7 +50,7 @@ from typing import Any
 
 from pipeline import quality
 from pipeline.core.records import QuarantineRow
-from pipeline.core.stage import Stage, StageContext, StageOutput, reject
+from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
 from pipeline.llm.types import JSONRequest, JSONResult
 from pipeline.quality import topic
 
@@ -163,7 +163,7 @@ class LLMStage(Stage):
     def format_output(self, item: Any, values: list[Any], run: LLMRun) -> list[dict[str, Any]] | QuarantineRow:
         """The rows for one unit whose requests all succeeded (``values``: the validated answers,
         in request order; empty for a job without requests), or a quarantine row (built with
-        :func:`~pipeline.core.stage.reject`) to reject the unit after all."""
+        :func:`~pipeline.stage.stage.reject`) to reject the unit after all."""
         raise NotImplementedError
 
     def unit_detail(self, job: Job, result: JSONResult) -> str:
@@ -179,7 +179,7 @@ class LLMStage(Stage):
     def run(self, ctx: StageContext) -> StageOutput:
         """:meth:`requests`, :meth:`ask`, :meth:`collect`, then ``failed_requests`` and
         :meth:`counters` on the output (module docstring, steps 1-4); see
-        :meth:`~pipeline.core.stage.Stage.run`."""
+        :meth:`~pipeline.stage.stage.Stage.run`."""
         run = LLMRun(ctx, quality.Tally(ctx.config.quality.flag_rules))
         run.jobs = self.requests(run)
         self.ask(run)

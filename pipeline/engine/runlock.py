@@ -2,7 +2,7 @@
 
 Two ``skillpipe run`` processes on the same run id would both pay every LLM answer, and with
 different inputs the last writer would win silently while the other printed a false summary. So
-:func:`pipeline.core.runner.run_pipeline` (the entry point of the CLI and of each Airflow stage task)
+:func:`pipeline.engine.runner.run_pipeline` (the entry point of the CLI and of each Airflow stage task)
 holds :func:`run_lock` while it runs. The second process **fails fast** with
 :class:`RunLocked`, naming the holder's pid, host, start time and command; it does not wait
 (a queued duplicate run would redo nothing useful, and a stuck one would hang a scheduler slot).

@@ -1,4 +1,4 @@
-"""Shard plans and sharded runs of the map stages (pipeline/core/shards.py, the runner's shard path)."""
+"""Shard plans and sharded runs of the map stages (pipeline/engine/shards.py, the runner's shard path)."""
 import os
 import shutil
 
@@ -7,10 +7,10 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runlock import RunLocked, run_lock, task_lock
-from pipeline.core.runner import plan_task, run_pipeline, run_task
-from pipeline.core.shards import file_groups, make_plan, partition
-from pipeline.formats.discover import list_input_files
+from pipeline.engine.runlock import RunLocked, run_lock, task_lock
+from pipeline.engine.runner import plan_task, run_pipeline, run_task
+from pipeline.engine.shards import make_plan, partition
+from pipeline.formats.discover import file_groups, list_input_files
 from tests.helpers.paths import REPO
 
 SAMPLES = os.path.join(REPO, "data", "samples")

@@ -23,38 +23,19 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from itertools import groupby
 
-from pipeline.core.fsutil import atomic_write_json
+from pipeline.core.artifacts import MANIFEST, StageArtifact
+from pipeline.core.fsutil import atomic_write, atomic_write_json
+from pipeline.core.layout import is_shard_id, shard_id
 from pipeline.core.lineage import content_hash
+from pipeline.formats.discover import file_groups, input_root, list_input_files
 
-SHARD_PREFIX = "shard-"
 PLAN_DIR = "_plan"  # "_": not a stage folder (inspect and the report skip it)
 PLAN_FILE = "shards.json"
 #: Input bytes per shard when the shard count is automatic. 256 MiB of traces is ~25,000
 #: trajectories of the SkillRL txt layout (~10 KB each), minutes per LLM stage on a hosted
 #: endpoint: short enough for a retry to be cheap, long enough that task overhead stays small.
 BYTES_PER_SHARD = 256 * 2**20
-
-
-def shard_id(i: int) -> str:
-    """``shard-NNNNN`` (five digits, zero-padded) for shard number ``i`` (from 0)."""
-    return f"{SHARD_PREFIX}{i:05d}"
-
-
-def is_shard_id(name: str) -> bool:
-    """True for a name of the form ``shard-<digits>``."""
-    return name.startswith(SHARD_PREFIX) and name[len(SHARD_PREFIX):].isdigit()
-
-
-def input_root(input_path: str) -> str:
-    """The folder input URIs are relative to: ``input_path`` itself, or a file's folder."""
-    return input_path if os.path.isdir(input_path) else os.path.dirname(input_path)
-
-
-def file_groups(files: list[str]) -> list[list[str]]:
-    """``files`` (sorted by path) cut into groups of consecutive files of one folder."""
-    return [list(g) for _, g in groupby(files, key=os.path.dirname)]
 
 
 def partition(weights: list[int], n: int) -> list[int]:
@@ -124,7 +105,6 @@ def make_plan(input_path: str, shards: int | None = None, bytes_per_shard: int =
     ``bytes_per_shard`` bytes of input, at least 1); fewer when there are fewer groups.
     Raises ``FileNotFoundError`` when ``input_path`` does not exist, ``ValueError`` for a
     negative count."""
-    from pipeline.formats.discover import list_input_files
     if shards is not None and shards < 0:
         raise ValueError(f"shard count must be >= 0 (0 = automatic), got {shards}")
     root = input_root(input_path)
@@ -227,13 +207,11 @@ def collect(ctx, name: str, log=print):
     is set, as for an unsharded stage. Returns the stage's
     :class:`~pipeline.core.artifacts.StageArtifact`.
 
-    ``ctx``: a :class:`~pipeline.core.stage.StageContext` with ``plan`` set. Raises
+    ``ctx``: a :class:`~pipeline.stage.stage.StageContext` with ``plan`` set. Raises
     ``ArtifactError`` when a shard has no complete artifact."""
     import hashlib
     import shutil
     import time
-    from pipeline.core.artifacts import MANIFEST, StageArtifact
-    from pipeline.core.fsutil import atomic_write
     from pipeline.stages import get_stage
     store, plan = ctx.store, ctx.plan
     arts = [store.require(name, sid) for sid in plan.ids]
@@ -287,7 +265,6 @@ def plan_run(store, input_path: str, shards: int | None, reads_input: bool, log=
     plan is used as is. ``store``: the run's ``ArtifactStore``. Raises ``ValueError`` when
     ``shards`` differs from the stored plan of a run that does not read its input."""
     import shutil
-    from pipeline.core.artifacts import MANIFEST
     from pipeline.stages import STAGES, get_stage
     stored = load_plan(store.run_dir)
     if not reads_input:

@@ -26,7 +26,7 @@ the manifest is pulled, so fingerprints and ``content_sha256`` are those of a lo
 
 Storage options (endpoint, credentials) come from the usual places of the filesystem's library
 (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, the AWS shared config file for s3fs) and from
-``$SKILLPIPE_STORAGE_OPTIONS``, a JSON object passed to ``fsspec.url_to_fs`` (e.g.
+``$SKILLPIPE_STORAGE_OPTIONS``, a JSON object passed to ``fsspec.url_to_fs`` (:mod:`pipeline.core.storage`) (e.g.
 ``{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}``).
 """
 from __future__ import annotations
@@ -42,11 +42,11 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file, temp_name
-from pipeline.core.layout import ARTIFACT_MANIFEST, run_dir
+from pipeline.core.layout import ARTIFACT_MANIFEST, SHARD_PREFIX, run_dir
+from pipeline.core.storage import is_remote, remote_fs
 
 log = logging.getLogger(__name__)
 
-ENV_STORAGE_OPTIONS = "SKILLPIPE_STORAGE_OPTIONS"
 ENV_CACHE_DIR = "SKILLPIPE_CACHE_DIR"
 ENV_CKPT_ANSWERS = "SKILLPIPE_LLM_CHECKPOINT_ANSWERS"
 ENV_CKPT_S = "SKILLPIPE_LLM_CHECKPOINT_S"
@@ -57,7 +57,6 @@ ATTEMPTS_DIR = "_attempts"
 LLM_PARTS_DIR = "_llm_cache"
 LOCKS_DIR = "_locks"
 ATTEMPT_KEY = "attempt"
-SHARD_PREFIX = "shard-"
 RUN_FILE_DIRS = ("_plan",)  # run-level files (the shard plan), mirrored as plain files
 
 
@@ -81,61 +80,6 @@ class StageHooks:
 
     def close(self) -> None:
         """End of the run (also after an error): flush and release what is still held."""
-
-
-def is_remote(root: str) -> bool:
-    """True for a URI with a scheme other than ``file`` (``s3://...``); False for a local path."""
-    return "://" in root and not root.startswith("file://")
-
-
-def storage_options() -> dict[str, Any]:
-    """The JSON object in ``$SKILLPIPE_STORAGE_OPTIONS`` (``{}`` when unset).
-
-    Raises ``ValueError`` when it is not a JSON object."""
-    raw = os.environ.get(ENV_STORAGE_OPTIONS, "").strip()
-    try:
-        opts = json.loads(raw) if raw else {}
-    except ValueError as e:
-        raise ValueError(f"${ENV_STORAGE_OPTIONS} is not valid JSON: {e}") from e
-    if not isinstance(opts, dict):
-        raise ValueError(f"${ENV_STORAGE_OPTIONS} must be a JSON object, got {type(opts).__name__}")
-    return opts
-
-
-def remote_fs(uri: str):
-    """``(fsspec filesystem, path without protocol and trailing '/')`` for ``uri`` with
-    :func:`storage_options`. Raises ``ValueError`` for an unknown protocol (``ImportError`` from
-    fsspec when its package, e.g. gcsfs, is not installed)."""
-    import fsspec
-    fs, path = fsspec.core.url_to_fs(uri, **storage_options())
-    return fs, path.rstrip("/")
-
-
-class RootMissing(FileNotFoundError):
-    """The bucket (container) of an object-storage root does not exist; the message names it."""
-
-
-def check_bucket(root: str, option: str = "--root") -> None:
-    """Raise :class:`RootMissing`, naming the bucket and the endpoint, when the store answers that
-    the bucket of the object-storage ``root`` does not exist (one HEAD request); ``option``: the
-    CLI option that gave ``root`` ("" for an argument: the message then says "the URI"). Nothing is raised
-    when it exists, when the credentials may not look at the bucket itself (a policy scoped to a
-    prefix: ``PermissionError``), or for a filesystem without buckets (``memory://``). Other
-    storage errors (an unreachable endpoint, botocore's) are raised as they come."""
-    fs, base = remote_fs(root)
-    if not hasattr(fs, "split_path"):  # s3fs, gcsfs, adlfs have buckets/containers; memory:// has none
-        return
-    bucket = fs.split_path(base)[0]
-    try:
-        fs.info(bucket)
-    except PermissionError:
-        return
-    except FileNotFoundError:
-        endpoint = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
-        where = f" at {endpoint}" if endpoint else ""
-        how = f" (`aws s3 mb s3://{bucket}`)" if root.startswith(("s3://", "s3a://")) else ""
-        raise RootMissing(f"{option + ' ' if option else ''}{root}: bucket {bucket!r} does not exist{where}; "
-                          f"create it{how}, or fix {option or 'the URI'} or the endpoint") from None
 
 
 def mirror_dir(uri: str) -> str:

@@ -14,14 +14,14 @@ from pipeline.cli import app
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.lease import Lease, LeaseHeld
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
-from pipeline.core.remote import ATTEMPT_KEY, CacheCheckpointer, open_artifact, open_root, read_table
+from pipeline.engine.remote import ATTEMPT_KEY, CacheCheckpointer, open_artifact, open_root, read_table
 from pipeline.llm.cache import ResponseCache, decode_part
 from tests.helpers.llm_stage_data import cool_apple, heat_mug
 
 ROWS = [cool_apple("success", "traj-A").to_row(), heat_mug("traj-B").to_row()]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def publish_remove_loops(root: str, rows=ROWS) -> dict:

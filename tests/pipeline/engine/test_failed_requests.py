@@ -14,7 +14,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.cli import print_summary
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.core.runner import answers_repeat, failed_request_facts, run_stage
+from pipeline.engine.runner import answers_repeat, failed_request_facts, run_stage
 from tests.helpers.llm_stage_data import heat_mug, write_trajectories, write_upstream
 from bench.chat_stub import ChatStub
 from tests.helpers.skills_data import MEMORIES, write_dedupe
@@ -119,7 +119,7 @@ def test_with_a_greedy_embedded_model_only_transport_failures_are_retried():
     stage is incomplete only for transport failures (a rerun of make run used to re-send 28
     such requests, ~13 min, to get the same failures)."""
     from pipeline.core.config import LLMConfig
-    from pipeline.core.stage import StageOutput
+    from pipeline.stage.stage import StageOutput
     from pipeline.llm.types import JSONResult
     assert answers_repeat(LLMConfig()) and not answers_repeat(LLMConfig(temperature=0.7))
     assert not answers_repeat(LLMConfig(base_url="http://127.0.0.1:1/v1"))

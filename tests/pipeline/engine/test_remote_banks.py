@@ -15,8 +15,8 @@ from pipeline.cli import app
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA
-from pipeline.core.remote import mirror_dir, open_root
-from pipeline.core.runner import CountMismatch, run_pipeline
+from pipeline.engine.remote import mirror_dir, open_root
+from pipeline.engine.runner import CountMismatch, run_pipeline
 from pipeline.stages.skills import SkillsStage
 from bench.chat_stub import ChatStub
 from tests.helpers.llm_faults import stub_llm_config
@@ -30,7 +30,7 @@ ANSWERS = [{"content": json.dumps({"skills": [SKILL]})},                        
            {"content": json.dumps({"mistakes": [{"description": "Wrong appliance", "why_it_happens": "Verb misread",
                                                  "how_to_avoid": "Reread the goal"}]})}]
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def write_skills_upstream(store: ArtifactStore) -> None:

@@ -11,8 +11,8 @@ import pytest
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
-from pipeline.core.remote import RemoteRun, open_root
-from pipeline.core.runner import run_pipeline
+from pipeline.engine.remote import RemoteRun, open_root
+from pipeline.engine.runner import run_pipeline
 from pipeline.llm.cache import CACHE_FILE, ResponseCache, decode_part, encode_part
 from tests.helpers.llm_faults import GOOD_B, SUCCESS, stub_llm_config
 from tests.helpers.llm_stage_data import cool_apple
@@ -22,7 +22,7 @@ from tests.helpers.remote_upstream import commit_cool_apple_upstream
 ROWS = [cool_apple("success", "traj-A").to_row()]
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def part_names(fs, folder: str) -> list[str]:

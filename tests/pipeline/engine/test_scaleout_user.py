@@ -94,7 +94,7 @@ def test_a_shard_that_lost_a_file_is_rebuilt_by_the_command_the_error_suggests(t
 def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr("pipeline.core.runner.run_pipeline", interrupted)
+    monkeypatch.setattr("pipeline.engine.runner.run_pipeline", interrupted)
     code, out, _ = cli("run", "--input", SAMPLES, "--root", str(tmp_path), "--stages", "parse")
     assert code == 130
     assert out == ("error: interrupted: the stages and shards written so far are kept (each is written whole or "
@@ -107,7 +107,7 @@ def test_split_run_uri():
     assert split_run_uri("s3://b/p/memory") == ("", "", "")
 
 
-# fixtures s3 and env: tests/pipeline/core/conftest.py
+# fixtures s3 and env: tests/pipeline/engine/conftest.py
 
 
 def test_s3_run_shows_uris_reruns_without_input_and_is_inspected_and_reported(env, tmp_path, monkeypatch):
@@ -153,7 +153,7 @@ def test_a_stage_uri_stays_readable_after_its_shards_are_rewritten_twice(env):
     """Each --force commits the shards anew and the next one removes the attempt before last: the
     stage manifest must follow its shards (it kept pointing at the removed files: 'The specified
     key does not exist' from inspect and read_table)."""
-    from pipeline.core.remote import read_table
+    from pipeline.engine.remote import read_table
     root = env.uri("force")
     args = ["run", "--input", SAMPLES, "--root", root, "--run-id", "r", "--stages", "parse", "--shards", "2"]
     for extra in ([], ["--force"], ["--force"]):
@@ -184,7 +184,7 @@ def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
     not the calls of the first run (it kept the old stage manifest: same shard outputs)."""
     from bench.reliability_stub import SchemaStub
     from pipeline.core.config import QUALITY_RULES, PipelineConfig
-    from pipeline.core.runner import run_pipeline
+    from pipeline.engine.runner import run_pipeline
     src = tmp_path / "in"
     for name in ("eto-alfworld", "react-alfworld"):  # two folders: two shards, 7 trajectories
         os.makedirs(src / name)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.core.config import PipelineConfig
-from pipeline.core.llmstage import Job, LLMStage, send
-from pipeline.core.stage import StageContext, reject
+from pipeline.stage.llmstage import Job, LLMStage, send
+from pipeline.stage.stage import StageContext, reject
 from pipeline.llm.types import JSONRequest, JSONResult
 
 UNITS = {"a": ["a#0"], "b": ["b#0", "b#1", "b#2"], "c": [], "d": ["d#0"], "e": ["e#0"]}

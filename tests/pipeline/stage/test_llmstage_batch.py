@@ -7,8 +7,8 @@ import pytest
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import LLMConfig, PipelineConfig
-from pipeline.core.remote import read_table
-from pipeline.core.runner import run_stage
+from pipeline.engine.remote import read_table
+from pipeline.engine.runner import run_stage
 from bench.stub_endpoint import StubEndpoint
 from tests.helpers.llm_faults import stage_ctx
 from tests.helpers.llm_stage_data import cool_apple, heat_mug, write_trajectories

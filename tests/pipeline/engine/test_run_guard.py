@@ -18,8 +18,8 @@ from tests.helpers.paths import REPO
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.cli import app
 from pipeline.core.config import PipelineConfig
-from pipeline.core.runlock import LOCK_FILE, RunLocked, run_lock
-from pipeline.core.runner import MAX_RUN_ID, check_run_id, run_pipeline, safe_run_id
+from pipeline.engine.runlock import LOCK_FILE, RunLocked, run_lock
+from pipeline.engine.runner import MAX_RUN_ID, check_run_id, run_pipeline, safe_run_id
 
 ROOT = REPO
 SAMPLES = os.path.join(ROOT, "data", "samples")
@@ -55,7 +55,7 @@ def test_run_id_rules_and_orchestrator_ids():
 
 HOLDER = """
 import sys, time
-from pipeline.core.runlock import run_lock
+from pipeline.engine.runlock import run_lock
 from tests.helpers.paths import REPO
 with run_lock(sys.argv[1], "r1"):
     print("locked", flush=True)
