@@ -44,7 +44,8 @@ import typer
 from pipeline.core.config import build_flat
 from pipeline.core.layout import (ARTIFACT_MANIFEST, CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP,
                                   ROLLOUT_STAGE, RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
-from pipeline.core.step import TrainingStep, run_step
+from pipeline.engine.steps import run_step
+from pipeline.stage.step import TrainingStep
 from pipeline.core.train_config import EvalConfig  # the `eval:` section of the run config
 
 
@@ -256,7 +257,7 @@ class EvalStep(TrainingStep):
 def evaluate(policy: Any, cfg: EvalConfig, root: str, run_id: str, label: str, bank_path: str = "",
              identity: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
     """Evaluate ``policy`` into the artifact ``runs/<run_id>/eval_<label>/`` under ``root``
-    (:class:`EvalStep` run by :func:`pipeline.core.step.run_step`).
+    (:class:`EvalStep` run by :func:`pipeline.engine.steps.run_step`).
 
     Args:
         policy: a ``sft.rl.rollout.Policy`` (``sft.rl.policy.HFPolicy``, ``OpenAIPolicy``, ``GoldPolicy``).
@@ -378,7 +379,7 @@ def eval_for_run(root: str, run_id: str, which: str, cfg: EvalConfig | None = No
     ``base`` (``base_model``, '' = embedded SmolLM2) uses the run's exported bank, like SFT did.
     Prompts follow the run's recorded ``prompt`` section when it has a ``build_pairs`` artifact
     (:func:`sft.rl.config.run_prompt_config`), else ``cfg.prompt``.
-    Runs :class:`EvalStep` through :func:`pipeline.core.step.run_step`: the model is loaded only
+    Runs :class:`EvalStep` through :func:`pipeline.engine.steps.run_step`: the model is loaded only
     when its weights, the bank or the games changed. Returns :func:`evaluate`'s dict.
     Raises ``FileNotFoundError`` when the checkpoint is missing, ``ValueError`` for an unknown name."""
     from pipeline.core.artifacts import ArtifactStore

@@ -1,7 +1,7 @@
 """The ``sft_fit`` step of a pipeline run: train on the run's export artifact.
 
 Shared by the Airflow task ``sft_fit``, ``skillpipe sft fit`` and ``make run``. Output goes to
-``<root>/runs/<run_id>/sft_fit/``. A step of :mod:`pipeline.core.step`: skipped when nothing
+``<root>/runs/<run_id>/sft_fit/``. A step of :mod:`pipeline.stage.step`: skipped when nothing
 changed (the export's content, the ``sft:`` settings, the step and package versions).
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.layout import SFT_MANIFEST, SFT_STEP
-from pipeline.core.step import TrainingStep, run_step
+from pipeline.engine.steps import run_step
+from pipeline.stage.step import TrainingStep
 
 from sft.config import SFTFitConfig
 
@@ -53,7 +54,7 @@ SFT_FIT = SFTFitStep()
 
 def fit_for_run(root: str, run_id: str, cfg: SFTFitConfig | None = None, force: bool = False,
                 log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train on ``runs/<run_id>/export`` (unless unchanged): :func:`pipeline.core.step.run_step`
+    """Train on ``runs/<run_id>/export`` (unless unchanged): :func:`pipeline.engine.steps.run_step`
     of :data:`SFT_FIT`. Returns the checkpoint manifest plus ``skipped``, ``uri`` (the output
     folder), ``rows`` (SFT pairs trained on) and ``fingerprint``. Raises ``ArtifactError`` when
     the run has no (or a stale) export artifact."""

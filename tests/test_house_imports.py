@@ -212,7 +212,7 @@ def test_the_house_has_no_import_cycle():
 
 def test_the_ground_floor_imports_nothing_above_it():
     graph = house_graph()
-    assert len([m for m in graph if m.startswith("pipeline.core.")]) >= 15
+    assert len([m for m in graph if m.startswith("pipeline.core.")]) >= 10  # the ground floor was read
     found = reaches(graph, "pipeline.core", above_the_ground)
     assert not found, (f"pipeline.core may import only {', '.join(GROUND_MAY_IMPORT)} and {PACKAGE_FACE}:\n"
                        + "\n".join(found))

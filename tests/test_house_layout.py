@@ -117,9 +117,9 @@ def test_paths_follow_the_declared_tree(tmp_path):
 
 
 #: The steps of the fingerprint recipe of a step after the data stages (pipeline.core.manifest):
-#: only the one step runner (pipeline.core.step.run_step) may call them.
+#: only the one step runner (pipeline.engine.steps.run_step) may call them.
 RECIPE = {"reusable", "record", "step_fingerprint", "upstream_facts"}
-STEP_RUNNER = os.path.join(REPO, "pipeline", "core", "step.py")
+STEP_RUNNER = os.path.join(REPO, "pipeline", "engine", "steps.py")
 
 
 def recipe_calls(source: str, where: str) -> list[str]:
@@ -158,4 +158,4 @@ def test_one_step_runner_fingerprints_reuses_and_records():
         if os.path.abspath(path) != STEP_RUNNER:
             with open(path, encoding="utf-8") as f:
                 found += recipe_calls(f.read(), os.path.relpath(path, REPO))
-    assert not found, "declare a pipeline.core.step.TrainingStep and run it with run_step:\n" + "\n".join(found)
+    assert not found, "declare a pipeline.stage.step.TrainingStep and run it with run_step:\n" + "\n".join(found)

@@ -1,4 +1,4 @@
-"""Fingerprint and manifest of a step that follows the data stages (:mod:`pipeline.core.step`).
+"""Fingerprint and manifest of a step that follows the data stages (:mod:`pipeline.stage.step`).
 
 Such a step is no :class:`~pipeline.stage.stage.Stage`: its output is a model folder or an
 evaluation, not the rows of a stage, and it may keep its own resume (optimizer state,

@@ -62,7 +62,7 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
                      noise_seed: int = 0, replace_tree: bool = False, force: bool = False) -> dict[str, Any]:
     """Play ``tasks`` x ``episodes_per_task`` episodes; write the txt tree to ``out`` and the
     Parquet ``rollout`` artifact of ``run_id`` under ``root`` (:class:`sft.rl.rollout_io.RolloutStep`
-    through :func:`pipeline.core.step.run_step`: the same settings, policy and bank with the tree
+    through :func:`pipeline.engine.steps.run_step`: the same settings, policy and bank with the tree
     still in ``out`` replay nothing, unless ``force``). Returns ``parquet`` (the artifact folder),
     ``txt_files`` (paths), ``skipped`` and the episode summary.
     ``policy_obj`` (any ``sft.rl.rollout.Policy``) overrides ``policy``; ``policy="gold"`` plays
@@ -70,7 +70,7 @@ def collect_rollouts(out: str, root: str, run_id: str, env: str = "textworld", g
     ``noise_seed``). ``replace_tree`` clears an earlier tree in ``out`` instead of refusing it.
     Raises ``pipeline.core.config.ConfigError`` for a bad env/games/count or an ``out`` that holds
     another tree, and ``EnvUnavailable`` for a missing ALFWorld, all before any policy or server starts."""
-    from pipeline.core.step import run_step
+    from pipeline.engine.steps import run_step
     from sft.rl.rollout_io import RolloutConfig, RolloutStep, chosen_tasks
 
     cfg = RolloutConfig(env, games, tasks, episodes_per_task, fold, seed0, max_steps, policy, base_url, model,

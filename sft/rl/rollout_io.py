@@ -32,7 +32,7 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, PromptConfig
 from pipeline.core.fsutil import atomic_write
 from pipeline.core.layout import ARTIFACT_MANIFEST, ROLLOUT_STAGE
-from pipeline.core.step import TrainingStep
+from pipeline.stage.step import TrainingStep
 from pipeline.prompts import render_step_messages
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import Episode

@@ -1,7 +1,7 @@
 """The ``grpo`` step of a pipeline run: online GRPO from the run's SFT checkpoint and skill bank.
 
 Shared by the Airflow task ``grpo``, ``skillpipe rl grpo --run-id`` and ``make run``. Output goes to
-``<root>/runs/<run_id>/grpo/``. A step of :mod:`pipeline.core.step`: skipped when nothing
+``<root>/runs/<run_id>/grpo/``. A step of :mod:`pipeline.stage.step`: skipped when nothing
 changed (the export's content, which holds the bank; the SFT step's fingerprint, result and
 weights; the ``grpo:`` settings; the step and package versions).
 """
@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.layout import GRPO_MANIFEST, GRPO_STEP, SFT_STEP
-from pipeline.core.step import TrainingStep, run_step
+from pipeline.engine.steps import run_step
+from pipeline.stage.step import TrainingStep
 
 from sft import manifest as sft_manifest
 from sft.rl.config import GRPOConfig, run_prompt_config, smoke
@@ -81,7 +82,7 @@ GRPO = GRPOStep()
 
 def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: bool = False,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run GRPO on run ``run_id`` unless its fingerprint is unchanged: :func:`pipeline.core.step.run_step`
+    """Run GRPO on run ``run_id`` unless its fingerprint is unchanged: :func:`pipeline.engine.steps.run_step`
     of :data:`GRPO`. Returns the GRPO manifest plus ``skipped`` and the XCom fields ``uri`` (the
     output folder), ``rows`` (training episodes played) and ``fingerprint``. Raises
     ``ArtifactError`` without an export or build_pairs artifact and ``FileNotFoundError`` without

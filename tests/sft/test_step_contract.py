@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.step import TrainingStep, run_step
+from pipeline.engine.steps import run_step
+from pipeline.stage.step import TrainingStep
 from sft import run_step as sft_step
 from sft.rl import grpo, step as grpo_step
 from sft.rl.config import smoke

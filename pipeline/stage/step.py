@@ -15,7 +15,7 @@ Subclass :class:`TrainingStep`::
         def run(self, store, cfg):
             return train(store.require("export").path, self.output_dir(store), cfg)
 
-:func:`run_step` does the rest, the same way for every step: **freshness** (every upstream
+:func:`pipeline.engine.steps.run_step` does the rest, the same way for every step: **freshness** (every upstream
 artifact was built from the current version of its own upstreams, else ``ArtifactError``),
 **fingerprint** (:func:`pipeline.core.manifest.step_fingerprint`: upstream content hashes, the
 step's other input facts, the config without the places, the step version and the package
@@ -30,7 +30,6 @@ import dataclasses
 import os
 from typing import Any, Callable, ClassVar
 
-from pipeline.core import manifest as step_manifest
 from pipeline.core.artifacts import ArtifactStore
 
 
@@ -81,7 +80,7 @@ class TrainingStep:
 
     def run(self, store: ArtifactStore, cfg: Any) -> dict[str, Any]:
         """Do the work into :meth:`output_dir`; return the manifest to record (JSON-ready). Must not
-        write :attr:`manifest_name` itself: :func:`run_step` records it once, with the fingerprint."""
+        write :attr:`manifest_name` itself: the step runner records it once, with the fingerprint."""
         raise NotImplementedError
 
     def rows(self, manifest: dict[str, Any]) -> int:
@@ -101,35 +100,3 @@ class TrainingStep:
 
     def __repr__(self) -> str:
         return f"<step {self.name}>"
-
-
-def run_step(step: TrainingStep, root: str, run_id: str, cfg: Any, force: bool = False,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run ``step`` on run ``run_id`` under ``root`` with ``cfg`` (module docstring: freshness,
-    fingerprint, reuse unless ``force``, run, record, after_record).
-
-    Returns the recorded manifest plus ``skipped`` and the XCom fields ``uri`` (the step folder),
-    ``rows`` and ``fingerprint``. Raises ``ArtifactError`` when a required upstream artifact is
-    missing or stale; whatever :meth:`TrainingStep.configure` or :meth:`TrainingStep.run` raise.
-    """
-    store = ArtifactStore(root, run_id)
-    cfg = step.configure(store, cfg)
-    present = [s for s in step.optional_inputs if store.load(s) is not None]
-    inputs = step_manifest.upstream_facts(store, [*step.inputs, *present]) + step.input_facts(store, cfg)
-    fp, facts = step_manifest.step_fingerprint(step.name, inputs, step.config_facts(cfg), step.version)
-    out = step.output_dir(store)
-    path = os.path.join(out, step.manifest_name)
-    prev = None if force else step_manifest.reusable(path, fp)
-    if prev is not None and step.still_valid(store, cfg, prev):
-        step.after_record(root, store, cfg, prev, reused=True)
-        log(f"[{step.name}] unchanged (fingerprint {fp[:12]}): skipped")
-        return _result(step, prev, out, skipped=True)
-    m = step_manifest.record(path, step.run(store, cfg), fp, facts)
-    step.after_record(root, store, cfg, m, reused=False)
-    for line in step.describe(m):
-        log(f"[{step.name}] {line}")
-    return _result(step, m, out, skipped=False)
-
-
-def _result(step: TrainingStep, m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:
-    return {**m, **step_manifest.xcom(out, step.rows(m), m["fingerprint"]), "skipped": skipped}
