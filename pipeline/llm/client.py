@@ -398,7 +398,7 @@ class LLMClient:
         (:meth:`_sent_schema`) and sampling parameters. A cached answer is still checked against
         ``req.schema`` on every lookup."""
         params = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, "seed": self.cfg.seed,
-                  **self._sampling()}
+                  **self._sampling(), **(req.sampling or {})}
         return cache_key(self.model_id, req.messages, self._sent_schema(req), params)
 
     def _sent_schema(self, req: JSONRequest) -> dict[str, Any]:
@@ -552,6 +552,7 @@ class LLMClient:
         sent = schema_hint(messages, req.schema) if self.dialect == "none" else messages
         body: dict[str, Any] = dict(model=self.model, messages=sent, temperature=self.cfg.temperature,
                                     max_tokens=self.cfg.max_tokens, seed=self.cfg.seed, **self._sampling())
+        body.update(req.sampling or {})  # a sampled retry's own temperature and seed
         fmt = self._response_format(req)
         if fmt is not None:
             body["response_format"] = fmt

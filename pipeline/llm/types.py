@@ -34,6 +34,9 @@ class JSONRequest:
             message, so a schema that names this item's step numbers or item count would make
             every request's prefix unique and nothing would be billed as cached. The answer is still validated here against
             ``schema`` (and ``check``), so nothing looser is accepted. ``None``: send ``schema``.
+        sampling: this request's own ``temperature`` and ``seed`` over the ``llm:`` settings (a
+            sampled retry of a step that greedy decoding got wrong); part of the cache key.
+            ``None``: the ``llm:`` settings.
     """
     key: str
     messages: list[dict[str, str]]
@@ -41,6 +44,7 @@ class JSONRequest:
     schema_name: str = "answer"
     check: Callable[[Any], str | None] | None = None
     shared_schema: dict[str, Any] | None = None
+    sampling: dict[str, Any] | None = None
 
 
 @dataclass

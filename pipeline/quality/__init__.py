@@ -75,11 +75,13 @@ REASONS: dict[str, str] = {
     "think_misaligned": "a think speaks of another step: an action on an entity or object other than its own "
                         "action's and the goal's, another action done now (the previous one told in the present, "
                         "not as a recap), an event that has not happened yet, the agent placed where it does not "
-                        "stand, or the opposite transformation of the goal (cooling in a heat task) as its purpose",
+                        "stand, the opposite transformation of the goal (cooling in a heat task) as its purpose, the "
+                        "receptacle its open (close) calls already open (closed), a decision on another command "
+                        "(\"so I close the fridge\" for a put), or a usual place it then does not go to",
     "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
                        "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
     "narration": "a think narrates in the third person (\"the agent saw ...\"), quotes the game's second-person "
-                 "text (\"you see a cloth 1\") or tells its own action as done; "
+                 "text (\"you see a cloth 1\", \"the product you selected\") or tells its own action as done; "
                  "a skill's when-to-apply tells an episode (\"When the agent did not select ...\")",
     "self_target": "a skill or a mistake's fix puts the goal object in or on an object of its own kind "
                    "(\"cool the vase ... before putting it in the vase\")",
@@ -94,7 +96,8 @@ REASONS: dict[str, str] = {
                     "something from its inventory (\"use the desklamp from your inventory\"): the game never allows it",
     "false_comparison": "a think says one price is above (or below) another and the numbers say the opposite "
                         "(\"$32.99, which exceeds ... 50.00 dollars\")",
-    "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container, has it show contents or "
+    "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container or on a drawer, has a "
+                       "receptacle found somewhere (\"drawers are usually on the shelves\"), has a lamp show contents or "
                        "help a search, sends the agent to another room, or gives a lamp or appliance a transform it does not do (\"desklamps are "
                        "usually used to clean pens\")",
     "instance_number": "an ALFWorld skill or fix names a numbered instance (\"the cabinet 3\"), which differs in "

@@ -42,7 +42,7 @@ from pipeline.quality.grounding import entities
 #: and a second-person recap "You have clicked 8.5 ounce (pack of 1) before buying." (WebShop).
 #: The article after the verb keeps the idiom out ("I like football, you see.").
 _GAME_TEXT = re.compile(r"\byou\s+(?:(?:see|pick\s+up|open|close|put|heat|cool|clean|turn\s+on)\s+(?:a|an|the|nothing|some)|"
-                        r"arrive\s+at|are\s+in\s+the\s+middle|have\s+(?:clicked|selected|chosen|bought|searched))\b", re.I)
+                        r"arrive\s+at|are\s+in\s+the\s+middle|(?:have\s+)?(?:clicked|selected|chosen|chose|bought|searched))\b", re.I)
 #: A third-person actor as the subject of a think: "The agent saw", "the player decided".
 _THIRD_PERSON = re.compile(r"\b(?:the|this|our)\s+(?:agent|player|robot|assistant|user|ai)\b|^\s*agent\b", re.I)
 #: Words before a past participle that make it a state, not an event: "the drawer is closed",
@@ -93,7 +93,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
       (``1..i``) nor the current one did (``after cooling the cup``);
     * it acts now on a numbered entity (``drawer 1``) that is neither in ``action`` nor in the
       task: an action verb followed within a few words by that entity;
-    * it takes or puts an object kind that is neither in ``action`` nor in the task.
+    * it takes or puts an object kind that is neither in ``action`` nor in the task;
+    * ALFWorld: :func:`_already`, :func:`_other_conclusion`, :func:`_usual_elsewhere` say so.
     """
     tokens = act.tokenize(think)
     current = act.command_mention(action)
@@ -133,7 +134,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     mentions = act.text_mentions(think, nouns)
     if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
                                    or _state_unseen(think, traj, i, action)
-                                   or _looks_instead(think, mentions, current, action)):
+                                   or _looks_instead(think, mentions, current, action) or _already(think, action)
+                                   or _other_conclusion(think, action) or _usual_elsewhere(think)):
         return elsewhere
     return (traj.env == "webshop" and (_searches_instead(think, action)
                                        or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
@@ -393,6 +395,10 @@ _GOAL_WORDS = {"heat": frozenset({"hot", "heat", "heated", "warm"}),
 _DESCRIBES = _STATE | {"used", "only", "meant", "designed", "made"}
 
 
+#: Words before "be <done>" that make it a purpose: "so it can be cooled", "to be heated".
+_MAY_BE = frozenset({"can", "could", "to", "will", "would"})
+
+
 def _task_goal(task: str) -> str | None:
     """``heat`` or ``cool`` when the task asks for exactly one of them (:data:`_GOAL_WORDS`), else ``None``."""
     words = set(re.findall(r"[a-z]+", (task or "").lower()))
@@ -403,14 +409,18 @@ def _task_goal(task: str) -> str | None:
 def _opposite_purpose(tokens: list[str], task: str) -> str | None:
     """Why the think gives the opposite transformation of the task's goal as the purpose of what
     it does ("I put the hot apple in the fridge for cooling" when the task asks for a hot apple),
-    else ``None``: a verb of that concept right after "for"/"to", not negated in the three words
-    before, and not a description of a thing ("the fridge is for cooling")."""
+    else ``None``: a verb of that concept right after "for"/"to" or a passive purpose ("so it can
+    be cooled down"), not negated in the three words before, and not a description of a thing
+    ("the fridge is for cooling")."""
     goal = _task_goal(task)
     if goal is None:
         return None
     for j in range(1, len(tokens)):
-        if act.VERBS.get(tokens[j]) != _OPPOSITE[goal] or tokens[j] in act.PAST_FORMS \
-                or tokens[j - 1] not in ("for", "to"):
+        if act.VERBS.get(tokens[j]) != _OPPOSITE[goal]:
+            continue
+        # "so it can be cooled down", "to be cooled": the passive purpose
+        passive = tokens[j] in act.PAST_FORMS and j >= 2 and tokens[j - 1] == "be" and tokens[j - 2] in _MAY_BE
+        if not passive and (tokens[j] in act.PAST_FORMS or tokens[j - 1] not in ("for", "to")):
             continue
         if set(tokens[max(0, j - 4):j - 1]) & _NEGATION or (j >= 2 and tokens[j - 2] in _DESCRIBES):
             continue
@@ -526,6 +536,67 @@ def _names_argument(tokens: list[str], noun: str) -> bool:
     if noun in words or words & _ARGUMENT_WORDS.get(noun, set()):
         return True
     return any(len(w) >= 4 and w != noun and (noun.startswith(w) or noun.endswith(w)) for w in words)
+
+
+#: "was already open", "is already closed", "already opened": a state claimed before the action
+#: that makes it.
+_ALREADY = re.compile(r"\b(?:(?:is|was|were|are)\s+already|already)\s+(open|closed)(?:ed)?\b|\bwas\s+(open|closed)\b",
+                      re.I)
+
+
+#: The think's conclusion, what it decides to do now: "so I close the fridge", "so I will take it"
+#: ("so I can heat it" is a purpose, not a decision).
+_CONCLUSION = re.compile(r"\bso\s+(?:now\s+)?i(?:'ll|\s+will|\s+need\s+to|\s+must|\s+should|\s+am\s+going\s+to)?"
+                         r"\s+([a-z]+)\b", re.I)
+#: Commands that act on a thing. A go may be decided at a go to plan what follows there, "use"
+#: also means choose, and a transform may be told as putting the object in its tool.
+_ON_THINGS = frozenset({"take", "put", "open", "close"})
+#: A go decided at a step that acts on a thing ("so I will go to the fridge" for the put there);
+#: "proceed" also means carry on.
+_GO_WORDS = frozenset({"go", "head", "walk", "return"})
+#: "Apples are usually in the refrigerator, so I will look at diningtable 1": a usual place, then
+#: another place to go to.
+_USUAL_THEN = re.compile(r"\busually\s+(?:found\s+|kept\s+|stored\s+)?(?:in|on|at)\s+(?:the\s+|a\s+)?([a-z]+)"
+                         r"[^.;!?]*?\bso\s+i(?:'ll|\s+will)?\s+(?:look\s+at|go\s+to|check|search)\s+(?:the\s+)?([a-z]+)",
+                         re.I)
+_PLACE_WORDS = {"refrigerator": "fridge", "counter": "countertop", "sink": "sinkbasin"}
+
+
+def _other_conclusion(think: str, action: str) -> str | None:
+    """Why the think decides on another command than ``action`` ("The apple is now in the fridge,
+    so I close the fridge" or "so I will go to the fridge to do that" for ``put apple 1 in/on
+    fridge 1``), else ``None``. Not judged at a go, which may plan what follows there."""
+    current = act.command_mention(action)
+    if current is None or current.concept not in _ACTING or current.concept == "go":
+        return None
+    for m in _CONCLUSION.finditer(think or ""):
+        concept = act.VERBS.get(m.group(1).lower())
+        if (concept in _ON_THINGS or m.group(1).lower() in _GO_WORDS) and concept != current.concept \
+                and not (concept == "put" and current.concept in ("heat", "cool", "clean")):
+            return f"decides {m.group(0).strip()!r}, but this step's action is {action!r}"
+    return None
+
+
+def _usual_elsewhere(think: str) -> str | None:
+    """Why the think sends the agent elsewhere than the place it calls usual, else ``None``."""
+    for m in _USUAL_THEN.finditer(think or ""):
+        usual, goes = (_PLACE_WORDS.get(w, act.singular(w)) for w in (m.group(1).lower(), m.group(2).lower()))
+        if usual in act.RECEPTACLES and goes in act.RECEPTACLES and usual != goes:
+            return f"says the usual place is the {usual}, then goes to the {goes}"
+    return None
+
+
+def _already(think: str, action: str) -> str | None:
+    """Why the think contradicts the state ``action`` changes (``open X`` / ``close X``): it calls
+    X already in the state the action brings about, else ``None``."""
+    words = action.split()
+    if len(words) < 2 or words[0].lower() not in ("open", "close"):
+        return None
+    made = "open" if words[0].lower() == "open" else "closed"
+    for m in _ALREADY.finditer(think or ""):
+        if (m.group(1) or m.group(2)).lower() == made:
+            return f"calls it already {made} ({m.group(0)!r}), but this step's action is {action!r}"
+    return None
 
 
 def unrelated(think: str, action: str) -> str | None:

@@ -329,8 +329,14 @@ _TRANSFORMS = frozenset({"heat", "cool", "clean"})
 #: A lamp said to be kept inside a container ("Desklamps are usually in drawers"): ALFWorld's lamps
 #: stand on desks, dressers and side tables, and the agent cannot put one anywhere.
 _LAMP = r"\b(?:desk\s?|floor\s?)?lamps?\b"
-_LAMP_STORED = re.compile(_LAMP + r"[^.;!?]{0,40}?\b(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
-                          r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)\b", re.I)
+_LAMP_STORED = re.compile(_LAMP + r"[^.;!?]{0,40}?\b(?:(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
+                          r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)|on\s+(?:a\s+|the\s+)?(drawers?))\b", re.I)
+#: A receptacle said to be usually found somewhere ("Drawers are usually on the shelves",
+#: "Fridges are usually on countertops": the teacher's "<object>s are usually in <place>" with a
+#: place as the object). The game's receptacles are the places the agent goes to, never things
+#: kept in or on another; lamps have their own rules.
+_PLACE_FOUND = re.compile(r"\b([a-z]+)\s+(?:are|is)\s+(?:usually|often|typically|normally|mostly|commonly|generally)"
+                          r"\s+(?:found\s+|kept\s+|located\s+|placed\s+|stored\s+)?(?:in|on|inside|under|near)\b", re.I)
 #: A lamp said to show what a receptacle holds, or used to search ("use a desklamp to illuminate
 #: it and observe its contents" "when looking for an object"): the game's lamp only lights the
 #: object the agent holds, to examine it; contents are seen by going to or opening a receptacle.
@@ -355,7 +361,8 @@ _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "
 
 def false_facts(text: str) -> list[str]:
     """The game facts an ALFWorld think (or skill) gets wrong, in order: a lamp kept inside a
-    container (:data:`_LAMP_STORED`), a lamp that shows contents or is used to search
+    container or on a drawer (:data:`_LAMP_STORED`), a receptacle said to be usually found
+    somewhere (:data:`_PLACE_FOUND`), a lamp that shows contents or is used to search
     (:data:`_LAMP_REVEALS`, :data:`_LAMP_SEARCHES`), a room to go to or several rooms in one sentence
     (:data:`_TO_ROOM`: the game is one room), a transform done at a place that cannot do it ("heat it on
     the dining table", :func:`_transform_place`), a receptacle heated, cooled or cleaned ("To heat the fridge,
@@ -365,7 +372,9 @@ def false_facts(text: str) -> list[str]:
     for cooling") or also names the tool that does it ("take the mug from the fridge to heat it in
     the microwave")."""
     low = (text or "").lower()
-    found = [f"a lamp kept in {m.group(1)}" for m in _LAMP_STORED.finditer(low)]
+    found = [f"a lamp kept in {m.group(1) or m.group(2)}" for m in _LAMP_STORED.finditer(low)]
+    found += [f"a {act.singular(m.group(1))} found somewhere" for m in _PLACE_FOUND.finditer(low)
+              if act.singular(m.group(1)) in act.RECEPTACLES - {"desklamp", "floorlamp"}]
     found += [fact for fact, pattern in (("a lamp that shows contents", _LAMP_REVEALS),
                                          ("a lamp used to search", _LAMP_SEARCHES),
                                          ("a room to go to", _TO_ROOM)) if pattern.search(low)]

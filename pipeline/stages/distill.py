@@ -328,20 +328,47 @@ def split_rejected(result: JSONResult, chunk: list[dict[str, Any]], traj: Trajec
 
 
 def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: QualityConfig,
-                 tally: quality.Tally) -> JSONRequest:
+                 tally: quality.Tally, sampling: dict[str, Any] | None = None) -> JSONRequest:
     """The one-step request for ``entry`` (key ``<trajectory_id>#s<step_index>``): the same
     template, skills and checks as a chunk of one, with the asked steps before it as the earlier
-    actions."""
+    actions; ``sampling`` (temperature and seed of a sampled retry) goes with it."""
     asked = [e for c in ep.chunks for e in c]
     earlier = [e["action"] for e in asked[:asked.index(entry)]]
-    return chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry], earlier,
-                         ep.skills_block, max_chars, qcfg, tally)
+    req = chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry], earlier,
+                        ep.skills_block, max_chars, qcfg, tally)
+    req.sampling = sampling
+    return req
+
+
+def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str, Any]]], cfg: Any,
+                    qcfg: QualityConfig, tally: quality.Tally, desc: str) -> list[Job]:
+    """Rejection sampling for the one-step calls that greedy decoding failed: up to
+    ``cfg.sampled_retries`` rounds, round ``k`` asking each still-failed step again at
+    ``cfg.retry_temperature`` with seed ``k`` (judged by the same checks). A result that passes
+    replaces the failed one in its job (``retries``; ``redo[id(job)]``: the entries of its
+    requests, in order). Returns the jobs of every round (their requests are counted as calls)."""
+    rounds: list[Job] = []
+    for k in range(1, cfg.sampled_retries + 1):
+        todo = [(job, n) for job in retries for n, r in enumerate(job.results)
+                if not r.ok and r.error == "check_failed"]
+        if not todo:
+            break
+        sampling = {"temperature": cfg.retry_temperature, "seed": k}
+        tries = [Job(job.item, job.item_id, [step_request(job.item, redo[id(job)][n], cfg.max_think_chars, qcfg,
+                                                          tally, sampling)], job.source_uri, job.line)
+                 for job, n in todo]
+        send(llm, tries, f"{desc}, sampled retry {k}")
+        for (job, n), tried in zip(todo, tries):
+            if tried.results[0].ok:
+                job.results[n] = tried.results[0]
+        rounds += tries
+    return rounds
 
 
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "13"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "14"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -349,7 +376,8 @@ class DistillStage(LLMStage):
     # kind, the game's text quoted, a WebShop option selected "before buying"; 10: a receptacle's state not yet
     # seen, a transform planned again as a purpose; 11: a WebShop buy told as another click, a put told as a look
     # at a numbered place; 12: at any place; 13: the worked examples end with a put and a buy, a lamp that
-    # shows contents or helps a search, a room to go to, a transform at a place that cannot do it
+    # shows contents or helps a search, a room to go to, a transform at a place that cannot do it; 14: a step
+    # that a greedy one-step call got wrong is sampled again
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
@@ -399,6 +427,11 @@ class DistillStage(LLMStage):
         run.notes["superseded"] = []
         if any(retry.requests for retry in run.followups):
             send(run.ctx.llm, run.followups, f"{self.name} (one step per call)")
+            # what each failed one-step call would keep before sampling replaces it
+            run.notes["greedy_failed"] = [(j, r) for j in run.followups for r in j.failed]
+            redo = {id(retry): [e for _, (_, again) in split for e in again] for _, split, retry in plans}
+            run.notes["sampled"] = sampled_retries(run.ctx.llm, run.followups, redo, cfg, qcfg, run.tally,
+                                                   f"{self.name} (one step per call)")
         for job, split, retry in plans:
             if retry.failed:
                 continue
@@ -418,7 +451,10 @@ class DistillStage(LLMStage):
                                                "steps were asked again one per call)", r.key, j.source_uri, j.line)
                                    for j, r in run.notes.get("superseded", [])]
         out.request_quarantine += [failure_row(self.name, r, f"one-step call {r.key}: {r.detail}", r.key,
-                                               j.source_uri, j.line) for j in run.followups for r in j.failed]
+                                               j.source_uri, j.line) for j, r in run.notes.get("greedy_failed", [])]
+        out.request_quarantine += [failure_row(self.name, r, f"sampled retry of {r.key}: {r.detail}", r.key,
+                                               j.source_uri, j.line) for j in run.notes.get("sampled", [])
+                                   for r in j.failed]
         return out
 
     def unit_detail(self, job: Job, result: JSONResult) -> str:
@@ -459,7 +495,10 @@ class DistillStage(LLMStage):
                 "step_retry": {"calls": sum(len(j.requests) for j in run.followups),
                                "replaced_chunks": len(run.notes.get("superseded", [])),
                                "trajectories": len(run.followups),
-                               "saved": sum(not j.failed and j.item_id in kept for j in run.followups)},
+                               "saved": sum(not j.failed and j.item_id in kept for j in run.followups),
+                               # rejection sampling after the greedy one-step calls
+                               "sampled_calls": len(run.notes.get("sampled", [])),
+                               "sampled_ok": sum(not j.failed for j in run.notes.get("sampled", []))},
                 **super().counters(run, out)}
 
 

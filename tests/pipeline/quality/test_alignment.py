@@ -114,6 +114,46 @@ def test_a_think_that_goes_or_looks_elsewhere():
     assert alignment.unrelated("I should place the tomato back on the dining table.", "go to dining table 1") is None
 
 
+def test_a_receptacle_called_already_in_the_state_the_action_makes():
+    """A sampled think of the 1.5B teacher for ``open drawer 2`` after "The drawer 2 is closed.";
+    the state the action changes, seen rightly, passes."""
+    pen = trajectory("examine the pen with the desklamp.", ["go to drawer 1", "open drawer 1", "go to drawer 2",
+                                                            "open drawer 2"], "look_at_obj_in_light")
+    assert alignment.misaligned("I need to look inside the drawer. Since the drawer 2 was already open when I went to "
+                                "it, there should be something in it now.", pen, 3, "open drawer 2") \
+        == "calls it already open ('was already open'), but this step's action is 'open drawer 2'"
+    assert alignment.misaligned("The drawer 2 is closed, so I open it to look for the pen.", pen, 3,
+                                "open drawer 2") is None
+    assert alignment.misaligned("The drawer 2 is already closed, so I go on.", pen, 3, "go to drawer 3") is None
+
+
+def test_a_decision_on_another_command_or_a_usual_place_not_gone_to():
+    """Sampled retries of the 1.5B teacher for "put a hot apple in fridge"; ETO's plans at a go
+    ("so I need to open it to look inside" before ``go to cabinet 2``) and a transform told as
+    putting the object in its tool pass."""
+    apple = trajectory("put a hot apple in fridge.", ["go to fridge 1", "open fridge 1", "go to diningtable 1",
+                                                      "take apple 1 from diningtable 1", "go to microwave 1",
+                                                      "heat apple 1 with microwave 1", "go to fridge 1",
+                                                      "put apple 1 in/on fridge 1"], "pick_heat_then_place_in_recep")
+    assert alignment.misaligned("The apple is now in the fridge, so I close the fridge to complete the task.", apple,
+                                7, "put apple 1 in/on fridge 1") \
+        == "decides 'so I close', but this step's action is 'put apple 1 in/on fridge 1'"
+    assert alignment.misaligned("The goal asks for the apple to be put in the fridge, so I will go to the fridge to "
+                                "do that.", apple, 7, "put apple 1 in/on fridge 1") \
+        == "decides 'so I will go', but this step's action is 'put apple 1 in/on fridge 1'"
+    assert alignment._other_conclusion("There is an apple inside, so I will proceed with putting the potato in.",
+                                       "put potato 1 in/on microwave 1") is None  # ETO: proceed = carry on
+    assert alignment.misaligned("I need to heat the apple first. Apples are usually in the refrigerator, so I will "
+                                "look at diningtable 1.", apple, 2, "go to diningtable 1") \
+        == "says the usual place is the fridge, then goes to the diningtable"
+    assert alignment.misaligned("Cabinet 2 is my next place to search. It's closed, so I need to open it to look "
+                                "inside.", apple, 2, "go to cabinet 2") is None
+    assert alignment.misaligned("I need to heat the apple, so I'll place it inside and use the microwave.", apple, 5,
+                                "heat apple 1 with microwave 1") is None
+    assert alignment.misaligned("Apples are usually on the diningtable, so I will look at diningtable 1.", apple, 2,
+                                "go to diningtable 1") is None
+
+
 def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("The agent saw that the cabinet 2 was closed. The agent decided to open cabinet 2.",
                                "open cabinet 2") == "speaks of 'The agent' in the third person"
@@ -128,6 +168,8 @@ def test_narration_in_the_third_person_or_after_the_fact():
     assert alignment.narration("The weather is nice today and I like football, you see.", "go to desk 1") is None
     assert alignment.narration("You have clicked 8.5 ounce (pack of 1) before buying.", "click[Buy Now]") \
         == "quotes the game's observation ('You have clicked') instead of reasoning"
+    assert alignment.narration("I see the product you selected is a 8.5 ounce styling cream pack of 1.",
+                               "click[Buy Now]") == "quotes the game's observation ('you selected') instead of reasoning"
     # an earlier put of the same kind is a recap, not this step told as done
     two = trajectory("put two cd in safe", ["take cd 1 from desk 1", "go to safe 1", "put cd 1 in/on safe 1",
                                             "take cd 2 from desk 2", "put cd 2 in/on safe 1"])
@@ -205,6 +247,9 @@ def test_the_teachers_thinks_that_do_not_explain_their_step():
     think = "The fridge is open. I put the hot apple in the fridge for cooling."
     assert alignment.misaligned(think, HOT_APPLE, 7, "put apple 1 in/on fridge 1") == \
         "gives 'for cooling' as its purpose, but the task asks to heat"
+    think = ("I will heat the apple so it can be cooled down and stored safely in the fridge.")  # a sampled retry
+    assert alignment.misaligned(think, HOT_APPLE, 5, "heat apple 1 with microwave 1") == \
+        "gives 'be cooled' as its purpose, but the task asks to heat"
     good = {3: "Now I find an apple (1). Next, I need to take it.",
             4: "Now I take an apple (1). Next, I need to go to a microwave (1) and heat it.",
             5: "The microwave is closed. I heat the apple with the microwave before putting it in the fridge.",

@@ -144,6 +144,19 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
     assert gamefacts.false_facts("Use the desklamp to look at the pen, and use the microwave to heat the potato.") == []
 
 
+def test_a_place_found_somewhere_or_a_lamp_on_a_drawer():
+    """The 1.5B teacher's sampled thinks that copy the worked example's "<object>s are usually in
+    <place>" with a place or a lamp as the object; objects found in places pass."""
+    assert gamefacts.false_facts("The pen needs to be examined first. Drawers are usually on the shelves, so I will "
+                                 "look at drawer 3.") == ["a drawer found somewhere"]
+    assert gamefacts.false_facts("Fridges are usually on countertops, so I will look at countertop 1.") \
+        == ["a fridge found somewhere"]
+    assert gamefacts.false_facts("Desklamps are usually on drawers, so I will look at drawer 3.") \
+        == ["a lamp kept in drawers"]
+    assert gamefacts.false_facts("Pens are usually in drawers, so I will look at drawer 4.") == []
+    assert gamefacts.false_facts("A desklamp is usually on a desk or a sidetable.") == []
+
+
 def test_a_lamp_that_shows_contents_or_helps_a_search():
     """The 1.5B teacher's look-in-light skills (bank of the shipped sample): the lamp lights the
     object in hand; what a receptacle holds is seen by going there or opening it. ReAct's plan

@@ -290,7 +290,8 @@ def test_a_step_rejected_after_repair_is_asked_again_alone(tmp_path):
     assert "[step_index 1]" in alone and "[step_index 0]" not in alone and "[step_index 3]" not in alone
     assert "Earlier actions (already explained): go to cabinet 1" in alone
     counters = res.manifest["counters"]
-    assert counters["step_retry"] == {"calls": 1, "replaced_chunks": 1, "trajectories": 1, "saved": 1}
+    assert counters["step_retry"] == {"calls": 1, "replaced_chunks": 1, "trajectories": 1, "saved": 1,
+                                      "sampled_calls": 0, "sampled_ok": 0}
     assert res.manifest["counts"]["quarantined"] == 0 and res.manifest["failed_requests"]["total"] == 0
     q = art.read_rows(quarantine=True)
     assert [(r["item_id"], r["reason"]) for r in q] == [("traj-A#0", "no_words")]
@@ -298,14 +299,33 @@ def test_a_step_rejected_after_repair_is_asked_again_alone(tmp_path):
 
 
 def test_a_step_that_fails_alone_too_quarantines_the_trajectory(tmp_path):
-    """Same answer, and the one-step call (and its repair) fails as well: the trajectory is
-    quarantined on the chunk's reason; both rejected answers are kept."""
+    """Same answer, and the one-step call (and its repair) fails as well, greedy and in every
+    sampled retry (seeds 1..4 at the retry temperature): the trajectory is quarantined on the
+    chunk's reason; every rejected answer is kept."""
     alone_bad = answer({"thinks": [{"step_index": 1, "think": "1.25"}]})
-    res, art, stub = run_with(_heat_mug_store(tmp_path), "distill", [BAD_STEP_1, BAD_STEP_1, alone_bad, alone_bad])
-    assert art.read_rows() == [] and len(stub.requests) == 4
-    assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 0, "trajectories": 1, "saved": 0}
+    res, art, stub = run_with(_heat_mug_store(tmp_path), "distill", [BAD_STEP_1, BAD_STEP_1] + [alone_bad] * 10)
+    assert art.read_rows() == [] and len(stub.requests) == 12
+    assert [(r["temperature"], r["seed"]) for r in stub.requests[2:12:2]] == [(0.0, 0), (0.7, 1), (0.7, 2), (0.7, 3),
+                                                                            (0.7, 4)]
+    assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 0, "trajectories": 1, "saved": 0,
+                                                      "sampled_calls": 4, "sampled_ok": 0}
     q = art.read_rows(quarantine=True)
-    assert sorted((r["item_id"], r["reason"]) for r in q) == [("traj-A", "no_words"), ("traj-A#s1", "no_words")]
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [("traj-A", "no_words")] + [("traj-A#s1", "no_words")] * 5
+
+
+def test_a_sampled_retry_saves_a_step_that_greedy_decoding_got_wrong(tmp_path):
+    """The greedy one-step call fails; the first sampled retry (temperature 0.7, seed 1) passes
+    every rule: the trajectory is kept with that think and no second sampled round is sent."""
+    alone_bad = answer({"thinks": [{"step_index": 1, "think": "1.25"}]})
+    one = answer({"thinks": [{"step_index": 1, "think": HEAT_THINKS[1]}]})
+    store = _heat_mug_store(tmp_path)
+    res, art, stub = run_with(store, "distill", [BAD_STEP_1, BAD_STEP_1, alone_bad, alone_bad, one])
+    assert [t["think"] for t in art.read_rows()[0]["thinks"]][1] == HEAT_THINKS[1]
+    assert len(stub.requests) == 5 and (stub.requests[4]["temperature"], stub.requests[4]["seed"]) == (0.7, 1)
+    assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 1, "trajectories": 1, "saved": 1,
+                                                      "sampled_calls": 1, "sampled_ok": 1}
+    q = art.read_rows(quarantine=True)
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [("traj-A#0", "no_words"), ("traj-A#s1", "no_words")]
 
 
 def test_step_retry_off_quarantines_at_once(tmp_path):
