@@ -4,7 +4,9 @@ Seen in the bank Qwen2.5-Coder-1.5B built from the shipped sample (every item be
 other rule, and none would change what an agent does):
 
 * a statement instead of an instruction - "Use Desklamp Effectively: The desklamp illuminates the
-  object and makes it easier to see its contents." (``not_actionable``, :func:`is_statement`);
+  object and makes it easier to see its contents." (``not_actionable``, :func:`is_statement`), or
+  an instruction about wording ("Use Correct Language: use clear and concise language to
+  communicate their intentions", the GRPO skill updater; ``not_actionable``, :data:`_SPEECH`);
 * an instruction whose target is a placeholder the agent cannot resolve
   (``vague_instruction``, :func:`placeholders`): "move it to the correct location for use or
   storage" (which location?), "Use the tool to complete a task, such as cooking or cleaning"
@@ -55,6 +57,13 @@ _PLACEHOLDER = re.compile(
     r"|\brealistic\b", re.I)
 
 
+#: An instruction about wording or talking ("use clear and concise language to communicate their
+#: intentions", the GRPO skill updater on TextWorld Express): the agent acts only through the
+#: game's commands, so nothing of it can be done.
+_SPEECH = re.compile(r"\bcommunicat\w*|\b(?:clear|concise|correct|polite)\s+(?:and\s+[a-z]+\s+)?language\b"
+                     r"|\bmisunderstandings?\b", re.I)
+
+
 def is_statement(text: str) -> bool:
     """True when no sentence of ``text`` instructs: each main clause (after a leading condition,
     :data:`_LEAD`) opens with an article, demonstrative or third-person pronoun
@@ -76,13 +85,16 @@ def placeholders(text: str) -> list[str]:
 
 
 def vague_violations(name: str, text: str) -> list[Violation]:
-    """``not_actionable`` for a statement (:func:`is_statement`) and ``vague_instruction`` for a
-    placeholder target (:func:`placeholders`) in one instruction field ``name`` (a principle or a
+    """``not_actionable`` for a statement (:func:`is_statement`) or an instruction about wording
+    (:data:`_SPEECH`) and ``vague_instruction`` for a placeholder target (:func:`placeholders`) in one instruction field ``name`` (a principle or a
     how-to-avoid)."""
     out = []
     if is_statement(text):
         out.append(Violation("not_actionable", f"{name} {text[:60]!r} states a fact and tells the agent nothing "
                                                "to do; say what to do, when"))
+    if speech := _SPEECH.search(text or ""):
+        out.append(Violation("not_actionable", f"{name} asks for {speech.group(0)!r}: the agent acts only through "
+                                               "the game's commands; say which command, when"))
     if found := placeholders(text):
         out.append(Violation("vague_instruction", f"{name} says {', '.join(repr(p) for p in found)} where it should "
                                                   "name the thing (which place, appliance, option or price)"))

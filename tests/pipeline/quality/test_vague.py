@@ -28,6 +28,8 @@ TEACHER_VAGUE = [
     ("The agent should always place objects in their designated safe places, which are usually marked on the "
      "environment.", ["vague_instruction"]),
     ("The agent should use appropriate containers to store objects.", ["vague_instruction"]),
+    ("The agent should use clear and concise language to communicate their intentions. This skill helps in "
+     "avoiding misunderstandings and ensures that the environment is understood correctly.", ["not_actionable"]),
     ("The desklamp illuminates the object and makes it easier to see its contents.", ["not_actionable"]),
 ]
 
@@ -87,7 +89,7 @@ def test_the_skills_stage_judges_them():
     judge = ItemJudge("general", QualityConfig(off_topic_threshold=-1), env="alfworld")
     items = [{"title": "Use Tool", "principle": TEACHER_VAGUE[0][0],
               "when_to_apply": "When you need to use a tool to help with a task."},
-             {"title": "Use Desklamp Effectively", "principle": TEACHER_VAGUE[9][0],
+             {"title": "Use Desklamp Effectively", "principle": TEACHER_VAGUE[-1][0],
               "when_to_apply": "When looking at objects in light."},
              {"title": "Cool Objects in Fridge", "principle": TEACHER_USABLE[2],
               "when_to_apply": "When the goal says the object must be cooled."}]
