@@ -266,10 +266,11 @@ def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]
             "greedy embedded model, or llm.retry_failed false, would answer them the same way again)")
 
 
-def sharded_stages() -> frozenset[str]:
-    """The registry's stages that run per shard (the map stages): what a context needs to
-    resolve an upstream to its own shard (:meth:`StageContext.reads_shard`)."""
-    return frozenset(name for name in STAGES if get_stage(name).sharded)
+def stage_is_sharded(name: str) -> bool:
+    """Whether the registry's stage ``name`` runs per shard (a map stage): what a context needs to
+    resolve an upstream to its own shard (:meth:`StageContext.reads_shard`). Imports the stage's
+    module on first use only."""
+    return get_stage(name).sharded
 
 
 def summary_rows(store: ArtifactStore, stages=STAGES) -> list[dict[str, Any]]:
@@ -336,7 +337,7 @@ def _session(root: str, run_id: str, input_path: str, config: PipelineConfig, en
         with lock, contextlib.ExitStack() as stack:
             ctx = StageContext(store, config, input_path=input_path, env=env,
                                llm_factory=llm_factory(config.llm, store.run_dir, stack), root=root,
-                               sharded=sharded_stages())
+                               is_sharded=stage_is_sharded)
             yield ctx, model_id_for(config.llm) if any(s.uses_llm for s in chosen) else "", hooks
 
 

@@ -211,14 +211,15 @@ class StageContext:
     # the root the run was given (a folder or an object-storage URI such as s3://bucket/prefix);
     # "" = the store's own root. Shared registries (the skill bank history) live there.
     root: str = ""
-    # the stages that run per shard (Stage.sharded), handed in by the runner, which knows the
-    # registry: the contract stays below the stages it describes
-    sharded: frozenset[str] = frozenset()
+    # whether a stage runs per shard (Stage.sharded), handed in by the runner, which knows the
+    # registry (the contract stays below the stages it describes); asked only in a shard's
+    # context, so a run of one shard imports no stage it does not run
+    is_sharded: Callable[[str], bool] = lambda stage: False
 
     def reads_shard(self, stage: str) -> bool:
         """True when ``upstream(stage)`` resolves to this context's shard of ``stage``: this
-        context runs one shard, and ``stage`` is one of :attr:`sharded`."""
-        return bool(self.shard) and stage in self.sharded
+        context runs one shard, and ``stage`` runs per shard (:attr:`is_sharded`)."""
+        return bool(self.shard) and self.is_sharded(stage)
 
     def upstream(self, stage: str) -> StageArtifact:
         """The artifact of ``stage``: this shard of it when both run per shard, else the whole
