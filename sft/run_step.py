@@ -16,8 +16,6 @@ from pipeline.stage.step import TrainingStep
 
 from sft.config import SFTFitConfig
 
-STEP = SFT_STEP
-
 
 class SFTFitStep(TrainingStep):
     """Supervised fine-tuning of the student on the run's exported SFT pairs."""
