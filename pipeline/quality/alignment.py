@@ -94,7 +94,11 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     * it acts now on a numbered entity (``drawer 1``) that is neither in ``action`` nor in the
       task: an action verb followed within a few words by that entity;
     * it takes or puts an object kind that is neither in ``action`` nor in the task;
-    * ALFWorld: :func:`_already`, :func:`_other_conclusion`, :func:`_usual_elsewhere` say so.
+    * ALFWorld: :func:`_already`, :func:`_other_conclusion`, :func:`_usual_elsewhere`,
+      :func:`_adds_a_condition` say so;
+    * WebShop: a search or another click told for this click, a buy argued against
+      (:func:`_buys_over_budget`);
+    * it says the agent cannot do this step's command (:func:`_cannot`).
     """
     tokens = act.tokenize(think)
     current = act.command_mention(action)
@@ -135,15 +139,52 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
                                    or _state_unseen(think, traj, i, action)
                                    or _looks_instead(think, mentions, current, action) or _already(think, action)
-                                   or _other_conclusion(think, action) or _usual_elsewhere(think)):
+                                   or _other_conclusion(think, action) or _usual_elsewhere(think)
+                                   or _adds_a_condition(think, traj.task)):
         return elsewhere
     return (traj.env == "webshop" and (_searches_instead(think, action)
                                        or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
-                                       or _selects_before_buying(think, action) or _buys_nothing(think, action))) or \
+                                       or _selects_before_buying(think, action) or _buys_nothing(think, action)
+                                       or _buys_over_budget(think, action))) or \
+        _cannot(think, action) or \
         _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+_CANNOT = re.compile(r"\b(?:can't|cannot|can\s+not|unable\s+to|couldn't|could\s+not|not\s+able\s+to)\s+"
+                     r"([a-z]+)(?:\s+([a-z]+))?", re.I)
+
+
+def _cannot(think: str, action: str) -> str | None:
+    """Why the think says the agent cannot do this step's own command, else ``None``: "The cabinet
+    2 is closed and I can't open it without knowing the password." for ``open cabinet 2`` (the
+    1.5B teacher). The action succeeded: the demonstration took it. No recorded thought of the
+    shared data says it cannot do its own step's command."""
+    verb = (action or "").split("[")[0].split()[0].lower() if (action or "").strip() else ""
+    hit = next((m for m in _CANNOT.finditer(think or "")
+                if verb and verb in (m.group(1).lower(), (m.group(2) or "").lower())), None)
+    said = hit and hit.group(0)[:hit.end(1 if hit.group(1).lower() == verb else 2) - hit.start()]
+    return f"says '{said}', but this step's action is {action!r}" if hit else None
+
+
+#: A condition the think sets on the object: "make sure the bottle is clean" (the 1.5B teacher,
+#: for a plain put). None of the shared data's recorded thoughts sets one.
+_MAKE_SURE = re.compile(r"\b(?:make\s+sure|ensure|check)\s+(?:that\s+)?(?:the\s+|it\s+|its\s+)?(?:[a-z]+\s+){0,2}?"
+                        r"(?:is|are)\s+(clean|hot|cold|cool|warm|heated|cooled|washed|chilled)\b", re.I)
+_STATE_GOAL = {"clean": "clean", "washed": "clean", "hot": "heat", "warm": "heat", "heated": "heat",
+               "cold": "cool", "cool": "cool", "cooled": "cool", "chilled": "cool"}
+
+
+def _adds_a_condition(think: str, task: str) -> str | None:
+    """Why the think requires a state of the object that the task does not ask for, else ``None``
+    (ALFWorld: a heat, cool or clean the demonstration never does is no step to train toward)."""
+    for m in _MAKE_SURE.finditer(think or ""):
+        goal = _STATE_GOAL[m.group(1).lower()]
+        if _task_goal(task) != goal and goal not in (task or "").lower():
+            return f"requires {m.group(0)!r}, which the task does not ask"
+    return None
 
 
 def _goes_elsewhere(m: act.Mention, clause: list[str], current: act.Mention, own: set[str]) -> str | None:
@@ -161,9 +202,10 @@ def _goes_elsewhere(m: act.Mention, clause: list[str], current: act.Mention, own
 
 
 #: A WebShop think that says the agent searches now ("I search for a styling cream that is cruelty
-#: free ..." before ``click[Buy Now]``, the 1.5B teacher): "I searched" and "the search results"
-#: are not, nor a think that also says what it clicks ("I search no more; I click Buy Now").
-_SEARCH_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first)?\s+(?:search|type|enter|query)\b", re.I)
+#: free ..." or "I need to search again for a more suitable product" before ``click[Buy Now]``, the
+#: 1.5B teacher): "I searched" and "the search results" are not, nor a think that also says what it clicks ("I search no more; I click Buy Now").
+_SEARCH_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to|\s+must|\s+have\s+to|\s+should)?\s+"
+                         r"(?:search|type|enter|query)\b", re.I)
 _CLICK_NOW = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+then|\s+can|\s+should)?\s+"
                         r"(?:click|select|choose|open|buy|pick|purchase|check|go|view|look)\b", re.I)
 
@@ -209,6 +251,24 @@ def _buys_nothing(think: str, action: str) -> str | None:
     hit = None if _BUY_WORDS.search(low) else _OTHER_CLICK.search(low)
     return (f"says the agent will now '{hit.group(0)}' and never that it buys, but this step's action is "
             f"{action!r}") if hit else None
+
+
+#: A price said to break the instruction's limit: "the price is higher than 40.00", "too expensive".
+_OVER_BUDGET = re.compile(r"\b(?:price|it|cost)\s+(?:is\s+)?(?:higher|more|greater)\s+than\b|\bover\s+(?:the\s+|my\s+)?"
+                          r"budget\b|\bexceeds?\b|\btoo\s+expensive\b", re.I)
+
+
+def _buys_over_budget(think: str, action: str) -> str | None:
+    """Why a WebShop think for ``click[Buy Now]`` argues against the purchase, else ``None``: it
+    calls the price too high ("... but the price is higher than 40.00. I need to search again",
+    the 1.5B teacher on a product it then bought at $29.99). None of the 43 recorded thoughts
+    before a buy in the shared WebShop data says so; recorded thoughts say it before clicking
+    another product."""
+    if (action or "").strip().lower() != "click[buy now]":
+        return None
+    hit = _OVER_BUDGET.search(think or "")
+    return (f"calls the price too high ({hit.group(0)!r}), but this step's action is {action!r}: a buy follows "
+            "a product that fits the instruction") if hit else None
 
 
 def _selects_before_buying(think: str, action: str) -> str | None:
@@ -625,10 +685,27 @@ def unrelated(think: str, action: str) -> str | None:
     return f"names neither '{current.concept}' nor {named}, so it does not explain {action!r}"
 
 
+#: "The apple is now in the fridge": a place the object is said to be in already.
+_NOW_IN = re.compile(r"\b(?:is|are)\s+now\s+(?:in|on|inside)\s+(?:the\s+)?([a-z]+)\b", re.I)
+
+
+def _put_told_done(think: str, action: str) -> str | None:
+    """Why the think of ``put X in/on Y`` tells the object as already in the kind of Y ("The apple
+    is now in the fridge, which is where it should be", the 1.5B teacher), else ``None``. Of the
+    1,176 recorded ALFWorld thoughts of the shared data one says so at its put (an after-the-fact
+    thought of a two-object task)."""
+    words = (action or "").lower().split()
+    if len(words) < 4 or words[0] != "put" or "in/on" not in words:
+        return None
+    target = act.singular(words[words.index("in/on") + 1])
+    hit = next((m for m in _NOW_IN.finditer(think or "") if act.singular(m.group(1).lower()) == target), None)
+    return f"tells this step's own put as done ({hit.group(0)!r})" if hit else None
+
+
 def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> str | None:
     """Why the think is narration, else ``None``: a third-person actor ("the agent") as in a
     report, the game's second-person observation text ("you see a cloth 1", :data:`_GAME_TEXT`),
-    or the step's own action told in the past tense ("I opened cabinet 2") when no
+    a put told as done (:func:`_put_told_done`), or the step's own action told in the past tense ("I opened cabinet 2") when no
     ``earlier_actions`` (the trajectory's actions before it) did the same."""
     hit = _THIRD_PERSON.search(think or "")
     if hit:
@@ -636,6 +713,8 @@ def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> s
     hit = _GAME_TEXT.search(think or "")
     if hit:
         return f"quotes the game's observation ({hit.group(0)!r}) instead of reasoning"
+    if done := _put_told_done(think, action):
+        return done
     current = act.command_mention(action)
     if current is None:
         return None

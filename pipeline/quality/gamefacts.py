@@ -331,6 +331,11 @@ _TRANSFORMS = frozenset({"heat", "cool", "clean"})
 _LAMP = r"\b(?:desk\s?|floor\s?)?lamps?\b"
 _LAMP_STORED = re.compile(_LAMP + r"[^.;!?]{0,40}?\b(?:(?:in|inside)\s+(?:a\s+|an\s+|the\s+)?"
                           r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)|on\s+(?:a\s+|the\s+)?(drawers?))\b", re.I)
+#: A lamp taken out of a container ("I need to first get the desklamp out of the drawer"): the same
+#: false fact told as an action; only right after the lamp's name, so "the desklamp ... the pen I
+#: took out of the drawer" is not read as one.
+_LAMP_TAKEN_OUT = re.compile(_LAMP + r"(?:\s+\d+)?\s+(?:out\s+of|from)\s+(?:a\s+|an\s+|the\s+)?"
+                             r"(drawers?|cabinets?|box(?:es)?|safes?|fridges?)\b", re.I)
 #: A receptacle said to be usually found somewhere ("Drawers are usually on the shelves",
 #: "Fridges are usually on countertops": the teacher's "<object>s are usually in <place>" with a
 #: place as the object). The game's receptacles are the places the agent goes to, never things
@@ -354,6 +359,11 @@ _ROOM = r"(?:kitchen|living\s?room|bathroom|bedroom|hallway|dining\s?room|garage
 _TO_ROOM = re.compile(r"\b(?:go(?:es|ing)?|went|head(?:s|ing)?|mov(?:e|es|ing)|return(?:s|ing)?|walk(?:s|ing)?)"
                       r"\s+(?:back\s+)?(?:to|into)\s+(?:the\s+|a\s+|another\s+)?" + _ROOM + r"\b", re.I)
 _ROOM_WORD = re.compile(r"\b" + _ROOM + r"\b", re.I)
+#: Another room to go to: "I need to go to another room to get the password" (the 1.5B teacher).
+_OTHER_ROOM = re.compile(r"\b(?:another|other|next|different)\s+rooms?\b", re.I)
+#: Locks and codes: the game's receptacles open with ``open``, nothing is locked ("I can't open it
+#: without knowing the password", the 1.5B teacher). No recorded ALFWorld thought names one.
+_LOCK = re.compile(r"\b(?:password|passcode|locked|unlock\w*|keycard|combination\s+lock)\b", re.I)
 _FOR_TO = frozenset({"for", "to"})
 #: Words between the tool and its purpose that deny it: "not suitable for cooling" is right.
 _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "useless"})
@@ -361,10 +371,11 @@ _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "
 
 def false_facts(text: str) -> list[str]:
     """The game facts an ALFWorld think (or skill) gets wrong, in order: a lamp kept inside a
-    container or on a drawer (:data:`_LAMP_STORED`), a receptacle said to be usually found
+    container or on a drawer (:data:`_LAMP_STORED`, :data:`_LAMP_TAKEN_OUT`), a receptacle said to be usually found
     somewhere (:data:`_PLACE_FOUND`), a lamp that shows contents or is used to search
     (:data:`_LAMP_REVEALS`, :data:`_LAMP_SEARCHES`), a room to go to or several rooms in one sentence
-    (:data:`_TO_ROOM`: the game is one room), a transform done at a place that cannot do it ("heat it on
+    (:data:`_TO_ROOM`, :data:`_OTHER_ROOM`: the game is one room), a lock or password
+    (:data:`_LOCK`), a transform done at a place that cannot do it ("heat it on
     the dining table", :func:`_transform_place`), a receptacle heated, cooled or cleaned ("To heat the fridge,
     locate the fridge") or used when it is no lamp or appliance ("Use the toilet after using a
     bathroom": the game's ``use`` only switches a lamp on), and a fixed tool given a transform it does not do ("desklamps
@@ -373,11 +384,13 @@ def false_facts(text: str) -> list[str]:
     the microwave")."""
     low = (text or "").lower()
     found = [f"a lamp kept in {m.group(1) or m.group(2)}" for m in _LAMP_STORED.finditer(low)]
+    found += [f"a lamp kept in {m.group(1)}" for m in _LAMP_TAKEN_OUT.finditer(low)]
     found += [f"a {act.singular(m.group(1))} found somewhere" for m in _PLACE_FOUND.finditer(low)
               if act.singular(m.group(1)) in act.RECEPTACLES - {"desklamp", "floorlamp"}]
     found += [fact for fact, pattern in (("a lamp that shows contents", _LAMP_REVEALS),
                                          ("a lamp used to search", _LAMP_SEARCHES),
-                                         ("a room to go to", _TO_ROOM)) if pattern.search(low)]
+                                         ("a room to go to", _TO_ROOM), ("another room", _OTHER_ROOM),
+                                         ("a lock", _LOCK)) if pattern.search(low)]
     if any(len({" ".join(r.split()) for r in _ROOM_WORD.findall(sent)}) > 1 for sent in re.split(r"[.;!?]", low)):
         found.append("several rooms")
     tokens = act.tokenize(low)  # tokenize and text_mentions join two-word names themselves

@@ -129,12 +129,22 @@ def _masked(tokens: list[str]) -> list[str]:
     return ["#" if any(c.isdigit() for c in t) else t for t in tokens]
 
 
+def _about_other_objects(a: list[str], b: list[str]) -> bool:
+    """True when thinks ``a`` and ``b`` say the same about other numbered objects: equal once
+    numbers are masked and stop words dropped ("I need a pen ... drawer 1", then "I need the pen
+    ... drawer 2"), with different numbers (the same numbers make it a repeat)."""
+    def content(tokens: list[str]) -> list[str]:
+        return [t for t in _masked(tokens) if t not in STOP]
+    numbers = [[t for t in toks if any(c.isdigit() for c in t)] for toks in (a, b)]
+    return numbers[0] != numbers[1] and content(a) == content(b)
+
+
 def _repeats(a: list[str], b: list[str], task: frozenset[str] = frozenset()) -> bool:
     """True when think ``a`` repeats the earlier think ``b`` (see :func:`reused`); ``task``: the
     task's tokens."""
     if a == b:
         return True
-    if _masked(a) == _masked(b):  # the same sentence about other objects: "cabinet 2 ... cabinet 3"
+    if _about_other_objects(a, b):  # the same sentence about other objects: "cabinet 2 ... cabinet 3"
         return False
     m = _longest_match(a, b)
     own = any(t not in STOP and t not in task for t in a[m.a:m.a + m.size])
@@ -150,23 +160,41 @@ def reused(thinks: Iterable[tuple[int, str]], task: str = "") -> list[Violation]
     the game where Malcolm Smith was named Most Valuable Player", then "Malcolm Smith was named
     Most Valuable Player in Super Bowl XLVIII": 7 shared task tokens of 10; three of the four
     FireAct HotpotQA successes of tests/fixtures). ``thinks`` are ``(step_index, think)``; at most
-    one violation per think. Two thinks that differ only in their numbers are no reuse: a search
-    says "Cabinet 1 has no mug, so I try cabinet 2." then "Cabinet 2 has no mug, so I try cabinet
-    3." (7 shared tokens of 10).
+    one violation per think. Two thinks that differ only in their numbers (and stop words) are no
+    reuse: a search says "Cabinet 1 has no mug, so I try cabinet 2." then "Cabinet 2 has no mug,
+    so I try cabinet 3." (7 shared tokens of 10).
     """
+    return [_reuse_violation(i, j) for i, j in _reuse_pairs(thinks, task)]
+
+
+def reused_with(mine: Iterable[tuple[int, str]], others: Iterable[tuple[int, str]], task: str = "") -> list[Violation]:
+    """:func:`reused` over ``mine`` and ``others`` together in step order, keeping only the
+    repeats that involve a think of ``mine``: a call's answer judged against the thinks its
+    trajectory already has from other calls (the pen search's "so I will look at drawer 4" for
+    both the go to and the open of drawer 4, one from a chunk and one asked alone)."""
+    mine = list(mine)
+    own = {i for i, _ in mine}
+    both = sorted([*mine, *((i, t) for i, t in others if i not in own)], key=lambda x: x[0])
+    return [_reuse_violation(i, j) for i, j in _reuse_pairs(both, task) if i in own or j in own]
+
+
+def _reuse_violation(i: int, j: int) -> Violation:
+    return Violation("reused_think", f"the think for step {i} repeats the think for step {j}; explain each step on "
+                                     "its own")
+
+
+def _reuse_pairs(thinks: Iterable[tuple[int, str]], task: str) -> Iterable[tuple[int, int]]:
+    """``(i, j)`` for each think ``i`` that repeats the earlier think ``j`` (see :func:`reused`)."""
     task_tokens = frozenset(_tokens(task))
     seen: list[tuple[int, list[str]]] = []
-    out = []
     for i, text in thinks:
         toks = _tokens(text)
         if not toks:
             continue
         j = next((j for j, prev in seen if j != i and _repeats(toks, prev, task_tokens)), None)
         if j is not None:
-            out.append(Violation("reused_think", f"the think for step {i} repeats the think for step {j}; "
-                                                 "explain each step on its own"))
+            yield i, j
         seen.append((i, toks))
-    return out
 
 
 #: Characters a complete sentence or phrase may end with; a field at its length bound that ends

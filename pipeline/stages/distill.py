@@ -113,11 +113,12 @@ def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dic
 
 
 def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, Any]], traj: Trajectory,
-                     qcfg: QualityConfig, encoder: topic.Encoder | None = None, max_chars: int | None = None
-                     ) -> list[quality.Violation]:
+                     qcfg: QualityConfig, encoder: topic.Encoder | None = None, max_chars: int | None = None,
+                     others: tuple[tuple[int, str], ...] = ()) -> list[quality.Violation]:
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
     entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
-    ``reused_think`` within the answer, ``future_leak`` (the synthetic ``done`` entry has no later
+    ``reused_think`` within the answer and against ``others`` (``(step_index, think)`` the
+    trajectory already has from other calls or its recorded thoughts), ``future_leak`` (the synthetic ``done`` entry has no later
     step), ``false_comparison`` (two prices compared the wrong way), ``false_game_fact`` (ALFWorld:
     a lamp in a drawer, a lamp that cleans), ``ungrounded_think``
     (against the entry's action and admissible list),
@@ -130,7 +131,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
-    out += text.reused(pairs, traj.task)
+    out += text.reused_with(pairs, others, traj.task) if others else text.reused(pairs, traj.task)
     out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
     out += [v for _, t in pairs for v in grounding.false_comparisons(t)]
     if traj.env == "alfworld":
@@ -158,11 +159,12 @@ def prompt_vocab(env: str) -> frozenset[str]:
 
 
 def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally,
-                  max_chars: int | None = None):
+                  max_chars: int | None = None, others: tuple[tuple[int, str], ...] = ()):
     """The ``content`` callable of :func:`check_thinks` for one chunk: :func:`think_violations`
-    gated by ``tally`` (policy and counts)."""
+    (with ``others``) gated by ``tally`` (policy and counts)."""
     by_index = {e["step_index"]: e for e in entries}
-    return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg, max_chars=max_chars))
+    return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg, max_chars=max_chars,
+                                                      others=others))
 
 
 def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally
@@ -226,11 +228,11 @@ def chunks_of(entries: list[dict[str, Any]], max_steps: int) -> list[list[dict[s
 
 
 def chunk_request(traj: Trajectory, key: str, chunk: list[dict[str, Any]], earlier: list[str], skills_block: str,
-                  max_chars: int, qcfg: QualityConfig | None = None, tally: quality.Tally | None = None
-                  ) -> JSONRequest:
-    """The request for the entries of ``chunk``, with ``earlier`` (the actions asked before it,
-    the last ``EARLIER_ACTIONS`` shown); with ``qcfg``, its check also runs the content rules
-    (:func:`content_check`, counted in ``tally``)."""
+                  max_chars: int, qcfg: QualityConfig | None = None, tally: quality.Tally | None = None,
+                  others: tuple[tuple[int, str], ...] = ()) -> JSONRequest:
+    """The request for the entries of ``chunk``, with ``earlier`` (the actions before it, the last
+    ``EARLIER_ACTIONS`` shown); with ``qcfg``, its check also runs the content rules
+    (:func:`content_check` with ``others``, counted in ``tally``)."""
     tpl = _templates.load(TEMPLATE, traj.env)
     shown = earlier[-EARLIER_ACTIONS:]
     earlier_text = ("Earlier actions (already explained): " + "; ".join(shown) + "\n\n") if shown else ""
@@ -242,21 +244,26 @@ def chunk_request(traj: Trajectory, key: str, chunk: list[dict[str, Any]], earli
                        schema=thinks_schema(indices, max_chars), schema_name="reasoning",
                        shared_schema=shared_thinks_schema(max_chars),
                        check=check_thinks(indices, max_chars, content_check(
-                           chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars) if qcfg else None))
+                           chunk, traj, qcfg, tally or quality.Tally(qcfg.flag_rules), max_chars, others)
+                           if qcfg else None))
+
+
+def earlier_actions(traj: Trajectory, step_index: int) -> list[str]:
+    """The actions the agent took before the one that think ``step_index`` explains: actions
+    ``1..step_index`` of ``traj``, those with a recorded thought included (a step asked alone
+    after a product was opened, without its click, was read as a new search)."""
+    return [s.action or "" for s in traj.steps[1:step_index + 1]]
 
 
 def build_requests(traj: Trajectory, entries: list[dict[str, Any]], skills_block: str,
                    max_steps: int, max_chars: int, qcfg: QualityConfig | None = None,
                    tally: quality.Tally | None = None) -> list[JSONRequest]:
     """One request per chunk of ``max_steps`` entries (:func:`chunks_of`, :func:`chunk_request`;
-    key ``<trajectory_id>#<chunk>``)."""
-    requests, start = [], 0
-    for c, chunk in enumerate(chunks_of(entries, max_steps)):
-        earlier = [e["action"] for e in entries[:start]]
-        requests.append(chunk_request(traj, f"{traj.trajectory_id}#{c}", chunk, earlier, skills_block, max_chars,
-                                      qcfg, tally))
-        start += len(chunk)
-    return requests
+    key ``<trajectory_id>#<chunk>``), each after the actions before its first step
+    (:func:`earlier_actions`)."""
+    return [chunk_request(traj, f"{traj.trajectory_id}#{c}", chunk, earlier_actions(traj, chunk[0]["step_index"]),
+                          skills_block, max_chars, qcfg, tally)
+            for c, chunk in enumerate(chunks_of(entries, max_steps))]
 
 
 @dataclass
@@ -328,25 +335,30 @@ def split_rejected(result: JSONResult, chunk: list[dict[str, Any]], traj: Trajec
 
 
 def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: QualityConfig,
-                 tally: quality.Tally, sampling: dict[str, Any] | None = None) -> JSONRequest:
+                 tally: quality.Tally, sampling: dict[str, Any] | None = None,
+                 others: tuple[tuple[int, str], ...] = ()) -> JSONRequest:
     """The one-step request for ``entry`` (key ``<trajectory_id>#s<step_index>``): the same
-    template, skills and checks as a chunk of one, with the asked steps before it as the earlier
-    actions; ``sampling`` (temperature and seed of a sampled retry) goes with it."""
-    asked = [e for c in ep.chunks for e in c]
-    earlier = [e["action"] for e in asked[:asked.index(entry)]]
-    req = chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry], earlier,
-                        ep.skills_block, max_chars, qcfg, tally)
+    template, skills and checks as a chunk of one, after every action before it
+    (:func:`earlier_actions`), its think judged against ``others`` (the thinks the trajectory
+    keeps from other calls: no reuse across calls); ``sampling`` (temperature and seed of a
+    sampled retry) goes with it."""
+    req = chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry],
+                        earlier_actions(ep.traj, entry["step_index"]), ep.skills_block, max_chars, qcfg, tally,
+                        others)
     req.sampling = sampling
     return req
 
 
 def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str, Any]]], cfg: Any,
-                    qcfg: QualityConfig, tally: quality.Tally, desc: str) -> list[Job]:
+                    qcfg: QualityConfig, tally: quality.Tally, desc: str,
+                    others: dict[int, tuple[tuple[int, str], ...]] | None = None) -> list[Job]:
     """Rejection sampling for the one-step calls that greedy decoding failed: up to
     ``cfg.sampled_retries`` rounds, round ``k`` asking each still-failed step again at
-    ``cfg.retry_temperature`` with seed ``k`` (judged by the same checks). A result that passes
-    replaces the failed one in its job (``retries``; ``redo[id(job)]``: the entries of its
-    requests, in order). Returns the jobs of every round (their requests are counted as calls)."""
+    ``cfg.retry_temperature`` with seed ``k`` (judged by the same checks, against
+    ``others[id(job)]`` as in :func:`step_request`). A result that passes replaces the failed one
+    in its job (``retries``; ``redo[id(job)]``: the entries of its requests, in order). Returns
+    the jobs of every round (their requests are counted as calls)."""
+    others = others or {}
     rounds: list[Job] = []
     for k in range(1, cfg.sampled_retries + 1):
         todo = [(job, n) for job in retries for n, r in enumerate(job.results)
@@ -354,21 +366,59 @@ def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str,
         if not todo:
             break
         sampling = {"temperature": cfg.retry_temperature, "seed": k}
+        # each step is judged against the trajectory's other thinks, the answered one-step calls included
         tries = [Job(job.item, job.item_id, [step_request(job.item, redo[id(job)][n], cfg.max_think_chars, qcfg,
-                                                          tally, sampling)], job.source_uri, job.line)
-                 for job, n in todo]
+                                                          tally, sampling,
+                                                          others.get(id(job), ()) + answered_steps(job, n))],
+                     job.source_uri, job.line) for job, n in todo]
         send(llm, tries, f"{desc}, sampled retry {k}")
         for (job, n), tried in zip(todo, tries):
             if tried.results[0].ok:
                 job.results[n] = tried.results[0]
+        for job in {id(job): job for job, _ in todo}.values():
+            reject_repeats(job, others.get(id(job), ()), tally)
         rounds += tries
     return rounds
+
+
+def answered_steps(job: Job, skip: int = -1) -> tuple[tuple[int, str], ...]:
+    """``(step_index, think)`` of the ok one-step answers of ``job`` (result ``skip`` left out)."""
+    return tuple((int(t["step_index"]), t["think"]) for n, r in enumerate(job.results) if r.ok and n != skip
+                 for t in r.value["thinks"])
+
+
+def reject_repeats(job: Job, others: tuple[tuple[int, str], ...], tally: quality.Tally) -> None:
+    """Turn each ok one-step answer of ``job`` whose think repeats ``others`` or an earlier ok
+    answer of ``job`` into a failed check (``check_failed``, ``reused_think``, counted in
+    ``tally``), so that sampling asks it again: calls answered side by side cannot see each other
+    (the pen search's "so I will look at drawer 4" for both the go to and the open of drawer 4)."""
+    seen = list(others)
+    for n, r in enumerate(job.results):
+        if not r.ok:
+            continue
+        mine = [(int(t["step_index"]), t["think"]) for t in r.value["thinks"]]
+        task = job.item.traj.task
+        if err := tally.gate(text.reused_with(mine, seen, task)):
+            job.results[n] = JSONResult(r.key, False, raw=r.raw, error="check_failed", detail=err,
+                                        attempts=r.attempts, cached=r.cached, usage=r.usage)
+        else:
+            seen += mine
+
+
+def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]]]
+                ) -> tuple[tuple[int, str], ...]:
+    """``(step_index, think)`` that ``job``'s trajectory keeps whatever its one-step calls answer:
+    its recorded thoughts, its answered chunks and the thinks kept from its rejected ones
+    (``split``: ``(chunk number, (kept, redo))`` of :func:`split_rejected`)."""
+    answered = [(int(x["step_index"]), x["think"]) for r in job.results if r.ok for x in r.value["thinks"]]
+    kept = [(x["step_index"], x["think"]) for _, (got, _) in split for x in got]
+    return tuple(sorted([*job.item.given.items(), *answered, *kept]))
 
 
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "14"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "17"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -377,7 +427,11 @@ class DistillStage(LLMStage):
     # seen, a transform planned again as a purpose; 11: a WebShop buy told as another click, a put told as a look
     # at a numbered place; 12: at any place; 13: the worked examples end with a put and a buy, a lamp that
     # shows contents or helps a search, a room to go to, a transform at a place that cannot do it; 14: a step
-    # that a greedy one-step call got wrong is sampled again
+    # that a greedy one-step call got wrong is sampled again; 15: every earlier action is shown (those with a
+    # recorded thought too), the pen search's thinks that differ in "a"/"the" and the drawer are no reuse, a lamp
+    # taken out of a drawer; 16: a step the think says cannot be done, a condition the task does not ask, a put
+    # told as done, a buy argued against, another room, a lock; 17: one-step answers that repeat each other are
+    # asked again
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")
@@ -420,19 +474,23 @@ class DistillStage(LLMStage):
             split = [(k, split_rejected(r, job.item.chunks[k], job.item.traj, qcfg, cfg.max_think_chars))
                      for k, r in enumerate(job.results) if not r.ok]
             if all(got is not None for _, got in split):
-                reqs = [step_request(job.item, e, cfg.max_think_chars, qcfg, run.tally)
+                others = kept_thinks(job, split)
+                reqs = [step_request(job.item, e, cfg.max_think_chars, qcfg, run.tally, others=others)
                         for _, (_, redo) in split for e in redo]
-                plans.append((job, split, Job(job.item, job.item_id, reqs, job.source_uri, job.line)))
-        run.followups = [retry for _, _, retry in plans]
+                plans.append((job, split, Job(job.item, job.item_id, reqs, job.source_uri, job.line), others))
+        run.followups = [retry for _, _, retry, _ in plans]
         run.notes["superseded"] = []
         if any(retry.requests for retry in run.followups):
             send(run.ctx.llm, run.followups, f"{self.name} (one step per call)")
+            for _, _, retry, others in plans:
+                reject_repeats(retry, others, run.tally)
             # what each failed one-step call would keep before sampling replaces it
             run.notes["greedy_failed"] = [(j, r) for j in run.followups for r in j.failed]
-            redo = {id(retry): [e for _, (_, again) in split for e in again] for _, split, retry in plans}
+            redo = {id(retry): [e for _, (_, again) in split for e in again] for _, split, retry, _ in plans}
             run.notes["sampled"] = sampled_retries(run.ctx.llm, run.followups, redo, cfg, qcfg, run.tally,
-                                                   f"{self.name} (one step per call)")
-        for job, split, retry in plans:
+                                                   f"{self.name} (one step per call)",
+                                                   {id(retry): others for _, _, retry, others in plans})
+        for job, split, retry, _ in plans:
             if retry.failed:
                 continue
             answers = iter(r.value["thinks"][0] for r in retry.results)

@@ -374,3 +374,51 @@ def test_a_put_explained_as_a_look():
                                 "toilet is located.", spray, 3, acts[3]).startswith("says the agent will look at the cabinet,")
     assert alignment.misaligned("I will check toilet 1 once more and put the spraybottle there.", spray, 3, acts[3]) is None
     assert alignment.misaligned("Cabinets hold spraybottles, so I will look at cabinet 2.", spray, 0, acts[0]) is None
+
+
+def test_the_teachers_thinks_that_contradict_a_step_the_demonstration_took():
+    """Four thinks of the 1.5B teacher that the rules before let through (the default run on the
+    shipped sample, every earlier action shown), and the right thinks of the same steps."""
+    spray = trajectory("put some spraybottle on toilet.",
+                       ["go to cabinet 1", "go to cabinet 2", "open cabinet 2", "take spraybottle 2 from cabinet 2",
+                        "go to toilet 1", "put spraybottle 2 in/on toilet 1"])
+    # the open succeeded in the demonstration; nothing in the game is locked
+    think = ("The cabinet 2 is closed and I can't open it without knowing the password. I need to go to another "
+             "room to get the password.")
+    assert alignment.misaligned(think, spray, 2, "open cabinet 2") == \
+        "says 'can't open', but this step's action is 'open cabinet 2'"
+    assert think_reasons(think, spray, 2) == ["think_misaligned"]
+    # a plain put, with a cleaning the task never asks for
+    think = ("The goal is to put some spraybottle on the toilet. Before putting it there, I need to make sure the "
+             "bottle is clean and accessible.")
+    assert alignment.misaligned(think, spray, 5, "put spraybottle 2 in/on toilet 1") == \
+        "requires 'make sure the bottle is clean', which the task does not ask"
+    clean = trajectory("put a clean cloth in cabinet.", ["go to sinkbasin 1"], "clean")
+    assert alignment._adds_a_condition("I make sure the cloth is clean before the cabinet.", clean.task) is None
+    assert think_reasons("I hold spraybottle 2 at the toilet, so I put it there to finish the task.", spray, 5) == []
+    assert think_reasons("Cabinet 2 is closed, so I open it to look for a spraybottle.", spray, 2) == []
+    # the put told as done before it happens
+    think = "The apple is now in the fridge, which is where it should be for a hot apple."
+    assert alignment.narration(think, "put apple 1 in/on fridge 1") == \
+        "tells this step's own put as done ('is now in the fridge')"
+    assert think_reasons(think, HOT_APPLE, 7) == ["narration"]
+    assert alignment.narration("The apple is now hot, so I put it in the fridge.", "put apple 1 in/on fridge 1") is None
+
+
+def test_a_buy_argued_against_or_a_search_planned_instead():
+    import dataclasses
+    task = "i'm looking for a styling cream that is cruelty free and for short hair, and price lower than 40.00 dollars"
+    shop = dataclasses.replace(trajectory(task, ["search[styling cream cruelty free short hair]", "click[b008hrrwhm]",
+                                                 "click[8.5 ounce (pack of 1)]", "click[Buy Now]"]), env="webshop")
+    think = ("I need to find a styling cream that is cruelty free and for short hair, and price lower than 40.00 "
+             "dollars. I already have an option with a name that matches 'styling cream', but the price is higher "
+             "than 40.00. I need to search again for a more suitable product.")
+    assert alignment.misaligned(think, shop, 3, "click[Buy Now]").startswith(
+        "says the agent will now 'I need to search', but this step's action is 'click[Buy Now]'")
+    assert alignment._buys_over_budget(think, "click[Buy Now]").startswith(
+        "calls the price too high ('price is higher than')")
+    # recorded thoughts: too expensive said of another product before clicking the next one
+    assert alignment.misaligned("B08YDJ5ZFP is too expensive. I can check B09GN2YW11.", shop, 1,
+                                "click[b008hrrwhm]") is None
+    assert alignment.misaligned("The item is what I need and under 40 dollars, so I buy it.", shop, 3,
+                                "click[Buy Now]") is None

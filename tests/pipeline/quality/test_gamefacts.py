@@ -129,6 +129,9 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
                                  "drawer 2.") == ["a lamp kept in drawers"]
     assert gamefacts.false_facts("Desklamps are usually used to clean pens, so I will look at the drawer 3.") \
         == ["the desklamp to clean"]
+    assert gamefacts.false_facts("The pen needs to be examined, but I need to first get the desklamp out of the "
+                                 "drawer.") == ["a lamp kept in drawer"]
+    assert gamefacts.false_facts("I use the desklamp to examine the pen I took out of the drawer.") == []
     [v] = gamefacts.false_fact_violations("think for step 1", "Desklamps are used for cleaning and inspecting objects.")
     assert v.reason == "false_game_fact" and "(the desklamp for cleaning)" in v.detail
     assert gamefacts.false_facts("I go to the fridge to heat the apple.") == ["the fridge to heat"]
@@ -265,6 +268,9 @@ def test_rooms_the_agent_cannot_go_to():
     assert gamefacts.false_facts("I need to find a pen in one of these drawers. I will go back to the kitchen to look "
                                  "for it.") == ["a room to go to"]
     assert gamefacts.false_facts("I'll start by looking around the kitchen for them.") == []
+    # a closed cabinet told as locked (the teacher's think for "open cabinet 2", every earlier action shown)
+    assert gamefacts.false_facts("The cabinet 2 is closed and I can't open it without knowing the password. I need "
+                                 "to go to another room to get the password.") == ["another room", "a lock"]
     assert gamefacts.false_facts("Maintain an exploration map that records which rooms/containers have been fully "
                                  "inspected.") == []
 

@@ -89,12 +89,34 @@ def test_reused_think_keeps_thinks_that_differ_in_numbers_or_quote_a_phrase():
     assert text.reused(search) == []
     assert [v.reason for v in text.reused([*search, (5, "Cabinet 1 has no mug, so I try cabinet 2.")])] == [
         "reused_think"]  # the very same sentence again is reuse
+    # the teacher's search of the pen episode: "a" then "the", another drawer; the same drawer is reuse
+    pen = [(1, "I need a pen first. Pens are usually in drawers, so I will look at drawer 1."),
+           (3, "I need the pen first. Pens are usually in drawers, so I will look at drawer 2.")]
+    assert text.reused(pen) == []
+    assert [v.reason for v in text.reused([*pen, (5, "I need the pen first. Pens are usually in drawers, "
+                                                     "so I will look at drawer 1.")])] == ["reused_think"]
     quote = "the mug is on the desk"
     long = f"Now {quote}, but I still have to find a lamp, then turn it on and look at the mug under it."
     assert text.reused([(1, f"I see that {quote}."), (2, long)]) == []
     assert [v.reason for v in text.reused([(1, long), (2, f"I see that {quote}.")])] == ["reused_think"]
     assert text.REUSE_MIN_RUN == 6 and text.REUSE_SHARE == 0.6
 
+
+
+def test_reuse_against_thinks_from_other_calls_reports_only_this_calls_repeats():
+    """A one-step call's think is judged with the thinks its trajectory already has from other
+    calls, in step order: a repeat of one of them is reuse, while repeats among the others alone
+    (not this call's business) are not reported."""
+    others = [(5, "I need the pen; drawer 4 is left, so I will look at drawer 4."),
+              (8, "Drawer 1 is empty. I go on."), (9, "Drawer 1 is empty. I go on.")]
+    got = text.reused_with([(6, "I need the pen; drawer 4 is left, so I will look at drawer 4.")], others)
+    assert [v.detail for v in got] == [
+        "the think for step 6 repeats the think for step 5; explain each step on its own"]
+    assert text.reused_with([(6, "Drawer 4 is closed, so I open it to see whether the pen is inside.")],
+                            others) == []
+    # an earlier step of this call repeated by later kept thinks counts too (each names the first)
+    assert [v.detail for v in text.reused_with([(4, "Drawer 1 is empty. I go on.")], others)] == [
+        f"the think for step {i} repeats the think for step 4; explain each step on its own" for i in (8, 9)]
 
 def test_recorded_thoughts_of_the_samples_are_never_reused(tmp_path):
     """The 39 recorded thoughts of the ReAct/ETO samples: no trajectory reuses one, and the longest

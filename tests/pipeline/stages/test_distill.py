@@ -8,7 +8,7 @@ import os
 import jsonschema
 import pytest
 
-from pipeline import prompts, rules
+from pipeline import prompts, quality, rules
 from pipeline.bank import rows as skillbank
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import DistillConfig, PipelineConfig
@@ -101,6 +101,62 @@ def test_long_trajectories_are_chunked():
     assert "Retrieved skills:\n(none)" in user and "Task: cool some apple and put it in countertop." in user
     assert reqs[2].check({"thinks": [{"step_index": 6, "think": "the apple is in place, so finish"}]}) is None
 
+
+def test_a_step_asked_after_a_recorded_thought_sees_that_action_among_the_earlier_ones():
+    """Step 2 of the heat-mug trajectory has a recorded thought and is not asked; the call for the
+    synthetic done after it still lists the heat among the earlier actions (without it, a WebShop
+    buy asked alone after a recorded product click was explained as a new search)."""
+    traj = heat_mug()
+    entries = distill.step_entries(traj, ["look", "done"])
+    asked = [e for e in entries if not e["hint"]]
+    assert [e["step_index"] for e in asked] == [0, 1, 3]
+    reqs = distill.build_requests(traj, asked, "", max_steps=2, max_chars=100)
+    assert "Earlier actions" not in reqs[0].messages[1]["content"]
+    assert "Earlier actions (already explained): go to cabinet 1; take mug 1 from cabinet 1; heat mug 1 with " \
+           "microwave 1\n\nSteps:\n[step_index 3]" in reqs[1].messages[1]["content"]
+    assert distill.earlier_actions(traj, 1) == ["go to cabinet 1"]
+
+
+
+def test_a_step_asked_alone_is_judged_against_the_thinks_kept_from_other_calls():
+    """The one-step request for step 1 rejects a think that repeats the think its trajectory keeps
+    for step 0 (from another call), and takes one that explains its own step."""
+    traj = heat_mug()
+    entries = distill.step_entries(traj, ["look", "done"])
+    ep = distill.Episode(traj, [], True, {}, chunks=[entries])
+    kept = ((0, "I need a mug first; cabinets often hold mugs, so I go to cabinet 1 to look."),)
+    qcfg = PipelineConfig().quality
+    req = distill.step_request(ep, entries[1], 200, qcfg, quality.Tally(qcfg.flag_rules), others=kept)
+    assert req.key == "traj-heat-1#s1"
+    assert "reused_think" in str(req.check({"thinks": [{"step_index": 1, "think": kept[0][1]}]}))
+    assert req.check({"thinks": [{"step_index": 1, "think": "Cabinet 1 holds a mug, so I take mug 1 to heat "
+                                                            "it."}]}) is None
+
+
+def test_one_step_answers_that_repeat_each_other_are_asked_again():
+    """One-step calls are answered side by side and cannot see each other: when the later answer
+    repeats an earlier one (or a think kept from another call), it becomes a failed check that
+    sampling asks again; an answer of its own stays."""
+    from pipeline.llm.types import JSONResult
+    from pipeline.stage.llmstage import Job
+    traj = heat_mug()
+    ep = distill.Episode(traj, [], True, {})
+    same = "Drawer 4 is the last place left, so I will look at drawer 4 for the mug."
+
+    def answer(i, think):
+        return JSONResult(f"{traj.trajectory_id}#s{i}", True, value={"thinks": [{"step_index": i, "think": think}]})
+    job = Job(ep, traj.trajectory_id, results=[answer(0, same), answer(1, same),
+                                               answer(3, "The mug is hot and in the cabinet, so I am done.")])
+    tally = quality.Tally(frozenset())
+    distill.reject_repeats(job, (), tally)
+    assert [(r.ok, r.error) for r in job.results] == [(True, ""), (False, "check_failed"), (True, "")]
+    assert job.results[1].detail.startswith("reused_think: the think for step 1 repeats the think for step 0")
+    assert tally.rejected["reused_think"] == 1
+    assert distill.answered_steps(job) == ((0, same), (3, "The mug is hot and in the cabinet, so I am done."))
+    # against a think kept from a chunk, the first one-step answer is the repeat
+    job.results = [answer(1, same)]
+    distill.reject_repeats(job, ((0, same),), quality.Tally(frozenset()))
+    assert not job.results[0].ok
 
 def test_failures_are_not_distilled_and_need_no_llm(tmp_path):
     store = ArtifactStore(str(tmp_path), "r")
