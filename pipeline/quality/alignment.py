@@ -140,7 +140,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                                    or _state_unseen(think, traj, i, action)
                                    or _looks_instead(think, mentions, current, action) or _already(think, action)
                                    or _other_conclusion(think, action) or _usual_elsewhere(think)
-                                   or _adds_a_condition(think, traj.task)):
+                                   or _adds_a_condition(think, traj.task)
+                                   or _goes_where_it_is(think, action, traj.actions[i - 1] if i else "")):
         return elsewhere
     return (traj.env == "webshop" and (_searches_instead(think, action)
                                        or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
@@ -175,6 +176,31 @@ _MAKE_SURE = re.compile(r"\b(?:make\s+sure|ensure|check)\s+(?:that\s+)?(?:the\s+
                         r"(?:is|are)\s+(clean|hot|cold|cool|warm|heated|cooled|washed|chilled)\b", re.I)
 _STATE_GOAL = {"clean": "clean", "washed": "clean", "hot": "heat", "warm": "heat", "heated": "heat",
                "cold": "cool", "cool": "cool", "cooled": "cool", "chilled": "cool"}
+
+
+#: A go or a look planned in the first person: "I will go to the drawer 4", "so I will look at
+#: the microwave 1".
+_PLANS_GO = re.compile(r"\bi\s+(?:will|'ll|shall|should|must|need\s+to|have\s+to|am\s+going\s+to)\s+"
+                       r"(?:first\s+)?(go\s+(?:back\s+)?to|look\s+(?:at|in))\s+(?:the\s+)?([a-z]+\s+\d+)", re.I)
+#: Commands whose purpose is to see a place: a look planned for them is their own.
+_SEEING = frozenset({"open", "examine", "look", "inventory"})
+
+
+def _goes_where_it_is(think: str, action: str, previous: str) -> str | None:
+    """Why the think of a step that is not a go plans to go to (or, unless the step opens or
+    examines, to look at) the very place the previous action went to, else ``None``: "I will go
+    to the drawer 4." for ``open drawer 4`` right after ``go to drawer 4``, "Apples are usually
+    in the microwave, so I will look at the microwave 1." for ``heat apple 1 with microwave 1``
+    (the 1.5B teacher, one step late). The agent is there already; the think explains the
+    previous step, not this one."""
+    verb = (action or "").split()[0].lower() if (action or "").strip() else ""
+    if not verb or verb == "go" or not previous.lower().startswith("go to "):
+        return None
+    there = act.join_names(previous[len("go to "):]).strip()
+    hit = next((m for m in _PLANS_GO.finditer(act.join_names(think or "")) if m.group(2).strip() == there
+                and (m.group(1).startswith("go") or verb not in _SEEING)), None)
+    return (f"plans '{hit.group(0)}', where the previous action already went, but this step's action is "
+            f"{action!r}") if hit else None
 
 
 def _adds_a_condition(think: str, task: str) -> str | None:
@@ -722,7 +748,11 @@ def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> s
     earlier = [m for m in map(act.command_mention, earlier_actions) if m is not None]
     for m in act.text_mentions(think):
         # "the first card I placed" speaks of an earlier put, not of this one
-        if m.past and _claims_done(tokens, m) and act.same_event(m, current) and not any(act.same_event(m, d) for d in earlier):
+        # "placed in the microwave" at a put in the fridge is another put
+        elsewhere = current.concept == "put" and any(n in act.RECEPTACLES for n in m.nouns) \
+            and not any(n in current.nouns for n in m.nouns if n in act.RECEPTACLES)
+        if m.past and _claims_done(tokens, m) and act.same_event(m, current) and not elsewhere \
+                and not any(act.same_event(m, d) for d in earlier):
             return f"tells this step's own action as done ('{' '.join(tokens[max(0, m.pos - 1):m.pos + 3])}')"
     return None
 

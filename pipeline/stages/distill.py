@@ -418,7 +418,7 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "17"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "19"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -431,7 +431,8 @@ class DistillStage(LLMStage):
     # recorded thought too), the pen search's thinks that differ in "a"/"the" and the drawer are no reuse, a lamp
     # taken out of a drawer; 16: a step the think says cannot be done, a condition the task does not ask, a put
     # told as done, a buy argued against, another room, a lock; 17: one-step answers that repeat each other are
-    # asked again
+    # asked again; 18: a go planned to the place the agent is at, a put into another receptacle is no put told done;
+    # 19: a look planned there for a step that does not open or examine it
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -403,6 +403,35 @@ def test_the_teachers_thinks_that_contradict_a_step_the_demonstration_took():
         "tells this step's own put as done ('is now in the fridge')"
     assert think_reasons(think, HOT_APPLE, 7) == ["narration"]
     assert alignment.narration("The apple is now hot, so I put it in the fridge.", "put apple 1 in/on fridge 1") is None
+    # an earlier put into another receptacle (the heat told as one) is no put told as done
+    think = ("The previous actions show that the apple has already been taken from the diningtable and placed in "
+             "the microwave. To complete the task, I will now move the apple into the fridge.")
+    assert alignment.narration(think, "put apple 1 in/on fridge 1", HOT_APPLE.actions[:7]) is None
+    assert alignment.narration("I have placed the apple in the fridge.", "put apple 1 in/on fridge 1",
+                               HOT_APPLE.actions[:7]) == "tells this step's own action as done ('have placed the apple')"
+
+
+def test_a_go_planned_to_the_place_the_agent_already_reached():
+    """The open of drawer 4 right after going there, explained as the go (the 1.5B teacher's pen
+    search, one step late); a plan to go on to the next drawer, or the go's own think, passes."""
+    pen = trajectory("examine the pen with the desklamp.",
+                     ["go to drawer 3", "open drawer 3", "go to drawer 4", "open drawer 4", "take pen 2 from drawer 4"])
+    think = "I need to examine the pen with the desklamp. I will go to the drawer 4."
+    assert alignment.misaligned(think, pen, 3, "open drawer 4") == (
+        "plans 'i will go to the drawer 4', where the previous action already went, but this step's action is "
+        "'open drawer 4'")
+    assert think_reasons(think, pen, 3) == ["think_misaligned"]
+    assert think_reasons("Drawer 4 is closed, so I open it to look for the pen.", pen, 3) == []
+    assert alignment._goes_where_it_is("No pen here, so I will go to drawer 4 next.", "open drawer 3",
+                                       "go to drawer 3") is None
+    assert alignment._goes_where_it_is(think, "go to drawer 4", "open drawer 3") is None
+    # a look at the place is the open's own purpose, not the heat's
+    assert alignment._goes_where_it_is("Pens are usually in drawers, so I will look at drawer 4.", "open drawer 4",
+                                       "go to drawer 4") is None
+    think = "I need to heat the apple first. Apples are usually in the microwave, so I will look at the microwave 1."
+    assert think_reasons(think, HOT_APPLE, 5) == ["think_misaligned"]
+    assert alignment._goes_where_it_is(think, "heat apple 1 with microwave 1", "go to microwave 1").startswith(
+        "plans 'i will look at the microwave 1', where the previous action already went")
 
 
 def test_a_buy_argued_against_or_a_search_planned_instead():
