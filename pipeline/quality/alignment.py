@@ -136,22 +136,31 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
     mentions = act.text_mentions(think, nouns)
-    if traj.env == "alfworld" and (elsewhere := _looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i)
-                                   or _state_unseen(think, traj, i, action)
-                                   or _looks_instead(think, mentions, current, action) or _already(think, action)
-                                   or _other_conclusion(think, action) or _usual_elsewhere(think)
-                                   or _adds_a_condition(think, traj.task)
-                                   or _goes_where_it_is(think, action, traj.actions[i - 1] if i else "")):
+    if traj.env == "alfworld" and (elsewhere := _alfworld_elsewhere(think, traj, i, action, own, mentions, current)):
         return elsewhere
-    return (traj.env == "webshop" and (_searches_instead(think, action)
-                                       or _clicks_previous(think, action, traj.actions[i - 1] if i else "")
-                                       or _selects_before_buying(think, action) or _buys_nothing(think, action)
-                                       or _buys_over_budget(think, action))) or \
+    return (traj.env == "webshop" and _webshop_other_step(think, action, traj.actions[i - 1] if i else "")) or \
         _cannot(think, action) or \
         _redoes_transform(tokens, mentions, current, earlier) or \
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+def _alfworld_elsewhere(think: str, traj: Trajectory, i: int, action: str, own: set[str],
+                        mentions: list[act.Mention], current: act.Mention | None) -> str | None:
+    """The ALFWorld checks of :func:`misaligned` (``own``: the entities of the action and task)."""
+    return (_looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i) or _state_unseen(think, traj, i, action)
+            or _looks_instead(think, mentions, current, action) or _already(think, action)
+            or _other_conclusion(think, action) or _usual_elsewhere(think) or _adds_a_condition(think, traj.task)
+            or _goes_where_it_is(think, action, traj.actions[i - 1] if i else ""))
+
+
+def _webshop_other_step(think: str, action: str, previous: str) -> str | None:
+    """The WebShop checks of :func:`misaligned`: a search or another click told for this click,
+    a buy argued against."""
+    return (_searches_instead(think, action) or _clicks_previous(think, action, previous)
+            or _selects_before_buying(think, action) or _buys_nothing(think, action)
+            or _buys_over_budget(think, action))
 
 
 _CANNOT = re.compile(r"\b(?:can't|cannot|can\s+not|unable\s+to|couldn't|could\s+not|not\s+able\s+to)\s+"
