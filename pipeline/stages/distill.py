@@ -131,7 +131,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
     out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
     pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
-    out += text.reused_with(pairs, others, traj.task) if others else text.reused(pairs, traj.task)
+    out += text.reused_with(pairs, others, traj.task)  # with no others: text.reused
     out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
     out += [v for _, t in pairs for v in grounding.false_comparisons(t)]
     if traj.env == "alfworld":
@@ -392,12 +392,11 @@ def reject_repeats(job: Job, others: tuple[tuple[int, str], ...], tally: quality
     answer of ``job`` into a failed check (``check_failed``, ``reused_think``, counted in
     ``tally``), so that sampling asks it again: calls answered side by side cannot see each other
     (the pen search's "so I will look at drawer 4" for both the go to and the open of drawer 4)."""
-    seen = list(others)
+    seen, task = list(others), job.item.traj.task
     for n, r in enumerate(job.results):
         if not r.ok:
             continue
         mine = [(int(t["step_index"]), t["think"]) for t in r.value["thinks"]]
-        task = job.item.traj.task
         if err := tally.gate(text.reused_with(mine, seen, task)):
             job.results[n] = JSONResult(r.key, False, raw=r.raw, error="check_failed", detail=err,
                                         attempts=r.attempts, cached=r.cached, usage=r.usage)
