@@ -7,11 +7,15 @@ rule ``off_topic`` uses too).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
+from pipeline.bank.rows import TEXT_FIELDS, skill_content
+from pipeline.core import lineage
 from pipeline.encoder import Encoder, encode
+from pipeline.quality.actions import OBJECTS, singular
 
 
 def skill_text(row: dict[str, Any]) -> str:
@@ -45,8 +49,12 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
     into it (every prompt of a category shows the general skills too). Exact duplicates (same
     ``skill_id``) always merge, without encoding.
 
+    First, a row that is an earlier one written for another object kind merges into it, which
+    then says "object" (:func:`object_swap`, :func:`generalise`).
+
     Returns ``(kept_rows, merges)`` with one ``{kept, dropped, kind, category, similarity}`` dict
-    per merge (similarity rounded to 4 decimals). ``encoder`` defaults to :func:`encode`.
+    per merge (similarity rounded to 4 decimals; an object-swap merge has similarity 1.0 and an
+    ``object_swap`` key, ``"mug/egg"``). ``encoder`` defaults to :func:`encode`.
     """
     kept: list[dict[str, Any]] = []
     merges: list[dict[str, Any]] = []
@@ -61,6 +69,7 @@ def merge_similar(rows: list[dict[str, Any]], threshold: float, encoder: Encoder
                      source_trajectory_ids=list(r["source_trajectory_ids"]))
             by_id[r["skill_id"]] = r
             unique.append(r)
+    unique = _merge_object_swaps(unique, merges)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(unique):
         groups.setdefault((r["kind"], r["category"]), []).append(i)
@@ -118,3 +127,70 @@ def _merge_record(kept: dict[str, Any], dropped: dict[str, Any], sim: float) -> 
     return {"kept": kept["skill_id"], "dropped": dropped["skill_id"], "kind": kept["kind"],
             "category": kept["category"], "similarity": round(sim, 4),
             "exact_duplicate": kept["skill_id"] == dropped["skill_id"]}
+
+
+_PIECES = re.compile(r"[A-Za-z]+|[^A-Za-z]+")
+
+
+def object_swap(a: str, b: str) -> tuple[str, str] | None:
+    """``(x, y)`` when texts ``a`` and ``b`` are the same words, case aside, except that ALFWorld
+    object kind ``x`` (:data:`~pipeline.quality.actions.OBJECTS`; its plural too) stands in ``a``
+    wherever ``y`` stands in ``b``; else ``None`` (also for equal texts). The 1.5B teacher wrote
+    "Heat Mug with Microwave: When the goal asks for a hot mug, take it first ..." and the same
+    item for an egg: one rule, which the similarity merge kept apart. A swap of receptacles
+    ("with microwave" / "with stoveburner") is another rule and is not matched."""
+    pa, pb = _PIECES.findall(a.lower()), _PIECES.findall(b.lower())
+    if len(pa) != len(pb):
+        return None
+    pairs = {(singular(x), singular(y)) for x, y in zip(pa, pb) if x != y}
+    if len(pairs) != 1:
+        return None
+    x, y = next(iter(pairs))
+    return (x, y) if x in OBJECTS and y in OBJECTS else None
+
+
+def generalise(text: str, kind: str) -> str:
+    """``text`` with object kind ``kind`` (and its plural) written as "object"/"objects", in the
+    case it had ("Mug" -> "Object"), and "a object" made "an object"."""
+    def word(m: re.Match) -> str:
+        new = "objects" if m.group(0).lower() != kind else "object"
+        return new.capitalize() if m.group(0)[0].isupper() else new
+    out = re.sub(rf"\b{re.escape(kind)}s?\b", word, text, flags=re.I)
+    return re.sub(r"\b([Aa]) (?=[Oo]bjects?\b)", r"\1n ", out)
+
+
+def _swap_of(kept: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
+    """The object swap that turns ``kept`` into ``row`` in every text field (fields may also be
+    equal; the rule's own text must differ), else ``None``."""
+    core = object_swap(core_text(kept), core_text(row))
+    if core is None:
+        return None
+    for key in TEXT_FIELDS:
+        a, b = (kept.get(key) or "").strip(), (row.get(key) or "").strip()
+        if a != b and object_swap(a, b) != core:
+            return None
+    return core
+
+
+def _merge_object_swaps(rows: list[dict[str, Any]], merges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each row that is an earlier row of its (kind, category) with another object
+    kind (:func:`_swap_of`) merged into it; the kept row is generalised (:func:`generalise`) and
+    gets the ``skill_id`` of its new text (merge records already naming it follow)."""
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        target = next((k for k in out if (k["kind"], k["category"]) == (r["kind"], r["category"])
+                       and _swap_of(k, r)), None)
+        if target is None:
+            out.append(r)
+            continue
+        x, y = _swap_of(target, r)
+        old = target["skill_id"]
+        _absorb(target, r)
+        for key in TEXT_FIELDS:
+            if target.get(key):
+                target[key] = generalise(target[key], x)
+        target["skill_id"] = lineage.skill_id(target["kind"], target["category"], skill_content(target))
+        for m in merges:
+            m["kept"] = target["skill_id"] if m["kept"] == old else m["kept"]
+        merges.append(dict(_merge_record(target, r, 1.0), object_swap=f"{x}/{y}"))
+    return out

@@ -68,3 +68,10 @@ def detect_env(text: str, hint: str | None = None) -> str:
     if _SEARCH.search(text):
         return "search"
     return OTHER
+
+
+def action_effect(env: str, action: str) -> str:
+    """What ``action`` does in ``env``, in a few words (the env module's ``action_effect``); ""
+    for an env without one or an action it does not know."""
+    describe = getattr(REGISTRY.get(env), "action_effect", None)
+    return describe(action) if describe else ""

@@ -68,3 +68,36 @@ def classify(task: str, hint: str | None = None) -> str:
         if pattern.search(goal):
             return category
     return "other"
+
+
+_PRODUCT_ID = re.compile(r"[A-Z0-9]{10}", re.I)
+#: What a click on each page button does (WebShop's text pages; ``PAGE_BUTTONS``).
+_BUTTON_EFFECTS = {
+    "buy now": "buys the product on this page with the options selected; the episode ends",
+    "back to search": "returns to the search page",
+    "< prev": "shows the previous page of results",
+    "next >": "shows the next page of results",
+    "description": "opens the product's description",
+    "features": "opens the product's feature list",
+    "reviews": "opens the product's reviews",
+    "search": "opens the search box",
+}
+
+
+def action_effect(action: str) -> str:
+    """What WebShop action ``action`` does, in a few words: a search, a page button
+    (``PAGE_BUTTONS``), a product id (10 letters and digits) opened from the results, or else an
+    option selected on the product page. A distill prompt names it, because the 1.5B teacher
+    explained a ``click[Buy Now]`` as a new search. "" for text that is no WebShop action."""
+    text = (action or "").strip()
+    m = re.fullmatch(r"(search|click)\[(.*)\]", text, re.S | re.I)
+    if not m:
+        return ""
+    verb, arg = m.group(1).lower(), m.group(2).strip()
+    if verb == "search":
+        return f'searches the shop for "{arg}"'
+    if arg.lower() in _BUTTON_EFFECTS:
+        return _BUTTON_EFFECTS[arg.lower()]
+    if _PRODUCT_ID.fullmatch(arg):
+        return f"opens product {arg} from the results"
+    return f'selects the option "{arg}" on the product page'

@@ -109,8 +109,7 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
     own = entities(act.join_names(action)) | entities(act.join_names(traj.task))
     before = set().union(*(entities(act.join_names(a)) for a in traj.actions[:i])) if i else set()
     goal = _task_nouns(traj.task)
-    # only verbs of this episode's command grammar: a WebShop product "easy carry backdrop" is no move
-    concepts = _ACTING & {m.concept for m in map(act.command_mention, traj.actions) if m is not None}
+    concepts = _command_concepts(traj)
     for m in act.text_mentions(think, nouns):
         if m.concept in _ACTING and _claims_done(tokens, m):  # not WebShop's "I searched for the cream"
             # only a claim about a named object or receptacle of this episode ("after cooling the
@@ -144,6 +143,15 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+def _command_concepts(traj: Trajectory) -> frozenset[str]:
+    """The acting verbs of ``traj``'s command grammar: ALFWorld's all, whatever the episode used ("I
+    examine it" told for a go); elsewhere those of its actions (a WebShop product "easy carry
+    backdrop" is no move)."""
+    if traj.env == "alfworld":
+        return _ACTING
+    return _ACTING & frozenset(m.concept for m in map(act.command_mention, traj.actions) if m is not None)
 
 
 def _alfworld_elsewhere(think: str, traj: Trajectory, i: int, action: str, own: set[str],
@@ -271,6 +279,7 @@ _SELECT_BEFORE_BUY = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to
 
 
 _BUY_WORDS = re.compile(r"\b(?:buy|buys|buying|bought|purchase[sd]?|purchasing|order|checkout)\b")
+_SEARCHED = re.compile(r"\bi\s+(?:have\s+|had\s+|already\s+)?searched\b")
 _OTHER_CLICK = re.compile(r"\bi(?:'ll|\s+will|\s+now|\s+first|\s+need\s+to|\s+should|\s+can)?\s+"
                           r"(?:select|choose|pick|click|open|view|check|look)\b")
 
@@ -279,11 +288,17 @@ def _buys_nothing(think: str, action: str) -> str | None:
     """Why a WebShop think for ``click[Buy Now]`` tells another click and never the purchase,
     else ``None``: "The first result is a Cosycost USB Microphone ... I open it to see more
     details." (the product click before it), "I select the '8.5 ounce' option ..." (the option
-    click before it; the 1.5B teacher, one step late)."""
+    click before it; the 1.5B teacher, one step late), "I searched for styling cream that is
+    cruelty free ..." (the search, told in the past)."""
     if (action or "").strip().lower() != "click[buy now]":
         return None
     low = " ".join((think or "").lower().split())
-    hit = None if _BUY_WORDS.search(low) else _OTHER_CLICK.search(low)
+    if _BUY_WORDS.search(low):
+        return None
+    if searched := _SEARCHED.search(low):
+        return f"tells the search the agent made ('{searched.group(0)}') and never that it buys, but this " \
+               f"step's action is {action!r}"
+    hit = _OTHER_CLICK.search(low)
     return (f"says the agent will now '{hit.group(0)}' and never that it buys, but this step's action is "
             f"{action!r}") if hit else None
 
@@ -332,12 +347,13 @@ def _redoes_transform(tokens: list[str], mentions: list[act.Mention], current: a
     """Why the think intends a heat, cool or clean that an earlier action already did (and this
     step's action is not), else ``None``: "I will heat the mug with the microwave and then place it
     in the coffeemachine" before ``go to coffeemachine 1``, after ``heat mug 1 with microwave 1``
-    (the 1.5B teacher), or "I need to heat the apple first ... so I will use the microwave to heat
+    (the 1.5B teacher), "Before doing this, I should heat the apple first." or "I need to heat the apple first ... so I will use the microwave to heat
     the apple." before ``put apple 1 in/on fridge 1`` (:func:`_plans`)."""
     for m in mentions:
         if m.past or m.concept not in ("heat", "cool", "clean") or (current and current.concept == m.concept):
             continue
-        if (_intent(tokens, m.pos) or _plans(tokens, m.pos)) and any(e.concept == m.concept for e in earlier):
+        should = tokens[max(0, m.pos - 2):m.pos] in (["i", "should"], ["i", "must"])  # "I should heat the apple first"
+        if (_intent(tokens, m.pos) or _plans(tokens, m.pos) or should) and any(e.concept == m.concept for e in earlier):
             return f"plans '{' '.join(tokens[m.pos - 2:m.pos + 3])}', which an earlier action already did"
     return None
 
@@ -526,6 +542,8 @@ def _opposite_purpose(tokens: list[str], task: str) -> str | None:
 #: Words before a verb that make it the agent's own action now, in the present: "I take", "so I
 #: go". A future ("I'll close it and go to the desk") is a plan and not judged.
 _NOW = (("i",),)
+#: Words that make "I <verb>" a time or condition, not the move now: "before I use the microwave".
+_SUBORDINATE = frozenset({"before", "after", "when", "once", "until", "while", "if", "unless"})
 
 
 def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], current: act.Mention | None,
@@ -542,7 +560,8 @@ def _says_it_does_another(tokens: list[str], mentions: list[act.Mention], curren
         # it speaks of this step's action too ("I use the microwave to heat the mug"), or in the
         # command's own verb ("I move cup 3 to diningtable 4": newer ALFWorld's put)
         return None
-    now = [m for m in mentions if not m.past and any(tuple(tokens[max(0, m.pos - len(w)):m.pos]) == w for w in _NOW)]
+    now = [m for m in mentions if not m.past and any(tuple(tokens[max(0, m.pos - len(w)):m.pos]) == w for w in _NOW)
+           and tokens[max(0, m.pos - 2)] not in _SUBORDINATE]  # "Before I use the microwave, I check inside"
     other = [m for m in now if m.concept in concepts
              and not (_framed_as_recap(tokens, m.pos) and any(act.same_event(m, p) for p in previous))
              and "look" not in tokens[m.pos + 1:m.pos + 4]]  # "I take a quick look"

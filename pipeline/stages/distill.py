@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
-from pipeline import prompts, quality, rules
+from pipeline import envs, prompts, quality, rules
 from pipeline.core.config import QualityConfig
 from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
@@ -138,7 +138,9 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
         out += [v for name, t in named for v in gamefacts.false_fact_violations(name, t)]
     out += [v for i, t in pairs
             for v in grounding.ungrounded_think(t, traj, i, entries[i]["action"], entries[i]["admissible"])]
-    out += echo.think_violations(pairs, {i: (e["action"], e["admissible"]) for i, e in entries.items()},
+    # a think that only restates what the prompt says the action does is a restated action too
+    out += echo.think_violations(pairs, {i: (e["action"], [*e["admissible"], e.get("effect") or ""])
+                                         for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
     out += alignment.think_violations(pairs, traj, {i: e["action"] for i, e in entries.items()})
@@ -191,7 +193,8 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
 
 
 def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> list[dict[str, Any]]:
-    """One entry per reasoning to write: ``{step_index, observation, admissible, action, hint}``.
+    """One entry per reasoning to write: ``{step_index, observation, admissible, action, effect,
+    hint}`` (``effect``: what the action does, :func:`pipeline.envs.action_effect`).
 
     Entry ``i`` shows ``steps[i]`` (the state the agent saw) and ``steps[i + 1].action``; the
     synthetic ``done`` entry (when ``synthetic_admissible`` is given) shows the last observation.
@@ -202,16 +205,20 @@ def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> li
     if synthetic_admissible is not None:
         entries.append({"step_index": len(entries), "observation": traj.steps[-1].observation,
                         "admissible": synthetic_admissible, "action": "done", "hint": ""})
+    for e in entries:
+        e["effect"] = envs.action_effect(traj.env, e["action"])
     return entries
 
 
 def render_entry(e: dict[str, Any]) -> str:
-    """One :func:`step_entries` entry as prompt lines: step index and the action to explain, then the
-    observation before it and the recorded thought (a hint, if any) each clipped to ``OBS_CHARS``
+    """One :func:`step_entries` entry as prompt lines: step index and the action to explain, what
+    it does (when known), then the observation before it and the recorded thought (a hint, if any) each clipped to ``OBS_CHARS``
     characters, and the first ``ADMISSIBLE_SHOWN`` admissible actions. The action leads: shown
     last, after an observation that reports the previous action, the teacher explained that one."""
-    lines = [f"[step_index {e['step_index']}] Action to explain: {e['action']}",
-             f"Observation before it: {_templates.clip(e['observation'], OBS_CHARS)}"]
+    lines = [f"[step_index {e['step_index']}] Action to explain: {e['action']}"]
+    if e.get("effect"):
+        lines.append(f"What it does: {e['effect']}")
+    lines += [f"Observation before it: {_templates.clip(e['observation'], OBS_CHARS)}"]
     if e["admissible"]:
         shown = e["admissible"][:ADMISSIBLE_SHOWN]
         more = len(e["admissible"]) - len(shown)
@@ -417,7 +424,7 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "19"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "21"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -431,7 +438,8 @@ class DistillStage(LLMStage):
     # taken out of a drawer; 16: a step the think says cannot be done, a condition the task does not ask, a put
     # told as done, a buy argued against, another room, a lock; 17: one-step answers that repeat each other are
     # asked again; 18: a go planned to the place the agent is at, a put into another receptacle is no put told done;
-    # 19: a look planned there for a step that does not open or examine it
+    # 19: a look planned there for a step that does not open or examine it; 20: each step says what its action does;
+    # 21: any ALFWorld command told for another step, a buy told as the search made, a transform the agent "should" redo
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

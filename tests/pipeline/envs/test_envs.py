@@ -71,3 +71,24 @@ def test_alfworld_constants_match_the_rollout_tool():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert (alfworld.HEADER, alfworld.TURN_INSTRUCTION) == (tool.HEADER, tool.TURN)
+
+
+@pytest.mark.parametrize("env, action, effect", [
+    ("alfworld", "go to drawer 4", "walks to drawer 4"),
+    ("alfworld", "open drawer 4", "opens drawer 4, where the agent already is, to see what is inside"),
+    ("alfworld", "take pen 1 from drawer 4", "picks up pen 1 from drawer 4"),
+    ("alfworld", "put apple 1 in/on fridge 1", "puts apple 1, which the agent holds, in or on fridge 1"),
+    ("alfworld", "move cup 3 to diningtable 4", "puts cup 3, which the agent holds, in or on diningtable 4"),
+    ("alfworld", "heat apple 1 with microwave 1", "heats apple 1 with microwave 1"),
+    ("alfworld", "use desklamp 1", "turns on desklamp 1"),
+    ("alfworld", "jump around", ""),
+    ("webshop", "search[styling cream cruelty free]", 'searches the shop for "styling cream cruelty free"'),
+    ("webshop", "click[Buy Now]", "buys the product on this page with the options selected; the episode ends"),
+    ("webshop", "click[B0972Q1T8T]", "opens product B0972Q1T8T from the results"),
+    ("webshop", "click[8.5 ounce (pack of 1)]", 'selects the option "8.5 ounce (pack of 1)" on the product page'),
+    ("webshop", "click[< Prev]", "shows the previous page of results"),
+    ("webshop", "buy it", ""),
+    ("search", "search[who wrote it]", ""),  # no effects known for that env
+])
+def test_action_effect_says_what_a_command_does(env, action, effect):
+    assert envs.action_effect(env, action) == effect

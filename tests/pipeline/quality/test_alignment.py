@@ -451,3 +451,35 @@ def test_a_buy_argued_against_or_a_search_planned_instead():
                                 "click[b008hrrwhm]") is None
     assert alignment.misaligned("The item is what I need and under 40 dollars, so I buy it.", shop, 3,
                                 "click[Buy Now]") is None
+
+
+def test_the_teachers_thinks_that_name_the_effect_of_another_step():
+    """Thinks of the 1.5B teacher that passed every other rule once each step said what its
+    action does: an examine told for a go (the worked example's "I take it so I can clean it",
+    copied), a buy told as the search it made, a heat planned again at the put."""
+    import dataclasses
+    pen = trajectory("examine the pen with the desklamp.", ["go to drawer 1", "open drawer 1", "go to drawer 2",
+                                                            "open drawer 2", "go to drawer 3"], "look_at_obj_in_light")
+    think = "Pen is here on drawer 1. I examine it to see if it needs cleaning."
+    # examine is an ALFWorld command even though this episode never used it
+    assert alignment.misaligned(think, pen, 2, "go to drawer 2") == (
+        "says the agent will now 'examine it to see', but this step's action is 'go to drawer 2'")
+    assert think_reasons("The drawer 1 is empty, so I go to drawer 2 and look for the pen there.", pen, 2) == []
+    # a time clause is no move now (a recorded ReAct thought)
+    assert alignment.misaligned("Before I use the microwave, I should check inside to ensure it's empty.",
+                                trajectory("heat some egg and put it in countertop.",
+                                           ["go to microwave 1", "open microwave 1"], "heat"), 1,
+                                "open microwave 1") is None
+    task = "i'm looking for a styling cream that is cruelty free and for short hair, and price lower than 40.00 dollars"
+    shop = dataclasses.replace(trajectory(task, ["search[styling cream cruelty free short hair]", "click[b008hrrwhm]",
+                                                 "click[8.5 ounce (pack of 1)]", "click[Buy Now]"]), env="webshop")
+    think = ("I searched for styling cream that is cruelty free and for short hair, specifying price lower than "
+             "40.00 dollars in the search bar.")
+    assert alignment.misaligned(think, shop, 3, "click[Buy Now]") == (
+        "tells the search the agent made ('i searched') and never that it buys, but this step's action is "
+        "'click[Buy Now]'")
+    assert alignment.misaligned("I searched well: this cream fits, so I buy it now.", shop, 3, "click[Buy Now]") is None
+    think = ("The goal specifies that we need to put the hot apple in the fridge. Before doing this, I should heat "
+             "the apple first.")
+    assert alignment.misaligned(think, HOT_APPLE, 7, "put apple 1 in/on fridge 1") == (
+        "plans 'i should heat the apple', which an earlier action already did")

@@ -83,6 +83,7 @@ def test_step_entries_index_convention_and_synthetic_done():
     # the action comes first: shown after the observation, the teacher explained the observation's action
     assert distill.render_entry(entries[2]) == (
         "[step_index 2] Action to explain: heat mug 1 with microwave 1\n"
+        "What it does: heats mug 1 with microwave 1\n"
         "Observation before it: You pick up the mug 1 from the cabinet 1.\n"
         "Admissible actions: go to microwave 1, put mug 1 in/on cabinet 1\n"
         "Recorded thought (hint): I need to heat the mug first.")

@@ -314,6 +314,47 @@ def test_a_task_specific_skill_that_repeats_a_general_one_merges_into_it():
     assert [(m["kept"], m["dropped"], m["kind"]) for m in merges] == [("g", "t", "general")]
 
 
+def _fixture_heat_items() -> list[dict]:
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "quality", "teacher_bank_alfworld.json")
+    with open(path, encoding="utf-8") as f:
+        heat = json.load(f)["task_specific_skills"]["heat"]
+    return [_skill(h["skill_id"], h["title"], h["principle"], h["when_to_apply"], h["source_memory_ids"][0],
+                   kind="task_specific", category="heat") for h in heat]
+
+
+def test_one_rule_written_for_two_objects_is_one_generalised_skill():
+    """The teacher's "Heat Mug with Microwave" and "Heat Egg with Microwave" (the bank fixture)
+    differ only in the object: one skill, written for any object, with a new id of its new text."""
+    mug, egg = _fixture_heat_items()
+    kept, merges = _skillmerge.merge_similar([mug, egg], 0.99)
+    assert len(kept) == 1 and kept[0]["title"] == "Heat Object with Microwave"
+    assert kept[0]["principle"] == ("When the goal asks for a hot object, take it first, carry it to the "
+                                    "microwave and heat it there before going to the target.")
+    assert kept[0]["when_to_apply"] == "As soon as the goal names a hot object and the object is in hand."
+    assert kept[0]["source_memory_ids"] == sorted({mug["source_memory_ids"][0], egg["source_memory_ids"][0]})
+    new_id = skillbank.make_row("task_specific", "heat", kept[0])["skill_id"]
+    assert kept[0]["skill_id"] == new_id != mug["skill_id"]
+    assert merges == [{"kept": new_id, "dropped": egg["skill_id"], "kind": "task_specific", "category": "heat",
+                       "similarity": 1.0, "exact_duplicate": False, "object_swap": "mug/egg"}]
+    assert mug["title"] == "Heat Mug with Microwave"  # inputs are not mutated
+
+
+def test_object_swap_is_only_a_swap_of_object_kinds():
+    assert _skillmerge.object_swap("Take the mugs to the sink.", "take the cups to the sink.") == ("mug", "cup")
+    # another appliance is another rule; two words swapped, or one added, is no swap
+    assert _skillmerge.object_swap("Heat the mug with the microwave.", "Heat the mug with the stoveburner.") is None
+    assert _skillmerge.object_swap("Put the mug on the cup.", "Put the egg on the apple.") is None
+    assert _skillmerge.object_swap("Heat the mug.", "Heat the mug now.") is None
+    assert _skillmerge.object_swap("Heat the mug.", "Heat the mug.") is None
+    assert _skillmerge.generalise("A mug, then an Apple: take a apple or two apples.", "apple") == \
+        "A mug, then an Object: take an object or two objects."
+    # the same principle with another object but a different condition is still kept apart by the swap rule
+    mug, egg = _fixture_heat_items()
+    other = dict(egg, when_to_apply="Only when the egg is in the fridge.", skill_id="x")
+    kept, merges = _skillmerge.merge_similar([mug, other], 0.99)
+    assert [r["skill_id"] for r in kept] == [mug["skill_id"], "x"] and merges == []
+
+
 def test_items_that_say_what_the_game_does_not_have_are_quarantined(tmp_path):
     """Two items of the 1.5B teacher's bank (tests/fixtures/quality/teacher_bank_alfworld.json):
     the vase put in the vase (``self_target``) and frustration as a reason (``feeling_reason``);
