@@ -173,8 +173,9 @@ class DistillConfig:
                                 "each rejected step in a call of its own (the trajectory is quarantined only "
                                 "if a one-step call fails too); false = quarantine the trajectory at once")
     sampled_retries: int = _f(4, "a step whose one-step call a content rule still rejects is asked again up to "
-                                 "this many times with sampling (retry_temperature, seeds 1..N): rejection "
-                                 "sampling, every answer judged by the same rules; 0 = off", min=0, max=8)
+                                 "this many times: first greedily without the worked examples, then with "
+                                 "sampling (retry_temperature, seeds 2..N; the examples shown in even rounds): "
+                                 "rejection sampling, every answer judged by the same rules; 0 = off", min=0, max=8)
     retry_temperature: float = _f(0.7, "sampling temperature of those retries (greedy decoding repeats its "
                                         "mistake)", min=0.0, max=2.0)
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")

@@ -67,6 +67,10 @@ def _task_nouns(task: str) -> set[str]:
             if w not in STOP and w not in act.VERBS and w not in _TASK_WORDS and len(w) > 2}
 
 
+#: Words right before a past form that make it the verb of a clause ("I opened cabinet 2").
+_SUBJECTS = frozenset({"i", "we", "ve", "have", "had", "just", "already"})
+
+
 def _claims_done(tokens: list[str], m: act.Mention) -> bool:
     """Whether prose mention ``m`` says its action has already happened: a past form that is not
     a state ("is closed", "the closed drawer" for open/close), or a gerund after "after"/"having"."""
@@ -79,8 +83,9 @@ def _claims_done(tokens: list[str], m: act.Mention) -> bool:
         if set(tokens[max(0, m.pos - 2):m.pos]) & _STATE or prev in ("a", "an", "any"):
             return False  # a state ("it's closed") or any such thing ("a chilled plate"), not an event
         nxt = tokens[m.pos + 1] if m.pos + 1 < len(tokens) else ""
-        if m.concept in ("open", "close") and (nxt.isalpha() and nxt not in ("it", "the", "a", "them")):
-            return False  # "the closed drawer": an adjective naming a state
+        if m.concept in ("open", "close") and prev not in _SUBJECTS \
+                and (nxt.isalpha() and nxt not in ("it", "the", "a", "them")):
+            return False  # "the closed drawer": an adjective naming a state; "I opened cabinet 2" is a verb
         return True
     return bool(_GERUND.search(word)) and prev in _DONE_MARKERS
 
@@ -449,7 +454,8 @@ def _placed_elsewhere(think: str, traj: Trajectory, i: int) -> str | None:
 
 
 #: "The cabinet is closed", "cabinet 2 is now open": a think's claim of a receptacle's state.
-_STATE_CLAIM = re.compile(r"\b([a-z]+)(?:\s+(\d+))?\s+(?:is|are)\s+(?:now\s+|still\s+|already\s+)?(open|closed)\b")
+_STATE_CLAIM = re.compile(r"\b([a-z]+)(?:\s+(\d+))?\s+(?:is|are)\s+(?:now\s+|still\s+|already\s+|currently\s+)?"
+                          r"(open|closed)\b")
 #: "The cabinet 2 is closed.": the game's words for a receptacle's state.
 _GAME_STATE = re.compile(r"\b([a-z]+ \d+) is (open|closed)\b")
 #: Words before a state that make it a condition, not a claim: "make sure the fridge is open".
@@ -773,14 +779,17 @@ def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> s
     if current is None:
         return None
     tokens = act.tokenize(think)
-    earlier = [m for m in map(act.command_mention, earlier_actions) if m is not None]
+    earlier = [(m, entities(act.join_names(a))) for a in earlier_actions if (m := act.command_mention(a)) is not None]
     for m in act.text_mentions(think):
         # "the first card I placed" speaks of an earlier put, not of this one
         # "placed in the microwave" at a put in the fridge is another put
         elsewhere = current.concept == "put" and any(n in act.RECEPTACLES for n in m.nouns) \
             and not any(n in current.nouns for n in m.nouns if n in act.RECEPTACLES)
-        if m.past and _claims_done(tokens, m) and act.same_event(m, current) and not elsewhere \
-                and not any(act.same_event(m, d) for d in earlier):
+        if not (m.past and _claims_done(tokens, m) and act.same_event(m, current)) or elsewhere:
+            continue
+        # a recap of an earlier action on the same thing; "I opened drawer 2" is no recap of "open drawer 1"
+        named = entities(" ".join(tokens[m.pos:m.pos + 4]))
+        if not any(act.same_event(m, d) and (not named or named & done) for d, done in earlier):
             return f"tells this step's own action as done ('{' '.join(tokens[max(0, m.pos - 1):m.pos + 3])}')"
     return None
 

@@ -30,6 +30,7 @@ step's recorded thought (ReAct ``think:``, ETO) as its think when it passes the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -236,11 +237,13 @@ def chunks_of(entries: list[dict[str, Any]], max_steps: int) -> list[list[dict[s
 
 def chunk_request(traj: Trajectory, key: str, chunk: list[dict[str, Any]], earlier: list[str], skills_block: str,
                   max_chars: int, qcfg: QualityConfig | None = None, tally: quality.Tally | None = None,
-                  others: tuple[tuple[int, str], ...] = ()) -> JSONRequest:
+                  others: tuple[tuple[int, str], ...] = (), examples: bool = True) -> JSONRequest:
     """The request for the entries of ``chunk``, with ``earlier`` (the actions before it, the last
     ``EARLIER_ACTIONS`` shown); with ``qcfg``, its check also runs the content rules
-    (:func:`content_check` with ``others``, counted in ``tally``)."""
+    (:func:`content_check` with ``others``, counted in ``tally``). ``examples=False`` leaves the
+    template's worked examples out of the system message."""
     tpl = _templates.load(TEMPLATE, traj.env)
+    tpl = tpl if examples else dataclasses.replace(tpl, examples={})
     shown = earlier[-EARLIER_ACTIONS:]
     earlier_text = ("Earlier actions (already explained): " + "; ".join(shown) + "\n\n") if shown else ""
     user = tpl.render("user", task=traj.task, skills=skills_block or "(none)", earlier=earlier_text,
@@ -343,15 +346,15 @@ def split_rejected(result: JSONResult, chunk: list[dict[str, Any]], traj: Trajec
 
 def step_request(ep: Episode, entry: dict[str, Any], max_chars: int, qcfg: QualityConfig,
                  tally: quality.Tally, sampling: dict[str, Any] | None = None,
-                 others: tuple[tuple[int, str], ...] = ()) -> JSONRequest:
+                 others: tuple[tuple[int, str], ...] = (), examples: bool = True) -> JSONRequest:
     """The one-step request for ``entry`` (key ``<trajectory_id>#s<step_index>``): the same
     template, skills and checks as a chunk of one, after every action before it
     (:func:`earlier_actions`), its think judged against ``others`` (the thinks the trajectory
     keeps from other calls: no reuse across calls); ``sampling`` (temperature and seed of a
-    sampled retry) goes with it."""
+    retry) goes with it; ``examples``: whether the worked examples are shown."""
     req = chunk_request(ep.traj, f"{ep.traj.trajectory_id}#s{entry['step_index']}", [entry],
                         earlier_actions(ep.traj, entry["step_index"]), ep.skills_block, max_chars, qcfg, tally,
-                        others)
+                        others, examples)
     req.sampling = sampling
     return req
 
@@ -360,8 +363,8 @@ def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str,
                     qcfg: QualityConfig, tally: quality.Tally, desc: str,
                     others: dict[int, tuple[tuple[int, str], ...]] | None = None) -> list[Job]:
     """Rejection sampling for the one-step calls that greedy decoding failed: up to
-    ``cfg.sampled_retries`` rounds, round ``k`` asking each still-failed step again at
-    ``cfg.retry_temperature`` with seed ``k`` (judged by the same checks, against
+    ``cfg.sampled_retries`` rounds, round ``k`` asking each still-failed step again as
+    :func:`retry_round` says (judged by the same checks, against
     ``others[id(job)]`` as in :func:`step_request`). A result that passes replaces the failed one
     in its job (``retries``; ``redo[id(job)]``: the entries of its requests, in order). Returns
     the jobs of every round (their requests are counted as calls)."""
@@ -372,11 +375,11 @@ def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str,
                 if not r.ok and r.error == "check_failed"]
         if not todo:
             break
-        sampling = {"temperature": cfg.retry_temperature, "seed": k}
+        sampling, examples = retry_round(k, cfg.retry_temperature)
         # each step is judged against the trajectory's other thinks, the answered one-step calls included
         tries = [Job(job.item, job.item_id, [step_request(job.item, redo[id(job)][n], cfg.max_think_chars, qcfg,
                                                           tally, sampling,
-                                                          others.get(id(job), ()) + answered_steps(job, n))],
+                                                          others.get(id(job), ()) + answered_steps(job, n), examples)],
                      job.source_uri, job.line) for job, n in todo]
         send(llm, tries, f"{desc}, sampled retry {k}")
         for (job, n), tried in zip(todo, tries):
@@ -386,6 +389,18 @@ def sampled_retries(llm: Any, retries: list[Job], redo: dict[int, list[dict[str,
             reject_repeats(job, others.get(id(job), ()), tally)
         rounds += tries
     return rounds
+
+
+def retry_round(k: int, temperature: float) -> tuple[dict[str, Any], bool]:
+    """``(sampling, examples shown)`` of retry round ``k`` (1-based) of a failed one-step call.
+    Round 1 decodes greedily without the worked examples: the 1.5B teacher's failed answers copy
+    them ("I search with the product type ..." for a ``click[Buy Now]``, "before the fridge I go
+    to the microwave" for the final put), and without them its greedy answer for that buy read
+    "I want to buy a styling cream ...". Later rounds sample at ``temperature`` with seed ``k``,
+    the examples shown in even rounds only."""
+    if k == 1:
+        return {"temperature": 0.0, "seed": 1}, False
+    return {"temperature": temperature, "seed": k}, k % 2 == 0
 
 
 def answered_steps(job: Job, skip: int = -1) -> tuple[tuple[int, str], ...]:
@@ -424,7 +439,7 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "21"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "25"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -439,7 +454,10 @@ class DistillStage(LLMStage):
     # told as done, a buy argued against, another room, a lock; 17: one-step answers that repeat each other are
     # asked again; 18: a go planned to the place the agent is at, a put into another receptacle is no put told done;
     # 19: a look planned there for a step that does not open or examine it; 20: each step says what its action does;
-    # 21: any ALFWorld command told for another step, a buy told as the search made, a transform the agent "should" redo
+    # 21: any ALFWorld command told for another step, a buy told as the search made, a transform the agent "should" redo;
+    # 22: the first retry of a failed one-step call is greedy without the worked examples, then odd rounds too;
+    # 23: "I opened cabinet 2" (an open or close after "I") is the step's own action told as done;
+    # 24: "I opened drawer 2" after an open of drawer 1 is no recap; 25: "is currently open" is a state claim
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -483,3 +483,34 @@ def test_the_teachers_thinks_that_name_the_effect_of_another_step():
              "the apple first.")
     assert alignment.misaligned(think, HOT_APPLE, 7, "put apple 1 in/on fridge 1") == (
         "plans 'i should heat the apple', which an earlier action already did")
+
+
+def test_an_open_told_as_done_after_i_is_narration():
+    """The 1.5B teacher's greedy retries without the worked examples ("I opened cabinet 2 because
+    ..."): after "I" a past form is the verb, not an adjective of the next word."""
+    assert alignment.narration("I opened cabinet 2 because I need to put some spraybottle on toilet.",
+                               "open cabinet 2") == "tells this step's own action as done ('i opened cabinet 2')"
+    # the pen search opened drawer 1 before: no recap of an open of drawer 2
+    assert alignment.narration("I opened drawer 2 because I was already there and wanted to examine its contents.",
+                               "open drawer 2", ["go to drawer 1", "open drawer 1", "go to drawer 2"]) == \
+        "tells this step's own action as done ('i opened drawer 2')"
+    # a state adjective before a noun is none; the same open done earlier is a recap
+    assert alignment.narration("The closed drawer 2 may hold it, so I open it.", "open drawer 2") is None
+    assert alignment.narration("I opened drawer 2 before and saw a pen, so I open it again.", "open drawer 2",
+                               ["go to drawer 2", "open drawer 2", "close drawer 2", "go to drawer 2"]) is None
+
+
+def test_a_receptacle_currently_open_before_its_open():
+    """A greedy retry of the 1.5B teacher without the worked examples, for ``open drawer 2`` right
+    after "The drawer 2 is closed.": "currently open" is the state this step makes."""
+    import dataclasses
+    pen = trajectory("examine the pen with the desklamp.", ["go to drawer 1", "open drawer 1", "go to drawer 2",
+                                                            "open drawer 2"], "look_at_obj_in_light")
+    steps = list(pen.steps)
+    steps[3] = dataclasses.replace(steps[3], observation="The drawer 2 is closed.")
+    pen = dataclasses.replace(pen, steps=steps)
+    think = "I need to look at the pen in the drawer. The drawer 2 is currently open, so I will examine its contents."
+    assert alignment.misaligned(think, pen, 3, "open drawer 2") == \
+        "says drawer 2 is open, the state this step's action makes"
+    assert alignment.misaligned("The drawer 2 is currently closed, so I open it to look for the pen.", pen, 3,
+                                "open drawer 2") is None

@@ -300,13 +300,16 @@ def test_a_step_rejected_after_repair_is_asked_again_alone(tmp_path):
 
 def test_a_step_that_fails_alone_too_quarantines_the_trajectory(tmp_path):
     """Same answer, and the one-step call (and its repair) fails as well, greedy and in every
-    sampled retry (seeds 1..4 at the retry temperature): the trajectory is quarantined on the
-    chunk's reason; every rejected answer is kept."""
+    retry (greedy without the worked examples, then seeds 2..4 at the retry temperature, the
+    examples in even rounds): the trajectory is quarantined on the chunk's reason; every
+    rejected answer is kept."""
     alone_bad = answer({"thinks": [{"step_index": 1, "think": "1.25"}]})
     res, art, stub = run_with(_heat_mug_store(tmp_path), "distill", [BAD_STEP_1, BAD_STEP_1] + [alone_bad] * 10)
     assert art.read_rows() == [] and len(stub.requests) == 12
-    assert [(r["temperature"], r["seed"]) for r in stub.requests[2:12:2]] == [(0.0, 0), (0.7, 1), (0.7, 2), (0.7, 3),
+    assert [(r["temperature"], r["seed"]) for r in stub.requests[2:12:2]] == [(0.0, 0), (0.0, 1), (0.7, 2), (0.7, 3),
                                                                             (0.7, 4)]
+    shown = ["Good answer:" in r["messages"][0]["content"] for r in stub.requests[2:12:2]]
+    assert shown == [True, False, True, False, True]
     assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 0, "trajectories": 1, "saved": 0,
                                                       "sampled_calls": 4, "sampled_ok": 0}
     q = art.read_rows(quarantine=True)
@@ -314,14 +317,16 @@ def test_a_step_that_fails_alone_too_quarantines_the_trajectory(tmp_path):
 
 
 def test_a_sampled_retry_saves_a_step_that_greedy_decoding_got_wrong(tmp_path):
-    """The greedy one-step call fails; the first sampled retry (temperature 0.7, seed 1) passes
-    every rule: the trajectory is kept with that think and no second sampled round is sent."""
+    """The greedy one-step call fails; the first retry (greedy, seed 1, no worked examples)
+    passes every rule: the trajectory is kept with that think and no second round is sent."""
     alone_bad = answer({"thinks": [{"step_index": 1, "think": "1.25"}]})
     one = answer({"thinks": [{"step_index": 1, "think": HEAT_THINKS[1]}]})
     store = _heat_mug_store(tmp_path)
     res, art, stub = run_with(store, "distill", [BAD_STEP_1, BAD_STEP_1, alone_bad, alone_bad, one])
     assert [t["think"] for t in art.read_rows()[0]["thinks"]][1] == HEAT_THINKS[1]
-    assert len(stub.requests) == 5 and (stub.requests[4]["temperature"], stub.requests[4]["seed"]) == (0.7, 1)
+    assert len(stub.requests) == 5 and (stub.requests[4]["temperature"], stub.requests[4]["seed"]) == (0.0, 1)
+    assert "Good answer:" in stub.requests[2]["messages"][0]["content"]
+    assert "Good answer:" not in stub.requests[4]["messages"][0]["content"]
     assert res.manifest["counters"]["step_retry"] == {"calls": 1, "replaced_chunks": 1, "trajectories": 1, "saved": 1,
                                                       "sampled_calls": 1, "sampled_ok": 1}
     q = art.read_rows(quarantine=True)
