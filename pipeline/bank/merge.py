@@ -178,12 +178,12 @@ def _merge_object_swaps(rows: list[dict[str, Any]], merges: list[dict[str, Any]]
     gets the ``skill_id`` of its new text (merge records already naming it follow)."""
     out: list[dict[str, Any]] = []
     for r in rows:
-        target = next((k for k in out if (k["kind"], k["category"]) == (r["kind"], r["category"])
-                       and _swap_of(k, r)), None)
-        if target is None:
+        found = next(((k, swap) for k in out if (k["kind"], k["category"]) == (r["kind"], r["category"])
+                      and (swap := _swap_of(k, r))), None)
+        if found is None:
             out.append(r)
             continue
-        x, y = _swap_of(target, r)
+        target, (x, y) = found
         old = target["skill_id"]
         _absorb(target, r)
         for key in TEXT_FIELDS:
