@@ -165,7 +165,8 @@ def _alfworld_elsewhere(think: str, traj: Trajectory, i: int, action: str, own: 
     return (_looks_elsewhere(think, own) or _placed_elsewhere(think, traj, i) or _state_unseen(think, traj, i, action)
             or _looks_instead(think, mentions, current, action) or _already(think, action)
             or _other_conclusion(think, action) or _usual_elsewhere(think) or _adds_a_condition(think, traj.task)
-            or _goes_where_it_is(think, action, traj.actions[i - 1] if i else ""))
+            or _goes_where_it_is(think, action, traj.actions[i - 1] if i else "") or _held_elsewhere(think, traj, i)
+            or _finds_what_it_holds(think, traj, i))
 
 
 def _webshop_other_step(think: str, action: str, previous: str) -> str | None:
@@ -423,9 +424,13 @@ def _looks_elsewhere(think: str, own: set[str]) -> str | None:
     return None
 
 
-#: "Mug 1 is here on countertop 1", "I'm at the drawer 2": where a think says the agent stands.
-_HERE_AT = re.compile(r"\b(?:(?:is|are)\s+(?:right\s+)?here\s+(?:on|in|at)|i\s+am\s+(?:now\s+)?(?:at|by)|"
-                      r"i'm\s+(?:now\s+)?(?:at|by)|i(?:'ve|\s+have)?\s+arrived\s+at)\s+(?:the\s+)?([a-z]+\s+\d+)\b")
+#: "Mug 1 is here on countertop 1", "I'm at the drawer 2", "I am at the microwave", "I am currently
+#: holding the apple on the diningtable": where a think says the agent stands (a place without a
+#: number is compared by its kind).
+_HERE_AT = re.compile(r"\b(?:(?:is|are)\s+(?:right\s+)?here\s+(?:on|in|at)|i(?:\s+am|'m)\s+(?:now\s+|currently\s+)?"
+                      r"(?:(?:holding|carrying)\s+(?:the\s+|an?\s+)?[a-z]+(?:\s+\d+)?\s+)?(?:at|by)|"
+                      r"i(?:\s+am|'m)\s+(?:now\s+|currently\s+)?(?:holding|carrying)\s+(?:the\s+|an?\s+)?[a-z]+"
+                      r"(?:\s+\d+)?\s+on|i(?:'ve|\s+have)?\s+arrived\s+at)\s+(?:the\s+)?([a-z]+(?:\s+\d+)?)\b")
 
 
 def _location(traj: Trajectory, i: int) -> str | None:
@@ -448,8 +453,69 @@ def _placed_elsewhere(think: str, traj: Trajectory, i: int) -> str | None:
         return None
     for hit in _HERE_AT.finditer(" ".join(act.join_names(think).split()).lower()):
         place = hit.group(1)
-        if place != where and place.split()[0] in act.RECEPTACLES:
+        kind, here = place.split()[0], where.split()[0]
+        if len(place.split()) > 1:
+            wrong = place != where
+        else:  # "the sink" is the sinkbasin; a lamp is no place to stand ("I am at the desk lamp")
+            wrong = not (here.startswith(kind) or kind.startswith(here)) and not kind.endswith("lamp")
+        if kind in act.RECEPTACLES and wrong:
             return f"says the agent is at {place}, but it stands at {where}"
+    return None
+
+
+#: "The spraybottle is in the cabinet": a think placing an object in or on a receptacle now.
+_OBJECT_IN = re.compile(r"\b([a-z]+)(?:\s+\d+)?\s+(?:is|are)\s+(?:still\s+|now\s+)?(?:in|on|inside)\s+(?:the\s+)?"
+                        r"([a-z]+)(?:\s+\d+)?\b")
+
+
+def _held(traj: Trajectory, i: int) -> str | None:
+    """The kind of object the agent holds before action ``i`` ("spraybottle"): taken by the last
+    ``take`` among ``traj.actions[:i]`` and not put down since, else ``None``."""
+    for a in reversed(traj.actions[:i]):
+        low = (a or "").lower()
+        if low.startswith(("put ", "move ")):
+            return None
+        if low.startswith("take ") and " from " in low:
+            return low[5:].split(" from ")[0].split()[0]
+    return None
+
+
+#: "I need to find one", "so I will look for a spraybottle": a search planned in a think (not
+#: ReAct's recap "Now I find an apple (3)").
+_FINDS = re.compile(r"\b(?:need|needs|have|has|want|wants|try|going)\s+to\s+(?:first\s+)?|\b(?:will|must|should)\s+"
+                    r"(?:first\s+)?")
+_FIND_WHAT = re.compile(r"(?:find|look\s+for|search\s+for|locate)\s+(?:(one)\b|(?:(?:a|an|the|some)\s+)?([a-z]+))")
+
+
+def _finds_what_it_holds(think: str, traj: Trajectory, i: int) -> str | None:
+    """Why an ALFWorld think plans to find the kind of object the agent already holds ("The goal
+    asks for a spraybottle on the toilet, so I need to find one and put it there" at the put of
+    the spraybottle in hand), else ``None``. A second object of a pick-two task is searched for
+    while the agent is not holding the first, so "another", "second" and "other" pass."""
+    held = _held(traj, i)
+    if held is None:
+        return None
+    low = " ".join(act.join_names(think).split()).lower()
+    for plan in _FINDS.finditer(low):
+        what = _FIND_WHAT.match(low, plan.end())
+        if what is None:
+            continue
+        word = what.group(2) or ""
+        if word.rstrip("s") == held.rstrip("s") or (what.group(1) and held in low):
+            return f"plans to find a {held}, but the agent already holds one"
+    return None
+
+
+def _held_elsewhere(think: str, traj: Trajectory, i: int) -> str | None:
+    """Why an ALFWorld think says the object the agent holds lies in or on a receptacle ("The
+    spraybottle is in the cabinet and I am at the toilet, so I put the spraybottle in it" for the
+    put of the spraybottle in hand: the 1.5B teacher copying its worked example), else ``None``."""
+    held = _held(traj, i)
+    if held is None:
+        return None
+    for hit in _OBJECT_IN.finditer(" ".join(act.join_names(think).split()).lower()):
+        if hit.group(1) == held and hit.group(2) in act.RECEPTACLES:
+            return f"says the {held} is in or on the {hit.group(2)}, but the agent holds it"
     return None
 
 

@@ -364,6 +364,10 @@ _OTHER_ROOM = re.compile(r"\b(?:another|other|next|different)\s+rooms?\b", re.I)
 #: Locks and codes: the game's receptacles open with ``open``, nothing is locked ("I can't open it
 #: without knowing the password", the 1.5B teacher). No recorded ALFWorld thought names one.
 _LOCK = re.compile(r"\b(?:password|passcode|locked|unlock\w*|keycard|combination\s+lock)\b", re.I)
+#: "take it to the fridge and wait until it is cold", "place the pan inside to let it cool down": the
+#: game has no waiting; its heat, cool and clean commands change the object at once.
+_WAIT = re.compile(r"\b(?:wait(?:s|ing)?\s+(?:until|till|for\s+it|(?:for\s+)?(?:a\s+(?:few|while|moment)|\d+))|let\s+it\s+"
+                   r"(?:cool|heat|warm|chill|sit|rest)|leave\s+it\s+(?:until|there\s+until))\b", re.I)
 _FOR_TO = frozenset({"for", "to"})
 #: Words between the tool and its purpose that deny it: "not suitable for cooling" is right.
 _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "useless"})
@@ -375,7 +379,8 @@ def false_facts(text: str) -> list[str]:
     somewhere (:data:`_PLACE_FOUND`), a lamp that shows contents or is used to search
     (:data:`_LAMP_REVEALS`, :data:`_LAMP_SEARCHES`), a room to go to or several rooms in one sentence
     (:data:`_TO_ROOM`, :data:`_OTHER_ROOM`: the game is one room), a lock or password
-    (:data:`_LOCK`), a transform done at a place that cannot do it ("heat it on
+    (:data:`_LOCK`), a wait for the object to change (:data:`_WAIT`: "wait until it is cold", the
+    teacher's cool skill), a transform done at a place that cannot do it ("heat it on
     the dining table", :func:`_transform_place`), a receptacle heated, cooled or cleaned ("To heat the fridge,
     locate the fridge") or used when it is no lamp or appliance ("Use the toilet after using a
     bathroom": the game's ``use`` only switches a lamp on), and a fixed tool given a transform it does not do ("desklamps
@@ -390,7 +395,8 @@ def false_facts(text: str) -> list[str]:
     found += [fact for fact, pattern in (("a lamp that shows contents", _LAMP_REVEALS),
                                          ("a lamp used to search", _LAMP_SEARCHES),
                                          ("a room to go to", _TO_ROOM), ("another room", _OTHER_ROOM),
-                                         ("a lock", _LOCK)) if pattern.search(low)]
+                                         ("a lock", _LOCK), ("a wait for a transform", _WAIT))
+              if pattern.search(low)]
     if any(len({" ".join(r.split()) for r in _ROOM_WORD.findall(sent)}) > 1 for sent in re.split(r"[.;!?]", low)):
         found.append("several rooms")
     tokens = act.tokenize(low)  # tokenize and text_mentions join two-word names themselves
@@ -445,7 +451,7 @@ def false_fact_violations(name: str, text: str) -> list[Violation]:
         return []
     return [Violation("false_game_fact", f"{name} states what ALFWorld contradicts ({'; '.join(bad)}): lamps stand on "
                                          "furniture and only light; the microwave heats, the fridge cools, the "
-                                         "sinkbasin cleans; an episode is one room")]
+                                         "sinkbasin cleans, each at once; an episode is one room")]
 
 
 _NUMBERED = re.compile(r"\b([a-z]+)\s+(\d+)\b")

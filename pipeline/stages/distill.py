@@ -46,6 +46,7 @@ from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
 from pipeline.quality import alignment, echo, gamefacts, grounding, text, topic
+from pipeline.verify.progress import progress_lines
 
 TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
@@ -195,7 +196,9 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
 
 def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> list[dict[str, Any]]:
     """One entry per reasoning to write: ``{step_index, observation, admissible, action, effect,
-    hint}`` (``effect``: what the action does, :func:`pipeline.envs.action_effect`).
+    state, hint}`` (``effect``: what the action does, :func:`pipeline.envs.action_effect`;
+    ``state``: where the agent stands before it, :func:`pipeline.verify.progress.progress_lines`,
+    "" where none is known).
 
     Entry ``i`` shows ``steps[i]`` (the state the agent saw) and ``steps[i + 1].action``; the
     synthetic ``done`` entry (when ``synthetic_admissible`` is given) shows the last observation.
@@ -206,19 +209,23 @@ def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> li
     if synthetic_admissible is not None:
         entries.append({"step_index": len(entries), "observation": traj.steps[-1].observation,
                         "admissible": synthetic_admissible, "action": "done", "hint": ""})
+    states = progress_lines(traj)  # [] outside ALFWorld: no line
     for e in entries:
         e["effect"] = envs.action_effect(traj.env, e["action"])
+        e["state"] = states[min(e["step_index"], len(states) - 1)] if states else ""
     return entries
 
 
 def render_entry(e: dict[str, Any]) -> str:
     """One :func:`step_entries` entry as prompt lines: step index and the action to explain, what
-    it does (when known), then the observation before it and the recorded thought (a hint, if any) each clipped to ``OBS_CHARS``
+    it does and where things stand (when known), then the observation before it and the recorded thought (a hint, if any) each clipped to ``OBS_CHARS``
     characters, and the first ``ADMISSIBLE_SHOWN`` admissible actions. The action leads: shown
     last, after an observation that reports the previous action, the teacher explained that one."""
     lines = [f"[step_index {e['step_index']}] Action to explain: {e['action']}"]
     if e.get("effect"):
         lines.append(f"What it does: {e['effect']}")
+    if e.get("state"):
+        lines.append(f"Where things stand: {e['state']}")
     lines += [f"Observation before it: {_templates.clip(e['observation'], OBS_CHARS)}"]
     if e["admissible"]:
         shown = e["admissible"][:ADMISSIBLE_SHOWN]
@@ -439,7 +446,7 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "25"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "26"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -457,7 +464,9 @@ class DistillStage(LLMStage):
     # 21: any ALFWorld command told for another step, a buy told as the search made, a transform the agent "should" redo;
     # 22: the first retry of a failed one-step call is greedy without the worked examples, then odd rounds too;
     # 23: "I opened cabinet 2" (an open or close after "I") is the step's own action told as done;
-    # 24: "I opened drawer 2" after an open of drawer 1 is no recap; 25: "is currently open" is a state claim
+    # 24: "I opened drawer 2" after an open of drawer 1 is no recap; 25: "is currently open" is a state claim;
+    # 26: each ALFWorld step says where things stand (place, object held, goal object seen, what is left);
+    # the held object said to lie in a receptacle or to be found, the agent "at the microwave" at the fridge
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
     config_sections = ("distill", "prompt", "quality")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ from pipeline.bank import rows as skillbank
 from pipeline.bank.store import BankStore
 from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
-from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row
+from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import SKILL_SCHEMA, QuarantineRow, Trajectory
 from pipeline.core.split import read_assignment
 from pipeline.stage.stage import StageContext, StageOutput, reject
@@ -255,6 +256,34 @@ def call_rows(call: Call, value: dict[str, Any], model: str, tally: quality.Tall
     return rows, dropped
 
 
+def sampled_retries(llm: Any, jobs: list[Job], rounds: int, temperature: float, desc: str
+                    ) -> tuple[list[tuple[Job, Any]], list[Job]]:
+    """Rejection sampling for the calls whose answer a content rule rejected (``check_failed``:
+    every item broke a rule, or the first did and no item could be judged alone): round ``k``
+    (1..``rounds``) sends each still-failed call's request again at ``temperature`` with seed
+    ``k`` (the same prompt and checks; the sampling is part of the cache key). A passing answer
+    replaces the failed result of its job. The 1.5B teacher's greedy answer for ALFWorld's
+    look-in-light skills said "use a desklamp to illuminate it and observe its contents" every
+    time; a sampled one need not. Returns ``(superseded, tries)``: each replaced ``(job, failed
+    result)`` and the jobs of every round (their requests count as calls)."""
+    superseded: list[tuple[Job, Any]] = []
+    tries_all: list[Job] = []
+    for k in range(1, rounds + 1):
+        todo = [j for j in jobs if j.results and not j.results[0].ok and j.results[0].error == "check_failed"]
+        if not todo:
+            break
+        sampling = {"temperature": temperature, "seed": k}
+        tries = [Job(j.item, j.item_id, [dataclasses.replace(j.requests[0], sampling=sampling)], j.source_uri, j.line)
+                 for j in todo]
+        send(llm, tries, f"{desc}, sampled retry {k}")
+        for job, tried in zip(todo, tries):
+            if tried.results[0].ok:
+                superseded.append((job, job.results[0]))
+                job.results[0] = tried.results[0]
+        tries_all += tries
+    return superseded, tries_all
+
+
 def call_failure_row(call: Call, result, item_id: str) -> QuarantineRow:
     """The quarantine row of a failed call, for ``item_id`` (a memory it was fed, or the call's key)."""
     return failure_row(NAME, result, f"{call.kind} call {call.request.key} failed: {result.detail}", item_id)
@@ -377,7 +406,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "14"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
+    version = "15"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
     # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
     # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
@@ -386,7 +415,8 @@ class SkillsStage(LLMStage):
     # false_game_fact and instance_number in every field ("Heat Fridge" as a title); 10: a statement instead of an
     # instruction, vague_instruction, a lamp that shows contents or helps a search, rooms, a transform at a
     # place that cannot do it, episode_specific; 11: an instruction about wording, a receptacle found somewhere; 12:
-    # a lamp taken out of a drawer; 13: another room, a lock; 14: one rule written for two objects merged
+    # a lamp taken out of a drawer; 13: another room, a lock; 14: one rule written for two objects merged; 15: a
+    # call rejected whole is sampled again (skills.sampled_retries), a wait for a transform (false_game_fact)
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")
@@ -413,6 +443,15 @@ class SkillsStage(LLMStage):
                  for c in plan_calls(mems, env, ctx.config.skills, ctx.config.quality, run.tally,
                                      [t for t in wins if t.env == env])]
         return [Job(c, c.request.key, [c.request]) for c in calls]
+
+    def ask(self, run: LLMRun) -> None:
+        """See :meth:`LLMStage.ask`; then :func:`sampled_retries` for the calls a content rule
+        rejected whole (``skills.sampled_retries`` rounds)."""
+        super().ask(run)
+        cfg = run.ctx.config.skills
+        if cfg.sampled_retries and any(j.failed for j in run.jobs):  # run.ctx.llm starts the LLM: only if needed
+            run.notes["superseded"], run.notes["sampled"] = sampled_retries(
+                run.ctx.llm, run.jobs, cfg.sampled_retries, cfg.retry_temperature, self.name)
 
     def format_output(self, item: Call, values: list[Any], run: LLMRun) -> list[dict[str, Any]]:
         """See :meth:`LLMStage.format_output`: the skill rows of one call's answer (:func:`call_rows`),
@@ -449,6 +488,11 @@ class SkillsStage(LLMStage):
         parent = bank_parent(run.ctx, version, bool(rows))
         used, quarantine = unused_quarantine(run.notes["memories"], run.jobs)
         request_rows = [call_failure_row(j.item, j.failed[0], j.item.request.key) for j in run.jobs if j.failed]
+        # the rejected answers that a sampled retry replaced, and the failed retries: kept with their rule
+        request_rows += [failure_row(NAME, r, f"{j.item.kind} call {r.key}: {r.detail} (replaced by a sampled "
+                                     "retry)", r.key) for j, r in run.notes.get("superseded", [])]
+        request_rows += [failure_row(NAME, r, f"sampled retry of {j.item.kind} call {r.key}: {r.detail}", r.key)
+                         for j in run.notes.get("sampled", []) for r in j.failed]
         n = len(run.notes["all_memories"])
         run.notes.update(version=version, parent=parent)
         return StageOutput(rows=rows, quarantine=quarantine + run.notes["held_out"], rows_in=n, units_in=n,
@@ -483,6 +527,8 @@ class SkillsStage(LLMStage):
                 "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": run.notes["version"], "bank_parent": run.notes["parent"],
+                "sampled_retry": {"calls": len(run.notes.get("sampled", [])),
+                                  "saved": len(run.notes.get("superseded", []))},
                 "quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.request_quarantine))}
 
 

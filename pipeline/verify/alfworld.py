@@ -106,6 +106,30 @@ class AlfworldChecker(Checker):
         return verdict
 
 
+def replay(traj: Trajectory) -> list[Room]:
+    """The state the record shows after each step of ``traj``: ``rooms[i]`` is the room the
+    agent saw at ``steps[i]`` (after its action and observation), so ``rooms[i]`` is what it knew
+    before ``steps[i + 1].action``. Same replay as :meth:`AlfworldChecker.check` (findings are
+    dropped); ``[]`` when the first observation lists no receptacles (no room to replay)."""
+    import copy
+    if not traj.steps or not tx.room_receptacles(traj.steps[0].observation or ""):
+        return []
+    room = Room(set(tx.room_receptacles(traj.steps[0].observation or "")))
+    scratch = Verdict("replay")
+    rooms = [copy.deepcopy(room)]
+    for step in traj.steps[1:]:
+        if step.action is not None and not is_reasoning(step):
+            _step(room, step.index, step.action, step.observation or "", scratch)
+        rooms.append(copy.deepcopy(room))
+    return rooms
+
+
+def goal(traj: Trajectory) -> tuple[str, str, str] | None:
+    """``(task type, object type, receptacle or lamp type)`` of an ALFWorld ``traj`` (its
+    ``game_file`` folder, else its goal sentence), or ``None`` when the sentence fits no template."""
+    return _goal(traj)
+
+
 def _step(room: Room, index: int, action: str, observation: str, verdict: Verdict) -> None:
     """Check one command against ``room``, apply it when the game would run it, read its observation."""
     cmd = tx.parse_command(action)

@@ -514,3 +514,45 @@ def test_a_receptacle_currently_open_before_its_open():
         "says drawer 2 is open, the state this step's action makes"
     assert alignment.misaligned("The drawer 2 is currently closed, so I open it to look for the pen.", pen, 3,
                                 "open drawer 2") is None
+
+
+def test_the_held_object_placed_in_a_receptacle_or_the_agent_at_another_appliance():
+    """Two 1.5B thinks of the sample's puts, the worked example's sentence filled in wrongly: the
+    spraybottle in hand said to be in the cabinet, and the apple put in the fridge from "the
+    microwave". A place named without its number is compared by kind ("the sink" is the
+    sinkbasin; a lamp is no place)."""
+    spray = trajectory("put some spraybottle on toilet.", ["go to cabinet 2", "open cabinet 2",
+                                                           "take spraybottle 2 from cabinet 2", "go to toilet 1",
+                                                           "put spraybottle 2 in/on toilet 1"])
+    assert alignment.misaligned("The spraybottle is in cabinet 2 and I am at the toilet, so I put the spraybottle "
+                                "on the toilet to finish the task.", spray, 4, "put spraybottle 2 in/on toilet 1") == \
+        "says the spraybottle is in or on the cabinet, but the agent holds it"
+    assert alignment.misaligned("I hold the spraybottle and I am at the toilet, so I put it on the toilet.",
+                                spray, 4, "put spraybottle 2 in/on toilet 1") is None
+    # before the take, the spraybottle does lie in the cabinet
+    assert alignment.misaligned("The spraybottle is in cabinet 2, so I take it.", spray, 2,
+                                "take spraybottle 2 from cabinet 2") is None
+    apple = trajectory("put a hot apple in fridge.", ["go to diningtable 1", "take apple 1 from diningtable 1",
+                                                      "go to microwave 1", "heat apple 1 with microwave 1",
+                                                      "go to fridge 1", "put apple 1 in/on fridge 1"], "heat")
+    assert alignment.misaligned("The apple is hot and I am at the microwave, so I put the apple in it to finish "
+                                "the task.", apple, 5, "put apple 1 in/on fridge 1") == \
+        "says the agent is at microwave, but it stands at fridge 1"
+    assert alignment.misaligned("The apple is hot and I am at the fridge, so I put it in to finish the task.",
+                                apple, 5, "put apple 1 in/on fridge 1") is None
+    assert alignment.misaligned("I need to put the hot apple in the fridge. I am currently holding the apple on the "
+                                "diningtable.", apple, 5, "put apple 1 in/on fridge 1") == \
+        "says the agent is at diningtable, but it stands at fridge 1"
+    assert alignment.misaligned("I am holding the apple at the fridge, so I put it in.", apple, 5,
+                                "put apple 1 in/on fridge 1") is None
+    # a search planned for the kind of object in hand; ReAct's recap "Now I find ..." is no plan
+    assert alignment.misaligned("The goal asks for a spraybottle on the toilet, so I need to find one and put it "
+                                "there.", spray, 4, "put spraybottle 2 in/on toilet 1") == \
+        "plans to find a spraybottle, but the agent already holds one"
+    assert alignment.misaligned("Now I find a spraybottle (2). Next, I need to put it in/on toilet 1.", spray, 3,
+                                "go to toilet 1") is None
+    assert alignment.misaligned("I need to find a spraybottle first, so I go to cabinet 2.", spray, 0,
+                                "go to cabinet 2") is None
+    clean = trajectory("put a clean cup in cabinet.", ["go to countertop 1", "take cup 1 from countertop 1",
+                                                       "go to sinkbasin 1", "clean cup 1 with sinkbasin 1"], "clean")
+    assert alignment.misaligned("I'm at the sink, so I wash the cup here.", clean, 3, "clean cup 1 with sinkbasin 1") is None

@@ -135,6 +135,13 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
     [v] = gamefacts.false_fact_violations("think for step 1", "Desklamps are used for cleaning and inspecting objects.")
     assert v.reason == "false_game_fact" and "(the desklamp for cleaning)" in v.detail
     assert gamefacts.false_facts("I go to the fridge to heat the apple.") == ["the fridge to heat"]
+    # the teacher's cool skill, and a ReAct failure thought: the game's cool acts at once
+    assert gamefacts.false_facts("When you need to cool an object, take it to the fridge and wait until it is "
+                                 "cold.") == ["a wait for a transform"]
+    assert gamefacts.false_facts("I can place the pan inside to let it cool down.") == ["a wait for a transform"]
+    assert gamefacts.false_facts("This can be done by waiting for 10-20 minutes or using a cooling device.") \
+        == ["a wait for a transform"]
+    assert gamefacts.false_facts("I cool the pan with the fridge, then wait for nothing and go on.") == []
     # ETO's agent, rightly: a denial, and a clause that names the right tool too
     assert gamefacts.false_facts("The microwave is empty and not suitable for cooling the tomato.") == []
     assert gamefacts.false_facts("I take the mug from the fridge to heat it in the microwave.") == []

@@ -219,6 +219,42 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
     assert all(len(skill_text(r).split()) >= 3 for r in rows)
 
 
+def test_a_call_rejected_whole_is_sampled_again(tmp_path):
+    """skills.sampled_retries: the general call whose every item broke a rule is asked once more
+    at temperature 0.7, seed 1, and its passing answer replaces the rejected one (kept in the
+    quarantine with its rule); the mistakes call fails its retry too and stays quarantined."""
+    from tests.helpers.skills_data import MEMORIES, write_dedupe
+
+    store = ArtifactStore(str(tmp_path), "r1")
+    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
+    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
+    soup = answer({"skills": [{"title": "**1**", "principle": "2 _Apply when: 3 },_", "when_to_apply": "4"}]})
+    diet = answer({"mistakes": [{"description": "A childhood diet", "why_it_happens": "Too much sugar as a child",
+                                 "how_to_avoid": "Eat more vegetables every day"}]})
+    cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
+                               "placing it.", "when_to_apply": "The goal says cool."}]})
+    heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
+                               "before placing it.", "when_to_apply": "The goal says heat."}]})
+    opened = answer({"skills": [{"title": "Open Before Taking", "principle": "Open a closed cabinet or fridge "
+                                 "before taking an object from it.", "when_to_apply": "The receptacle is closed."}]})
+    with ChatStub([soup, soup, cool, heat, diet, diet, opened, diet, diet]) as stub:
+        cfg = PipelineConfig(llm=stub_llm_config(stub))
+        cfg.export.val_fraction = 0.0
+        cfg.skills.sampled_retries = 1
+        res = run_stage("skills", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
+    assert len(stub.requests) == 9
+    assert [(r.get("temperature"), r.get("seed")) for r in stub.requests[6:8]] == [(0.7, 1), (0.7, 1)]
+    assert stub.requests[6]["messages"] == stub.requests[0]["messages"]  # the same prompt, sampled
+    rows = store.require("skills").read_rows()
+    assert [r["title"] for r in rows] == ["Open Before Taking", "Cool In Fridge", "Heat In Microwave"]
+    q = store.require("skills").read_rows(quarantine=True)
+    assert sorted((r["item_id"], r["reason"]) for r in q) == [
+        ("alfworld/general/", "no_words"), ("alfworld/mistake/", "off_topic"), ("alfworld/mistake/", "off_topic")]
+    counters = res.manifest["counters"]
+    assert counters["sampled_retry"] == {"calls": 2, "saved": 1}
+    assert counters["calls_failed"] == {"mistake": 1}
+
+
 def test_a_degenerate_recorded_thought_is_not_used(tmp_path):
     """heat_mug's recorded thought for action 3 replaced by "1.25": it fails no_words, so the LLM
     is asked for all four steps (0-2 and the synthetic done) and the rejection is counted."""

@@ -91,7 +91,11 @@ def test_the_skills_stage_judges_them():
               "when_to_apply": "When you need to use a tool to help with a task."},
              {"title": "Use Desklamp Effectively", "principle": TEACHER_VAGUE[-1][0],
               "when_to_apply": "When looking at objects in light."},
+             {"title": "Cool Objects in Fridge", "principle": "When you need to cool an object, take it to the "
+                                                               "fridge and cool it there.",
+              "when_to_apply": "When the goal says the object must be cooled."},
+             # the teacher's own wording: concrete, but the game has no waiting (its cool acts at once)
              {"title": "Cool Objects in Fridge", "principle": TEACHER_USABLE[2],
               "when_to_apply": "When the goal says the object must be cooled."}]
     reasons = [sorted({v.reason for v in vs}) for vs in judge.judge(items)]
-    assert reasons == [["vague_instruction"], ["false_game_fact", "not_actionable"], []]
+    assert reasons == [["vague_instruction"], ["false_game_fact", "not_actionable"], [], ["false_game_fact"]]

@@ -79,11 +79,16 @@ def test_step_entries_index_convention_and_synthetic_done():
     assert entries[2]["hint"] == "I need to heat the mug first."  # the recorded ReAct thought of action 2
     assert entries[3]["observation"] == "You heat the mug 1 using the microwave 1."
     assert entries[3]["admissible"] == ["look", "done"]
+    # where things stand before each action, from the observations so far
+    assert entries[0]["state"].startswith("in the middle of the room, holding nothing; no mug seen yet.")
+    assert entries[1]["state"] == ("at cabinet 1, holding nothing; mug 1 was seen at cabinet 1. "
+                                   "Still to do: take it, heat it with a microwave, put it in/on a cabinet.")
     assert len(distill.step_entries(traj, None)) == 3
     # the action comes first: shown after the observation, the teacher explained the observation's action
     assert distill.render_entry(entries[2]) == (
         "[step_index 2] Action to explain: heat mug 1 with microwave 1\n"
         "What it does: heats mug 1 with microwave 1\n"
+        "Where things stand: at cabinet 1, holding mug 1. Still to do: heat it with a microwave, put it in/on a cabinet.\n"
         "Observation before it: You pick up the mug 1 from the cabinet 1.\n"
         "Admissible actions: go to microwave 1, put mug 1 in/on cabinet 1\n"
         "Recorded thought (hint): I need to heat the mug first.")
