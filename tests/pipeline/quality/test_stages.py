@@ -184,11 +184,9 @@ def test_source_thoughts_ignore_asks_the_llm(eto_store):
     assert res.manifest["counts"]["quarantine_reasons"] == {"http_error": 3}
 
 
-def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_path):
-    """The general skills of the issue (``**1**: 2 _Apply when: 3 },_``) and a mistake about a
-    childhood diet: both calls are repaired once, then quarantined; the bank keeps only worded,
-    on-topic skills from the category calls."""
-    from pipeline.bank.merge import skill_text
+def skills_case(tmp_path):
+    """A store with the memories of the skills fixtures, and the stub's answers: a general call in
+    markdown soup, a mistake about a childhood diet, one good cool and one good heat skill."""
     from tests.helpers.skills_data import MEMORIES, write_dedupe
 
     store = ArtifactStore(str(tmp_path), "r1")
@@ -201,6 +199,16 @@ def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_pa
                                "placing it.", "when_to_apply": "The goal says cool."}]})
     heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
                                "before placing it.", "when_to_apply": "The goal says heat."}]})
+    return store, soup, diet, cool, heat
+
+
+def test_aggregate_quarantines_the_issue_skills_and_keeps_the_bank_worded(tmp_path):
+    """The general skills of the issue (``**1**: 2 _Apply when: 3 },_``) and a mistake about a
+    childhood diet: both calls are repaired once, then quarantined; the bank keeps only worded,
+    on-topic skills from the category calls."""
+    from pipeline.bank.merge import skill_text
+
+    store, soup, diet, cool, heat = skills_case(tmp_path)
     with ChatStub([soup, soup, cool, heat, diet, diet]) as stub:
         cfg = PipelineConfig(llm=stub_llm_config(stub))
         cfg.export.val_fraction = 0.0
@@ -223,18 +231,7 @@ def test_a_call_rejected_whole_is_sampled_again(tmp_path):
     """skills.sampled_retries: the general call whose every item broke a rule is asked once more
     at temperature 0.7, seed 1, and its passing answer replaces the rejected one (kept in the
     quarantine with its rule); the mistakes call fails its retry too and stays quarantined."""
-    from tests.helpers.skills_data import MEMORIES, write_dedupe
-
-    store = ArtifactStore(str(tmp_path), "r1")
-    write_dedupe(store, {m["trajectory_id"]: f"kitchen-{i}" for i, m in enumerate(MEMORIES, 1)})
-    write_upstream(store, "memory", MEMORIES, MEMORY_SCHEMA)
-    soup = answer({"skills": [{"title": "**1**", "principle": "2 _Apply when: 3 },_", "when_to_apply": "4"}]})
-    diet = answer({"mistakes": [{"description": "A childhood diet", "why_it_happens": "Too much sugar as a child",
-                                 "how_to_avoid": "Eat more vegetables every day"}]})
-    cool = answer({"skills": [{"title": "Cool In Fridge", "principle": "Cool the object with the fridge before "
-                               "placing it.", "when_to_apply": "The goal says cool."}]})
-    heat = answer({"skills": [{"title": "Heat In Microwave", "principle": "Heat the object with the microwave "
-                               "before placing it.", "when_to_apply": "The goal says heat."}]})
+    store, soup, diet, cool, heat = skills_case(tmp_path)
     opened = answer({"skills": [{"title": "Open Before Taking", "principle": "Open a closed cabinet or fridge "
                                  "before taking an object from it.", "when_to_apply": "The receptacle is closed."}]})
     with ChatStub([soup, soup, cool, heat, diet, diet, opened, diet, diet]) as stub:
