@@ -414,7 +414,8 @@ def false_facts(text: str) -> list[str]:
         tool = act.singular(tok)
         if tool not in TOOL_DOES:
             continue
-        end = next((q for q in range(j + 1, len(tokens)) if tokens[q] in (".", ";", "!", "?")), len(tokens))
+        # a comma ends the tool's clause too: "before putting it in the fridge, I need to heat it" is no fridge that heats
+        end = next((q for q in range(j + 1, len(tokens)) if tokens[q] in (".", ";", "!", "?", ",")), len(tokens))
         clause = tokens[j + 1:min(end, j + 9)]
         for q in range(1, len(clause)):
             concept = act.VERBS.get(clause[q])

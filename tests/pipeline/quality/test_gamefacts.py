@@ -135,6 +135,9 @@ def test_a_lamp_in_a_drawer_or_a_tool_that_does_another_transform():
     [v] = gamefacts.false_fact_violations("think for step 1", "Desklamps are used for cleaning and inspecting objects.")
     assert v.reason == "false_game_fact" and "(the desklamp for cleaning)" in v.detail
     assert gamefacts.false_facts("I go to the fridge to heat the apple.") == ["the fridge to heat"]
+    # a sampled think of the teacher: the fridge ends its clause, the heat is another one
+    assert gamefacts.false_facts("The goal asks for the apple to be hot, so before putting it in the fridge, I need "
+                                 "to heat it first.") == []
     # the teacher's cool skill, and a ReAct failure thought: the game's cool acts at once
     assert gamefacts.false_facts("When you need to cool an object, take it to the fridge and wait until it is "
                                  "cold.") == ["a wait for a transform"]
