@@ -36,6 +36,7 @@ from pipeline.quality import Violation
 from pipeline.quality import actions as act
 from pipeline.quality.echo import STOP
 from pipeline.quality.grounding import entities
+from pipeline.verify import alfworld_text as tx
 
 #: The game's own second-person text inside a think: "On the cabinet 1, you see a cloth 1",
 #: "You pick up the spraybottle 2 from the cabinet 2" (the 1.5B teacher quoting observations),
@@ -472,11 +473,11 @@ def _held(traj: Trajectory, i: int) -> str | None:
     """The kind of object the agent holds before action ``i`` ("spraybottle"): taken by the last
     ``take`` among ``traj.actions[:i]`` and not put down since, else ``None``."""
     for a in reversed(traj.actions[:i]):
-        low = (a or "").lower()
-        if low.startswith(("put ", "move ")):
+        cmd = tx.parse_command(a or "")
+        if cmd is not None and cmd.verb == "put":
             return None
-        if low.startswith("take ") and " from " in low:
-            return low[5:].split(" from ")[0].split()[0]
+        if cmd is not None and cmd.verb == "take":
+            return tx.name_type(cmd.args[0])
     return None
 
 

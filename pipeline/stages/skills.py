@@ -30,9 +30,9 @@ The reference built its bank from every trajectory and split nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 

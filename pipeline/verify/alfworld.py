@@ -31,6 +31,7 @@ observation is a room description; others (abstracted memories, SkillRL rollouts
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,14 +95,14 @@ class AlfworldChecker(Checker):
             if step.action is None or is_reasoning(step):
                 continue
             _step(room, step.index, step.action, step.observation or "", verdict)
-        goal = _goal(traj)
-        if goal is None:
+        wanted = goal(traj)
+        if wanted is None:
             verdict.note = "goal not read from the task type or sentence"
             return verdict
-        verdict.goal_reached = _reached(room, *goal)
+        verdict.goal_reached = _reached(room, *wanted)
         if not verdict.goal_reached:
             last = traj.steps[-1].index
-            verdict.add(last, "goal_not_reached", "goal", f"task {goal[0]!r}: {_goal_text(*goal)} is not "
+            verdict.add(last, "goal_not_reached", "goal", f"task {wanted[0]!r}: {_goal_text(*wanted)} is not "
                         "true after the last step")
         return verdict
 
@@ -111,7 +112,6 @@ def replay(traj: Trajectory) -> list[Room]:
     agent saw at ``steps[i]`` (after its action and observation), so ``rooms[i]`` is what it knew
     before ``steps[i + 1].action``. Same replay as :meth:`AlfworldChecker.check` (findings are
     dropped); ``[]`` when the first observation lists no receptacles (no room to replay)."""
-    import copy
     if not traj.steps or not tx.room_receptacles(traj.steps[0].observation or ""):
         return []
     room = Room(set(tx.room_receptacles(traj.steps[0].observation or "")))
@@ -122,12 +122,6 @@ def replay(traj: Trajectory) -> list[Room]:
             _step(room, step.index, step.action, step.observation or "", scratch)
         rooms.append(copy.deepcopy(room))
     return rooms
-
-
-def goal(traj: Trajectory) -> tuple[str, str, str] | None:
-    """``(task type, object type, receptacle or lamp type)`` of an ALFWorld ``traj`` (its
-    ``game_file`` folder, else its goal sentence), or ``None`` when the sentence fits no template."""
-    return _goal(traj)
 
 
 def _step(room: Room, index: int, action: str, observation: str, verdict: Verdict) -> None:
@@ -263,8 +257,9 @@ def _canonical(room: Room, name: str) -> str:
     return next((r for r in room.receptacles if tx.squash(r) == tx.squash(name)), name)
 
 
-def _goal(traj: Trajectory) -> tuple[str, str, str] | None:
-    """``(task type, object type, receptacle type)`` of ``traj``, or ``None``."""
+def goal(traj: Trajectory) -> tuple[str, str, str] | None:
+    """``(task type, object type, receptacle or lamp type)`` of an ALFWorld ``traj`` (its
+    ``game_file`` folder, else its goal sentence), or ``None`` when the sentence fits no template."""
     names = tx.goal_names(traj.task)
     if names is None:
         return None

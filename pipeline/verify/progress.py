@@ -61,16 +61,21 @@ def _done_puts(room: alf.Room, obj: str, rec: str, prop: str | None) -> int:
                 and (prop is None or prop in room.props.get(o, set()))})
 
 
+def _free(room: alf.Room, obj: str) -> list[str]:
+    """Objects of type ``obj`` seen so far that the agent neither holds nor has put in place."""
+    placed = {o for o, _ in room.placed}
+    return [o for o in _of_type(room.seen, obj) if o != room.held and o not in placed]
+
+
 def _seen(room: alf.Room, obj: str, rec: str, kind: str) -> str:
     """What the record shows of the goal's object type (and of the lamp, for the look task)."""
-    placed = {o for o, _ in room.placed}
-    free = [o for o in _of_type(room.seen, obj) if o != room.held and o not in placed]
+    free = _free(room, obj)
     if room.held and _is(room.held, obj):
         text = ""  # the holding part says it
     elif free:
         at = room.where(free[0])
         text = f"{free[0]} was seen" + (f" at {at}" if at else "")
-    elif _of_type(placed, obj):
+    elif any(_is(o, obj) for o, _ in room.placed):
         text = f"no other {obj} seen yet"
     else:
         text = f"no {obj} seen yet"
@@ -95,8 +100,7 @@ def _todo(room: alf.Room, kind: str, obj: str, rec: str) -> str:
     if kind != "look_at_obj_in_light" and puts >= (2 if kind == "pick_two_obj_and_place" else 1):
         return "nothing: the goal is met"
     holding = room.held is not None and _is(room.held, obj)
-    placed = {o for o, _ in room.placed}
-    seen = any(o != room.held and o not in placed for o in _of_type(room.seen, obj))
+    seen = bool(_free(room, obj))
     plan = [f"find {'a second ' + obj if puts else _a(obj)}", "take it"]
     if transform:
         plan.append(f"{transform} it with {_a(_APPLIANCE[transform])}")
