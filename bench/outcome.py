@@ -40,15 +40,15 @@ arm and whether its interval separates from each other arm's. The same figures g
 ``<root>/outcome.json``, which ``skillpipe report`` of any of the arms' runs shows in its
 Training section.
 
-CPU budget (defaults): game ``coin`` with two rooms, no doors and no distractors, 40 training
-games at noise 0.1, LLM calls capped at 400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4
-(cosine, rank-16 LoRA), 60 evaluation games per arm of at most 4 actions and 64 new tokens, one
-torch thread. Measured phases of the earlier two-arm run (2026-12-02, 135M teacher, load 1-5):
-rollouts 6 s, memory 502 s, distill 246-575 s, base eval 466 s per 30 games, SFT 955 s per 60
-steps, SFT eval 192 s per 30 games. The four-arm run has not been timed: from those figures it
-needs about 90 min on 2 shared cores (3 SFTs and 4 evaluations of 60 games), over the 60-minute
-target; ``--arms`` runs a subset, and a stronger teacher makes memory and distill slower.
-``--quick`` shrinks every budget (a smoke run of a few minutes; fewer than 60 games).
+CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
+``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
+rooms, 0 of 30 on ``twc`` with two items), 24 training games at noise 0.1, LLM calls capped at
+400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4 (cosine, rank-16 LoRA), 60 evaluation
+games per arm of at most 8 actions and 96 new tokens (room for a think of
+``distill.max_think_chars``), one torch thread per job and two jobs at once (``--jobs``: the
+arms' SFT and evaluation run in two worker processes, one core each). Measured phases are in
+README -> Benchmarks. ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of
+a few minutes; fewer than 60 games).
 """
 from __future__ import annotations
 
@@ -87,19 +87,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--arms", default=",".join(a.name for a in ARMS),
                    help="comma-separated arms to run (the skills arm's data are always built: the others copy them)")
     p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
-    p.add_argument("--game-params", default="numLocations=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
+    p.add_argument("--game-params", default="numLocations=4,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
                    help="TextWorld Express game parameters")
-    p.add_argument("--train-tasks", type=int, default=40, help="training games (train fold seeds 0..N-1)")
+    p.add_argument("--train-tasks", type=int, default=24, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
-    p.add_argument("--rollout-max-steps", type=int, default=12, help="actions per expert rollout")
+    p.add_argument("--rollout-max-steps", type=int, default=16, help="actions per expert rollout")
     p.add_argument("--sft-steps", type=int, default=40, help="SFT optimizer steps")
     p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
     p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
     p.add_argument("--eval-episodes", type=int, default=60, help="held-out games per arm")
     p.add_argument("--eval-seed0", type=int, default=100, help="first dev-fold seed of the evaluation")
-    p.add_argument("--eval-max-steps", type=int, default=4, help="actions per evaluation game")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens the policy may generate per action")
+    p.add_argument("--eval-max-steps", type=int, default=8, help="actions per evaluation game")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
     p.add_argument("--grpo", action="store_true", help="also GRPO from the best SFT arm's checkpoint, then evaluate it")
@@ -109,6 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
+    p.add_argument("--jobs", type=int, default=2, help="arms trained and evaluated at once, each in its own process "
+                                                        "with --threads torch threads (1 = one after the other)")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
     a = p.parse_args(argv)
     try:
@@ -128,6 +130,7 @@ class Timer:
 
     def __init__(self):
         self.phases: list[tuple[str, float]] = []
+        self.t0 = time.monotonic()
 
     def run(self, name: str, fn, *args, **kwargs):
         t0 = time.monotonic()
@@ -403,7 +406,7 @@ def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, li
                      "eval": {k: r["eval"][k] for k in keep if k in r["eval"]} if r.get("eval") else None,
                      "why": r.get("why", ""), "data": r.get("data")} for r in rows],
            "where_skills_used": where, "verdict": lines,
-           "wall_s": {name: round(sec) for name, sec in timer.phases}}
+           "wall_s": {**{name: round(sec) for name, sec in timer.phases}, "total": round(time.monotonic() - timer.t0)}}
     path = os.path.join(a.root, RESULT_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -417,13 +420,46 @@ def exported_pairs(results: list) -> int:
     return int(next((r.manifest.get("counts", {}).get("out") or 0 for r in results if r.stage == "export"), 0))
 
 
-def train_and_eval(a: argparse.Namespace, timer: Timer, results: list, name: str, run_id: str) -> tuple[dict, dict]:
-    """SFT and eval of one run's export; ``({}, None)`` when it has no pair."""
-    if not exported_pairs(results):
+def arm_job(a: argparse.Namespace, name: str, run_id: str, pairs: int) -> tuple[list[tuple[str, float]], dict | None]:
+    """The torch part of one arm, run in a worker process: SFT on the export of ``run_id`` then
+    the held-out eval (a trained arm with ``pairs`` > 0), or the eval of the base model (``base``).
+    Returns the worker's timed phases and the eval summary (None: no pair, nothing trained)."""
+    if a.threads:
+        import torch
+        torch.set_num_threads(a.threads)
+    timer = Timer()
+    if name == "base":
+        return timer.phases, timer.run("4 eval base", evaluate, a, "base")
+    if not pairs:
         print(f"--- {name}: the export has no SFT pair; no SFT, no eval", flush=True)
-        return {}, None
-    fit = timer.run(f"3 SFT ({name})", sft, a, run_id)
-    return fit, timer.run(f"4 eval {name}", evaluate, a, layout.SFT_STEP, run_id)
+        return timer.phases, None
+    timer.run(f"3 SFT ({name})", sft, a, run_id)
+    return timer.phases, timer.run(f"4 eval {name}", evaluate, a, layout.SFT_STEP, run_id)
+
+
+def run_arm_jobs(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str, int]]) -> dict[str, dict | None]:
+    """:func:`arm_job` of each ``(name, run_id, pairs)``, ``a.jobs`` at a time in spawned worker
+    processes (one after the other in this process when ``a.jobs`` is 1); returns each arm's eval
+    summary. The workers' phases join ``timer`` and a ``3-4 arms`` phase records the wall time of
+    all of them (the phases of parallel workers overlap)."""
+    t0 = time.monotonic()
+    out: dict[str, dict | None] = {}
+    if a.jobs <= 1 or len(jobs) <= 1:
+        for name, run_id, pairs in jobs:
+            phases, out[name] = arm_job(a, name, run_id, pairs)
+            timer.phases += phases
+    else:
+        import concurrent.futures
+        import importlib
+        import multiprocessing
+        job = importlib.import_module("bench.outcome").arm_job  # by module name, so a spawned worker can import it
+        with concurrent.futures.ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = {name: ex.submit(job, a, name, run_id, pairs) for name, run_id, pairs in jobs}
+            for name, fut in futures.items():
+                phases, out[name] = fut.result()
+                timer.phases += phases
+    timer.phases.append(("3-4 arms (wall)", time.monotonic() - t0))
+    return out
 
 
 def skills_citations(a: argparse.Namespace, bank_rows: list[dict]) -> dict | None:
@@ -465,7 +501,7 @@ def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q:
     print("\n== wall time ==")
     for name, sec in timer.phases:
         print(f"  {name:28s} {sec:7.0f} s")
-    print(f"  {'total':28s} {sum(s for _, s in timer.phases):7.0f} s")
+    print(f"  {'total (wall)':28s} {time.monotonic() - timer.t0:7.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -485,17 +521,17 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = timer.run(f"2b data ({name} arm)", arm_data, a, arm(name))
     bank = ArtifactStore(a.root, a.run_id).load("skills")
     bank_rows = bank.read_rows() if bank else []
-    rows, evals = [], {}
-    for which in ARMS:
-        if which.name not in a.arms:
-            continue
+    chosen = [w for w in ARMS if w.name in a.arms]
+    # the longest jobs first (SFT then eval), the base eval last, so two workers finish together
+    jobs = [(w.name, w.run_id(a.run_id), exported_pairs(results[w.name])) for w in chosen if w.trained]
+    jobs += [(w.name, w.run_id(a.run_id), 0) for w in chosen if not w.trained]
+    evals = run_arm_jobs(a, timer, jobs)
+    rows = []
+    for which in chosen:
         row = {"name": which.name, "label": which.label, "run_id": which.run_id(a.run_id), "trained": which.trained}
         if which.trained:
-            _, evals[which.name] = train_and_eval(a, timer, results[which.name], which.name, row["run_id"])
             row["data"] = data_figures(a.root, row["run_id"], bank_rows)
             row["why"] = "" if evals[which.name] else "no SFT pair"
-        else:
-            evals["base"] = timer.run("4 eval base", evaluate, a, "base")
         row["eval"] = evals[which.name]
         rows.append(row)
     trained = {k: v for k, v in evals.items() if v is not None and k != "base"}

@@ -82,7 +82,8 @@ def test_result_file_holds_every_arm_and_the_verdict(tmp_path):
     assert [r["run_id"] for r in doc["arms"]] == ["o", "o"] and doc["arms"][1]["data"] == {"pairs": 3}
     assert doc["arms"][1]["eval"]["success_ci95"] == [0.6277, 0.8422] and "per_game" not in doc["arms"][1]["eval"]
     assert doc["budget"]["eval_episodes"] == 60 and doc["eval_seeds"] == [100, 159] and doc["verdict"] == ["outcome: x"]
-    assert doc["wall_s"] == {"4 eval base": 12} and doc["where_skills_used"] == {"step_rate": 0.5}
+    assert doc["wall_s"]["4 eval base"] == 12 and set(doc["wall_s"]) == {"4 eval base", "total"}
+    assert doc["where_skills_used"] == {"step_rate": 0.5}
     assert "CPUs" in doc["machine"] and doc["date"][:2] == "20"
 
 
@@ -153,3 +154,30 @@ def test_action_only_control_trains_on_every_step_without_an_llm(tmp_path):
     assert {p["think"] for p in pairs} == {""} and all(p["output"].startswith("<think></think>\n<action>")
                                                        for p in pairs)
     assert all(r["model"] == "none" for r in ArtifactStore(str(tmp_path), "o-actions").require("distill").read_rows())
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_arm_jobs_in_workers_return_each_arms_result(tmp_path, jobs):
+    # an arm whose export has no pair trains nothing: the worker plumbing without a model
+    a = outcome.parse_args(["--root", str(tmp_path), "--run-id", "w", "--jobs", str(jobs)])
+    timer = outcome.Timer()
+    evals = outcome.run_arm_jobs(a, timer, [("actions", "w-actions", 0), ("thinks", "w-noskills", 0)])
+    assert evals == {"actions": None, "thinks": None}
+    assert [name for name, _ in timer.phases] == ["3-4 arms (wall)"]
+
+
+def test_pilot_candidates_parse_and_name_known_games():
+    pilot_spec = importlib.util.spec_from_file_location("outcome_pilot", os.path.join(ROOT, "bench", "outcome_pilot.py"))
+    pilot = importlib.util.module_from_spec(pilot_spec)
+    pilot_spec.loader.exec_module(pilot)
+    from sft.eval import eval_config
+    parsed = [pilot.parse_candidate(c) for c in pilot.CANDIDATES]
+    assert parsed[1] == ("coin", "numLocations=4,numDistractorItems=0,includeDoors=0,limitInventorySize=0", 8)
+    for game, params, steps in parsed:  # each is a setting the evaluation accepts
+        assert eval_config(games=game, game_params=params, max_steps=steps).max_steps == steps
+    # the experiment's default is the setting the pilot picked
+    a = outcome.parse_args([])
+    assert (a.game, a.game_params, a.eval_max_steps) == parsed[1]
+    for bad in ("coin", "coin:x=1", "coin:x=1:eight"):
+        with pytest.raises(ValueError, match="game:params:eval_max_steps"):
+            pilot.parse_candidate(bad)
