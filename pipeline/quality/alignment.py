@@ -140,6 +140,8 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) \
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
+    if traj.env == "textworld" and (other := _textworld_other_move(think, action)):
+        return other
     mentions = act.text_mentions(think, nouns)
     if traj.env == "alfworld" and (elsewhere := _alfworld_elsewhere(think, traj, i, action, own, mentions, current)):
         return elsewhere
@@ -149,6 +151,47 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         _opposite_purpose(tokens, traj.task) or \
         _says_it_does_another(tokens, mentions, current, earlier[-1:], action, concepts) or \
         _explains_previous(tokens, mentions, current, earlier[-1:], action)
+
+
+#: "I", "I'll", "I should", "I need to" ... before a verb: a TextWorld agent's own move now.
+_TW_I = r"\bi(?:'ll|'m going to| will| should| must| can| need to| have to| want to| decide to| am going to)?\s+"
+_TW_DIRS = ("north", "south", "east", "west")
+_TW_DIR = r"(" + "|".join(_TW_DIRS) + r")"
+#: What a TextWorld think says the agent does now, as (kind, argument): a move (its direction, or
+#: "" for "move to another room"), a look around, a take, an inventory check.
+_TW_INTENTS = (
+    ("move", re.compile(_TW_I + r"(?:move|go|head|walk)\s+(?:to\s+the\s+)?" + _TW_DIR + r"\b")),
+    ("move", re.compile(r"\bmoving\s+" + _TW_DIR + r"\s+(?:seems|is|would|makes)\b")),
+    ("move", re.compile(_TW_I + r"(?:move|go|head)\s+(?:to|into)\s+(another|a\s+different|the\s+next)\s+room\b")),
+    ("look", re.compile(_TW_I + r"(?:look|looked)\s+around\b()")),
+    ("take", re.compile(_TW_I + r"(?:take|pick\s+up|grab)\b()")),
+    ("inventory", re.compile(_TW_I + r"(?:check\s+(?:my\s+)?inventory|inventory)\b()")),
+)
+
+
+def _textworld_other_move(think: str, action: str) -> str | None:
+    """Why a TextWorld think says the agent does something else now, else ``None``: it states
+    at least one intent of :data:`_TW_INTENTS` and none is this step's ``move <dir>``, ``look
+    around``, ``take ...`` or ``inventory`` (other commands are not judged). Seen with the 1.5B
+    teacher on ``coin``: "I should look around to see if there are any clues" for ``move south``,
+    "Moving south seems like a good direction." for ``take coin``; a move "to another room"
+    matches any direction."""
+    words = (action or "").lower().split()
+    kind = words[0] if words and words[0] in ("move", "look", "take", "inventory") else None
+    if kind is None or (kind == "look" and words[1:2] != ["around"]):
+        return None
+    text = " ".join(think.lower().replace("\u2019", "'").split())
+    said = [(k, hit.group(1).strip(), hit.start()) for k, rx in _TW_INTENTS for hit in rx.finditer(text)]
+    if not said:
+        return None
+    arg = words[1] if kind == "move" and len(words) > 1 else ""
+    # a move with no direction ("to another room") matches any move
+    if any(k == kind and (k != "move" or a not in _TW_DIRS or a == arg) for k, a, _ in said):
+        return None
+    k, a, _ = min(said, key=lambda x: x[2])  # the first intent the think states
+    told = {"move": f"move {a}" if a in _TW_DIRS else "move to another room", "look": "look around",
+            "take": "take something", "inventory": "check its inventory"}[k]
+    return f"says the agent will {told}, but this step's action is {action!r}"
 
 
 def _command_concepts(traj: Trajectory) -> frozenset[str]:

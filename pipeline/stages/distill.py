@@ -446,7 +446,7 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
-    version = "28"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
+    version = "29"  # think_unrelated; think_misaligned: present-tense retelling, opposite purpose; 5: a think
     # one step late (the previous action's plan); 6: rejected steps asked again one per call; 7: a WebShop
     # search told before a click, a go to or look at another receptacle, two-word names read as one,
     # false_comparison, a transform planned again, a WebShop click one step late; 8: each step shows its
@@ -467,7 +467,8 @@ class DistillStage(LLMStage):
     # 24: "I opened drawer 2" after an open of drawer 1 is no recap; 25: "is currently open" is a state claim;
     # 26: each ALFWorld step says where things stand (place, object held, goal object seen, what is left);
     # the held object said to lie in a receptacle or to be found, the agent "at the microwave" at the fridge;
-    # 27: "I am currently holding the apple on the diningtable" at the fridge; 28: a comma ends a tool's clause
+    # 27: "I am currently holding the apple on the diningtable" at the fridge; 28: a comma ends a tool's clause;
+    # 29: a TextWorld think that says the agent looks around, moves elsewhere or takes when its action is another
     # in false_game_fact ("before putting it in the fridge, I need to heat it" is no fridge that heats)
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA

@@ -556,3 +556,36 @@ def test_the_held_object_placed_in_a_receptacle_or_the_agent_at_another_applianc
     clean = trajectory("put a clean cup in cabinet.", ["go to countertop 1", "take cup 1 from countertop 1",
                                                        "go to sinkbasin 1", "clean cup 1 with sinkbasin 1"], "clean")
     assert alignment.misaligned("I'm at the sink, so I wash the cup here.", clean, 3, "clean cup 1 with sinkbasin 1") is None
+
+
+COIN = Trajectory("c", "textworld", "e", "find the coin", "find_coin", "success", 1.0,
+                  [Step(0, None, "You are in the kitchen.")] + [Step(i, a, "ok") for i, a in
+                                                               enumerate(["look around", "move south", "take coin"], 1)],
+                  "u", "f", 0)
+
+
+@pytest.mark.parametrize("think, i, action, why", [
+    # written by the 1.5B teacher on coin, with a "Look Around" skill in the prompt
+    ("I am now in the pantry and I need to find the coin. I should look around to see if there are any objects.", 1,
+     "move south", "says the agent will look around, but this step's action is 'move south'"),
+    ("To find the coin, I need to move into another room. Moving south seems like a good direction.", 2, "take coin",
+     "says the agent will move to another room, but this step's action is 'take coin'"),
+    ("I should move north, then I will look around.", 1, "move south",
+     "says the agent will move north, but this step's action is 'move south'"),
+    ("I will look around the kitchen first to see if there is anything interesting.", 1, "move south",
+     "says the agent will look around, but this step's action is 'move south'"),
+])
+def test_a_textworld_think_that_does_something_else(think, i, action, why):
+    assert alignment.misaligned(think, COIN, i, action) == why
+
+
+@pytest.mark.parametrize("think, i, action", [
+    ("I have not looked around yet, but the kitchen has no coin. I should move south to explore.", 1, "move south"),
+    ("The coin is not here, so I need to move to another room.", 1, "move south"),
+    ("I look around the kitchen to find the coin.", 0, "look around"),
+    ("The coin is right here. I take it, then I will move north to leave.", 2, "take coin"),
+    ("I am in the kitchen and I need to find the coin.", 0, "look around"),  # no intent: not judged
+    ("I should move north next.", 0, "open door to north"),  # a command the rule does not know
+])
+def test_a_textworld_think_about_its_own_step_passes(think, i, action):
+    assert alignment.misaligned(think, COIN, i, action) is None
