@@ -437,11 +437,18 @@ def arm_job(a: argparse.Namespace, name: str, run_id: str, pairs: int) -> tuple[
     return timer.phases, timer.run(f"4 eval {name}", evaluate, a, layout.SFT_STEP, run_id)
 
 
+#: Deadline of one arm's worker process (SFT plus 60-game eval took at most 36 min on 2 cores).
+ARM_JOB_TIMEOUT_S = 4 * 3600.0
+
+
 def run_arm_jobs(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str, int]]) -> dict[str, dict | None]:
-    """:func:`arm_job` of each ``(name, run_id, pairs)``, ``a.jobs`` at a time in spawned worker
-    processes (one after the other in this process when ``a.jobs`` is 1); returns each arm's eval
-    summary. The workers' phases join ``timer`` and a ``3-4 arms`` phase records the wall time of
-    all of them (the phases of parallel workers overlap)."""
+    """:func:`arm_job` of each ``(name, run_id, pairs)``, ``a.jobs`` at a time, each in a child
+    ``python bench/outcome.py --arm-job FILE`` (one after the other in this process when
+    ``a.jobs`` is 1); returns each arm's eval summary. The workers' phases join ``timer`` and a
+    ``3-4 arms`` phase records the wall time of all of them (the phases of parallel workers
+    overlap). Raises ``RuntimeError`` naming the arm when a worker fails, and
+    :class:`pipeline.core.waits.WaitTimeout` when one runs past :data:`ARM_JOB_TIMEOUT_S`
+    (then every worker is killed)."""
     t0 = time.monotonic()
     out: dict[str, dict | None] = {}
     if a.jobs <= 1 or len(jobs) <= 1:
@@ -449,17 +456,59 @@ def run_arm_jobs(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str,
             phases, out[name] = arm_job(a, name, run_id, pairs)
             timer.phases += phases
     else:
-        import concurrent.futures
-        import importlib
-        import multiprocessing
-        job = importlib.import_module("bench.outcome").arm_job  # by module name, so a spawned worker can import it
-        with concurrent.futures.ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            futures = {name: ex.submit(job, a, name, run_id, pairs) for name, run_id, pairs in jobs}
-            for name, fut in futures.items():
-                phases, out[name] = fut.result()
-                timer.phases += phases
+        out = _arm_workers(a, timer, jobs)
     timer.phases.append(("3-4 arms (wall)", time.monotonic() - t0))
     return out
+
+
+def _arm_workers(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str, int]]) -> dict[str, dict | None]:
+    """:func:`run_arm_jobs` with child processes: each gets a job file (the options and its arm)
+    and writes its result next to it."""
+    import tempfile
+    from pipeline.core.waits import WaitTimeout, wait_exit
+    os.makedirs(a.root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="arm-jobs-", dir=a.root)
+    todo, running, out = list(jobs), {}, {}
+    try:
+        while todo or running:
+            while todo and len(running) < a.jobs:
+                name, run_id, pairs = todo.pop(0)
+                path = os.path.join(work, f"{name}.json")
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump({"args": vars(a), "name": name, "run_id": run_id, "pairs": pairs}, f)
+                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--arm-job", path])
+                running[name] = (proc, path, time.monotonic())
+            for name, (proc, path, started) in list(running.items()):
+                if proc.poll() is None:
+                    if time.monotonic() - started > ARM_JOB_TIMEOUT_S:
+                        raise WaitTimeout(f"outcome arm job {name}", proc.pid, ARM_JOB_TIMEOUT_S)
+                    continue
+                del running[name]
+                if proc.returncode != 0:
+                    raise RuntimeError(f"the {name} arm's worker failed (exit status {proc.returncode}); its "
+                                       f"output is above")
+                with open(path + ".out", encoding="utf-8") as f:
+                    res = json.load(f)
+                timer.phases += [tuple(p) for p in res["phases"]]
+                out[name] = res["eval"]
+            time.sleep(1.0)
+    finally:
+        for proc, _, _ in running.values():  # an error or a deadline: leave no worker behind
+            proc.kill()
+            wait_exit(proc, "outcome arm job", 30, killed=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def arm_job_main(path: str) -> int:
+    """Entry of one worker (``--arm-job FILE``): :func:`arm_job` of the job file's arm, its result
+    written to ``FILE.out``."""
+    with open(path, encoding="utf-8") as f:
+        job = json.load(f)
+    phases, summary = arm_job(argparse.Namespace(**job["args"]), job["name"], job["run_id"], job["pairs"])
+    with open(path + ".out", "w", encoding="utf-8") as f:
+        json.dump({"phases": phases, "eval": summary}, f, default=str)
+    return 0
 
 
 def skills_citations(a: argparse.Namespace, bank_rows: list[dict]) -> dict | None:
@@ -507,6 +556,9 @@ def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q:
 def main(argv: list[str] | None = None) -> int:
     """Run the arms named by ``--arms`` and print the table; returns the exit code."""
     from pipeline.core.artifacts import ArtifactStore
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--arm-job"] and len(argv) == 2:  # a worker of run_arm_jobs
+        return arm_job_main(argv[1])
     a = parse_args(argv)
     if a.threads:
         import torch
