@@ -163,7 +163,7 @@ _TW_INTENTS = (
     ("move", re.compile(_TW_I + r"(?:move|go|head|walk)\s+(?:to\s+the\s+)?" + _TW_DIR + r"\b")),
     ("move", re.compile(r"\bmoving\s+" + _TW_DIR + r"\s+(?:seems|is|would|makes)\b")),
     ("move", re.compile(_TW_I + r"(?:move|go|head)\s+(?:to|into)\s+(another|a\s+different|the\s+next)\s+room\b")),
-    ("look", re.compile(_TW_I + r"(?:look|looked)\s+around\b()")),
+    ("look", re.compile(_TW_I + r"look\s+around\b()")),  # "I looked around" is a recap, no intent
     ("take", re.compile(_TW_I + r"(?:take|pick\s+up|grab)\b()")),
     ("inventory", re.compile(_TW_I + r"(?:check\s+(?:my\s+)?inventory|inventory)\b()")),
 )
