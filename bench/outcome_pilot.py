@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "outcome_pilot"), help="folder for the pilot runs")
     p.add_argument("--candidates", default=";".join(CANDIDATES),
                    help="';'-separated game:params:eval_max_steps settings")
-    p.add_argument("--train-tasks", type=int, default=24, help="training games per candidate (bench/outcome.py's default)")
+    p.add_argument("--train-tasks", type=int, default=20, help="training games per candidate (bench/outcome.py's default)")
     p.add_argument("--sft-steps", type=int, default=40, help="SFT optimizer steps")
     p.add_argument("--eval-episodes", type=int, default=30, help="held-out games per candidate")
     args = p.parse_args(argv)

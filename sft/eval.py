@@ -354,14 +354,14 @@ def model_policy(spec: str, base_model: str = "") -> tuple[str, str, dict[str, A
 
 
 def open_model_policy(folder: str, name: str, cfg: EvalConfig, stack: contextlib.ExitStack) -> Any:
-    """An ``HFPolicy`` of the model in ``folder`` (on the GPU when there is one), decoding as
-    ``cfg`` says; ``stack`` is unused (the model lives as long as the policy)."""
+    """An ``HFPolicy`` of the model in ``folder`` (on the GPU when there is one) in ``cfg.dtype``,
+    decoding as ``cfg`` says; ``stack`` is unused (the model lives as long as the policy)."""
     import torch
 
     from sft.rl.policy import HFPolicy, load_model
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    m, tok = load_model(folder)
+    m, tok = load_model(folder, cfg.dtype)
     if torch.cuda.is_available():  # evaluation only: the GPU variant of bench/outcome.py
         m = m.to("cuda")
     return HFPolicy(m, tok, cfg.max_new_tokens, cfg.temperature, 1.0, model_id=name)

@@ -124,6 +124,8 @@ def _sft_args(cfg: SFTFitConfig):
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
         max_length=cfg.max_length, completion_only_loss=True, packing=False,
         bf16=bf16, gradient_checkpointing=cfg.gradient_checkpointing,  # TRL field (default True)
+        # bf16 without a GPU is CPU autocast, which transformers only allows when told it is on CPU
+        use_cpu=bf16 and not torch.cuda.is_available(),
         logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps or cfg.max_steps,
         save_total_limit=cfg.save_total_limit or None, report_to="none", dataloader_num_workers=0,
         disable_tqdm=True)

@@ -93,3 +93,18 @@ def test_accelerate_launch_zero2_one_process(export, tmp_path):
     assert summary["global_step"] == 2 and summary["losses"][1] < summary["losses"][0]
     m = mf.read_manifest(os.path.join(out, "checkpoint-2"))
     assert (m["world_size"], m["zero_stage"]) == (1, 2)
+
+
+def test_bf16_without_a_gpu_is_cpu_autocast(tmp_path):
+    """precision bf16 on a machine without CUDA asks transformers for CPU autocast (it refuses bf16
+    otherwise); fp32 and auto stay full precision."""
+    import torch
+
+    from sft.train import _sft_args
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only behaviour")
+    args = _sft_args(SFTFitConfig(output_dir=str(tmp_path), precision="bf16"))
+    assert args.bf16 and args.use_cpu
+    for precision in ("fp32", "auto"):
+        args = _sft_args(SFTFitConfig(output_dir=str(tmp_path), precision=precision))
+        assert not args.bf16 and not args.use_cpu
