@@ -93,10 +93,7 @@ def common_prefix_length(ids: list[list[int]]) -> int:
     row keeps at least one token to feed ``generate``); 0 for fewer than two rows."""
     if len(ids) < 2:
         return 0
-    limit, first, n = min(len(x) for x in ids) - 1, ids[0], 0
-    while n < limit and all(x[n] == first[n] for x in ids):
-        n += 1
-    return n
+    return min(len(os.path.commonprefix(ids)), min(len(x) for x in ids) - 1)  # commonprefix works on lists
 
 
 def shared_prefix_batch(ids: list[list[int]], pad: int, prefix: int) -> tuple[list[list[int]], list[list[int]]]:
