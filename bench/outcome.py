@@ -42,8 +42,8 @@ Training section.
 
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
-rooms, 0 of 30 on ``twc`` with two items), 24 training games at noise 0.1, LLM calls capped at
-400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4 (cosine, rank-16 LoRA), 60 evaluation
+rooms, 0 of 30 on ``twc`` with two items), 20 training games at noise 0.1, LLM calls capped at
+400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation
 games per arm of at most 8 actions and 96 new tokens (room for a think of
 ``distill.max_think_chars``), one torch thread per job and two jobs at once (``--jobs``: the
 arms' SFT and evaluation run in two worker processes, one core each). Measured phases are in

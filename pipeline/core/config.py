@@ -241,7 +241,7 @@ QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungr
                  "think_misaligned", "think_unrelated", "narration", "self_target", "missing_control",
                  "feeling_reason", "wrong_category", "not_portable", "false_comparison",
                  "false_game_fact", "instance_number", "vague_instruction",
-                 "episode_specific")
+                 "episode_specific", "lists_observation")
 
 
 @dataclass

@@ -118,6 +118,33 @@ def clip(text: str | None, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 4)].rstrip() + " ..."
 
 
+#: Share of :func:`clip_middle`'s limit kept from the end of the text.
+TAIL_SHARE = 0.4
+
+
+def clip_middle(text: str | None, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters by dropping its middle (marked `` ... ``): the
+    start and the last :data:`TAIL_SHARE` of the limit stay, cut at words. An
+    observation says where the agent is first and where it can go last: a TextWorld Express room
+    description ends with its exits ("To the North you see the pantry."), which a plain
+    :func:`clip` of the 560-character kitchen cut away, so the teacher explained moves into rooms
+    it was never shown. None -> ""."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    if limit < 40:
+        return clip(text, limit)
+    tail_len = int(limit * TAIL_SHARE)
+    tail = text[-tail_len:]
+    cut = tail.find(" ")
+    tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
+    n = limit - len(tail) - 5
+    head = text[:n]
+    if not text[n].isspace() and " " in head:  # end the head at a word too
+        head = head[: head.rfind(" ")]
+    return f"{head.rstrip()} ... {tail.lstrip()}"
+
+
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.){20,})"')
 
 

@@ -16,7 +16,8 @@ Modules (one concept each):
   ``missing_key_step``, ``false_comparison``, ``unknown_source_memory``,
   ``category_mismatch``;
 * :mod:`.topic` - ``off_topic``: sentence-embedding similarity to the source below a threshold;
-* :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``;
+* :mod:`.echo` - text that repeats its input: ``think_is_action``, ``echo_prompt``, ``not_actionable``,
+  ``lists_observation``;
 * :mod:`.bankrules` - skills and mistakes an agent cannot use: ``restated_action``,
   ``contradicts_success``, ``duplicate_mistake``, ``episode_specific`` (:mod:`.actions` reads commands and prose alike);
 * :mod:`.gamefacts` - skills and mistakes that say what the game does not have: ``self_target``,
@@ -107,6 +108,8 @@ REASONS: dict[str, str] = {
                          "the thing",
     "episode_specific": "an ALFWorld common mistake names the goal object and a receptacle of one of its source "
                         "tasks (\"The book is not moved from shelf to dining table\"): one episode retold",
+    "lists_observation": "a think lists more than 3 things of the observations so far in one run (\"I see a stove, an "
+                         "oven, a fridge, a counter, ...\"): an inventory, not a reason",
 }
 
 

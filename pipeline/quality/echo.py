@@ -184,6 +184,61 @@ def think_echo_violations(thinks: Iterable[tuple[int, str]], vocab: frozenset[st
     return out
 
 
+#: ``lists_observation``: the most things of its observation a think may list in one run. Seen in
+#: the TextWorld outcome run: 21 of the 53 thinks of the arm without skills opened with the room's
+#: contents ("I see a stove, an oven, a fridge, a counter, a kitchen cupboard, ..."), and the 135M
+#: student trained on them wrote lists until its token limit at evaluation ("a hat rack, a hat
+#: rack, a hat rack, ..."), a format error in a third of its steps. Naming two or three things to
+#: compare is reasoning ("a mug, a cup and a bowl, but no plate"); four or more copied from the
+#: observation is an inventory. Measured: none of the 39 recorded thoughts of the ReAct/ETO
+#: samples lists more than 2 (tests/pipeline/quality/test_echo.py).
+MAX_LISTED = 3
+#: A list item is a short noun phrase: at most this many words ("a kitchen cupboard that is closed"
+#: is one thing; a longer clause is prose, not an item).
+LIST_ITEM_WORDS = 6
+_SENTENCE = re.compile(r"[.;:!?]+(?:\s|$)")
+_THING = re.compile(r"\b(?:a|an|the|some)\s+[a-z][a-z ]*$", re.I)   # a noun phrase ending the part
+_ITEM_SPLIT = re.compile(r",\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+(?=(?:a|an|the|some)\s)")
+
+
+def listed_things(think: str, observation: str, task: str = "") -> list[str]:
+    """The longest run, in one sentence of ``think``, of comma- (or "and a"-) separated things:
+    short noun phrases with an article ("an oven", <= :data:`LIST_ITEM_WORDS` words), each with a
+    content word of ``observation`` that is not a word of ``task`` (a list of the goal's
+    requirements, "black, leather, size 7", is reasoning; so is ReAct's list of places to try,
+    "drawer (1-10), shelf (1-9), bed (1)", which names no things seen). A longer part that ends in
+    such a phrase opens a run ("I see a stove, an oven, ...")."""
+    seen = set(content_words(observation)) - set(content_words(task))
+    best: list[str] = []
+    for sentence in _SENTENCE.split(think or ""):
+        run: list[str] = []
+        for part in _ITEM_SPLIT.split(sentence):
+            part = part.strip()
+            m = _THING.search(part)
+            if m and m.start() == 0 and len(part.split()) <= LIST_ITEM_WORDS and seen.intersection(content_words(part)):
+                run.append(part)
+                continue
+            best = max(best, run, key=len)
+            run = [part] if m and seen.intersection(content_words(m.group(0))) else []
+        best = max(best, run, key=len)
+    return best
+
+
+def list_violations(thinks: Iterable[tuple[int, str]], observations: dict[int, str], task: str = ""
+                    ) -> list[Violation]:
+    """``lists_observation`` for each ``(step_index, think)`` that lists more than
+    :data:`MAX_LISTED` things seen in ``observations[step_index]`` (the observations up to that
+    step: a list of a room left behind is an inventory too) in one run (:func:`listed_things`)."""
+    out = []
+    for i, think in thinks:
+        items = listed_things(think, observations.get(i, ""), task)
+        if len(items) > MAX_LISTED:
+            out.append(Violation("lists_observation", f"the think for step {i} lists {len(items)} things of the "
+                                                      f"observations ({', '.join(items[:4])}, ...); say which one "
+                                                      f"matters for this action and why"))
+    return out
+
+
 #: The fields that ``not_actionable`` requires :data:`MIN_PRINCIPLE_WORDS` content words of.
 PRINCIPLE_FIELDS = ("principle", "how_to_avoid")
 

@@ -126,7 +126,7 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
     (against the entry's action and admissible list),
     ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
     action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
-    :func:`prompt_vocab`), ``narration``, ``think_misaligned`` and ``think_unrelated``
+    :func:`prompt_vocab`), ``lists_observation`` (against the observations up to the step), ``narration``, ``think_misaligned`` and ``think_unrelated``
     (:func:`pipeline.quality.alignment.think_violations`), ``cut_off`` at ``max_chars`` (the
     schema bound of an LLM think; ``None`` for a recorded thought), then ``off_topic`` against
     the step (observation as shown + action) and the task."""
@@ -145,11 +145,13 @@ def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, 
                                          for i, e in entries.items()},
                                  [s.action or "" for s in traj.steps[1:]])
     out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
+    seen = [s.observation or "" for s in traj.steps]
+    out += echo.list_violations(pairs, {i: " ".join(seen[:i + 1]) for i in entries}, traj.task)
     out += alignment.think_violations(pairs, traj, {i: e["action"] for i, e in entries.items()})
     out += echo.example_violations(named, _templates.example_texts(TEMPLATE, traj.env))
     if max_chars:
         out += [v for i, t in pairs for v in text.cut_off(f"think for step {i}", t, max_chars)]
-    sources = [[f"{_templates.clip(entries[t['step_index']]['observation'], OBS_CHARS)} "
+    sources = [[f"{_templates.clip_middle(entries[t['step_index']]['observation'], OBS_CHARS)} "
                 f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
     return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)
 
@@ -209,7 +211,7 @@ def step_entries(traj: Trajectory, synthetic_admissible: list[str] | None) -> li
     if synthetic_admissible is not None:
         entries.append({"step_index": len(entries), "observation": traj.steps[-1].observation,
                         "admissible": synthetic_admissible, "action": "done", "hint": ""})
-    states = progress_lines(traj)  # [] outside ALFWorld: no line
+    states = progress_lines(traj)  # [] outside ALFWorld and TextWorld: no line
     for e in entries:
         e["effect"] = envs.action_effect(traj.env, e["action"])
         e["state"] = states[min(e["step_index"], len(states) - 1)] if states else ""
@@ -226,7 +228,7 @@ def render_entry(e: dict[str, Any]) -> str:
         lines.append(f"What it does: {e['effect']}")
     if e.get("state"):
         lines.append(f"Where things stand: {e['state']}")
-    lines += [f"Observation before it: {_templates.clip(e['observation'], OBS_CHARS)}"]
+    lines += [f"Observation before it: {_templates.clip_middle(e['observation'], OBS_CHARS)}"]
     if e["admissible"]:
         shown = e["admissible"][:ADMISSIBLE_SHOWN]
         more = len(e["admissible"]) - len(shown)

@@ -181,10 +181,10 @@ def render_trajectory(traj: Trajectory, max_chars: int) -> str:
     of an episode decides its outcome).
     """
     obs_max = max(80, max_chars // 6)
-    blocks = [f"0 | start\nObs: {_templates.clip(traj.steps[0].observation, obs_max)}"] if traj.steps else []
+    blocks = [f"0 | start\nObs: {_templates.clip_middle(traj.steps[0].observation, obs_max)}"] if traj.steps else []
     for k, s in enumerate(traj.steps[1:], start=1):
         blocks.append(f"{k} | Action: {s.action or ''} | Reward: {s.reward} | Done: {s.done}\n"
-                      f"Obs: {_templates.clip(s.observation, obs_max)}")
+                      f"Obs: {_templates.clip_middle(s.observation, obs_max)}")
     text = "\n\n".join(blocks)
     if len(text) <= max_chars or len(blocks) < 2:
         return _templates.clip(text, max_chars)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pipeline.core.records import Trajectory
 from pipeline.verify import alfworld as alf
 from pipeline.verify import alfworld_text as tx
+from pipeline.verify import textworld_progress
 
 _APPLIANCE = {"heat": "microwave", "cool": "fridge", "clean": "sinkbasin"}  # the task type's appliance
 
@@ -25,7 +26,10 @@ def progress_lines(traj: Trajectory) -> list[str]:
     """``lines[i]``: the state before ``steps[i + 1].action`` of an ALFWorld ``traj`` as prompt
     text ("at drawer 3, holding nothing; no pen seen yet; no desklamp seen yet. Still to do: find
     a pen, take it, find a desklamp and use it while holding it."), one per step. ``[]`` for other environments, for a record
-    without a room description and for a goal sentence that fits no template."""
+    without a room description and for a goal sentence that fits no template. TextWorld Express
+    trajectories get their map instead (:func:`pipeline.verify.textworld_progress.progress_lines`)."""
+    if traj.env == "textworld":
+        return textworld_progress.progress_lines(traj)
     if traj.env != "alfworld":
         return []
     goal = alf.goal(traj)

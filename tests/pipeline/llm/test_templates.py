@@ -66,3 +66,19 @@ def test_schema_file_is_part_of_the_fingerprint(tmp_path):
                                         "pipeline/templates/memory.search.txt", "pipeline/templates/memory.textworld.txt",
                                         "pipeline/templates/memory.txt", "pipeline/templates/memory.webshop.txt",
                                         "schemas/memory.schema.json"]
+
+
+def test_clip_middle_keeps_the_exits_at_the_end_of_a_long_room():
+    from pipeline.llm.templates import clip, clip_middle
+    room = ("You are in the kitchen. " + "In one part of the room you see a cutlery drawer that is closed. " * 8
+            + "To the North you see the pantry. To the West you see the corridor.")
+    assert len(room) > 500
+    assert "To the North" not in clip(room, 500)
+    short = clip_middle(room, 500)
+    assert len(short) <= 500
+    assert short.startswith("You are in the kitchen. In one part")
+    assert short.endswith("To the North you see the pantry. To the West you see the corridor.")
+    head, tail = short.split(" ... ")
+    assert room.startswith(head) and room.endswith(tail)
+    assert clip_middle("a short text ", 500) == "a short text"
+    assert clip_middle(None, 10) == ""

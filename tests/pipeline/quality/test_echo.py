@@ -378,3 +378,47 @@ def test_a_condition_copied_from_the_worked_examples_is_not_an_echo():
               ("mistakes_to_avoid[0].bad_action", "Examined the stoveburner before doing the heat step")]
     got = echo.example_violations(fields, examples)
     assert [v.detail.split(" ")[0] for v in got] == ["mistakes_to_avoid[1].bad_action"]
+
+
+KITCHEN = ("You are in the kitchen. In one part of the room you see a stove. There is also an oven. You also see a "
+           "fridge that is closed. In another part of the room you see a counter, that has nothing on it. In one part "
+           "of the room you see a kitchen cupboard that is closed. There is also a cutlery drawer that is closed. You "
+           "also see a trash can that is closed. To the North you see the pantry.")
+COIN_TASK = "search the environment and find the coin.  Once you find the coin, take it."
+
+
+@pytest.mark.parametrize("think,fires", [
+    # the TextWorld outcome run's teacher: the room's contents copied into the think
+    ("I am in the kitchen and I see a stove, an oven, a fridge, a counter, a kitchen cupboard, a cutlery drawer, "
+     "and a trash can. I want to search the environment and find the coin.", True),
+    ("I move north to the pantry. I see a stove, an oven, a fridge and a trash can.", True),
+    # naming three things to compare is reasoning; so is the goal's own list
+    ("The kitchen has a stove, a fridge and an oven but no coin, so I move north.", False),
+    ("No coin here. The pantry to the north is unexplored, so I go there.", False),
+])
+def test_a_think_that_lists_the_room_is_lists_observation(think, fires):
+    found = echo.list_violations([(2, think)], {2: KITCHEN}, COIN_TASK)
+    assert [v.reason for v in found] == (["lists_observation"] if fires else [])
+
+
+def test_a_list_of_the_goals_requirements_is_not_an_inventory():
+    obs = "Results: B01 black leather boots size 7 $29.99; B02 brown boots size 8 waterproof $45.00"
+    task = "i need black leather boots, size 7, waterproof, under 30 dollars"
+    think = "I need boots that are black, leather, size 7, waterproof and under 30 dollars, so I search."
+    assert echo.listed_things(think, obs, task) == []
+
+
+def test_recorded_thoughts_of_the_samples_never_list_the_observation(tmp_path):
+    """The 39 recorded thoughts of the ReAct/ETO ALFWorld and ReAct WebShop samples, each against
+    the observations up to its step: 0 fire, and none lists more than 2 things."""
+    longest, n = 0, 0
+    for sample in ("react-alfworld", "eto-alfworld", "react-webshop"):
+        _, trajs = parsed_sample(tmp_path / sample, sample, sample)
+        for t in trajs:
+            for k in range(1, len(t.steps)):
+                if (t.steps[k].thought or "").strip():
+                    n += 1
+                    seen = " ".join(s.observation for s in t.steps[:k])
+                    longest = max(longest, len(echo.listed_things(t.steps[k].thought, seen, t.task)))
+                    assert echo.list_violations([(k, t.steps[k].thought)], {k: seen}, t.task) == []
+    assert n == 39 and longest <= 2

@@ -247,3 +247,34 @@ def test_prompt_keeps_when_to_apply_and_why_it_happens():
     mistake = next(s for s in skills if s["kind"] == "mistake")
     assert f"- **{first['title']}**: {first['principle']}\n  _Apply when: {first['when_to_apply']}_" in user
     assert f"_Why it happens: {mistake['why_it_happens']}_" in user
+
+
+def test_textworld_worked_example_agrees_with_the_map_line_and_passes_the_think_rules():
+    """The TextWorld distill template's worked example is a real game state: its "Where things
+    stand" lines are what :mod:`pipeline.verify.textworld_progress` writes for those observations,
+    and its good answer breaks none of the rules a teacher's answer is judged by."""
+    import re
+    from pipeline.core.records import Step, Trajectory
+    living = ("You are in the living room. In one part of the room you see a sofa, that has nothing on it. "
+              "To the East you see the bathroom. To the North you see the kitchen.")
+    moves = [(None, living),
+             ("move east", "You are in the bathroom. In one part of the room you see a toilet. There is also a "
+                           "bath mat. To the West you see the living room."),
+             ("move west", living),
+             ("move north", "You are in the kitchen. In one part of the room you see a stove. There is also a coin. "
+                            "To the South you see the living room."),
+             ("take coin", "You take the coin.")]
+    traj = Trajectory("tw-example", "textworld", "coin-train-0",
+                      "search the environment and find the coin.  Once you find the coin, take it.", "find_coin",
+                      "success", 1.0, [Step(i, a, o) for i, (a, o) in enumerate(moves)], "", "", 0)
+    text = open(os.path.join(_templates.TEMPLATE_DIR, "distill.textworld.txt")).read()
+    shown = re.findall(r"^Where things stand: (.*)$", text, re.M)
+    entries = distill.step_entries(traj, None)
+    assert shown == [e["state"] for e in entries]
+    answer = json.loads(text[text.index('{"thinks"'):])
+    assert [t["step_index"] for t in answer["thinks"]] == [0, 1, 2, 3]
+    found = distill.think_violations(answer["thinks"], {e["step_index"]: e for e in entries}, traj,
+                                     PipelineConfig().quality)
+    # each think copies the worked example, of course; nothing else may fire
+    assert [v.reason for v in found if "worked example" in v.detail] == ["echo_prompt"] * 4
+    assert [v for v in found if "worked example" not in v.detail] == []

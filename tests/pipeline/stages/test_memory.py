@@ -72,10 +72,10 @@ def test_render_trajectory_full_and_elided():
                     "Obs: You pick up the mug 1 from the cabinet 1.\n\n"
                     "3 | Action: heat mug 1 with microwave 1 | Reward: 10.0 | Done: True\n"
                     "Obs: You heat the mug 1 using the microwave 1.")
-    # 400 chars: observations clipped to 80, the start and the last two actions kept
+    # 400 chars: observations clipped to 80 (start and end of each kept), the start and the last two actions kept
     short = memory.render_trajectory(cool_apple(), 400)
-    assert short == ("0 | start\nObs: You are in the middle of a room. Looking quickly around you, "
-                     "you see a cabin ...\n\n... (steps 1-4 elided) ...\n\n"
+    assert short == ("0 | start\nObs: You are in the middle of a room. Looking ... microwave 1, and a sinkbasin 1."
+                     "\n\n... (steps 1-4 elided) ...\n\n"
                      "5 | Action: go to countertop 1 | Reward: 0.0 | Done: False\n"
                      "Obs: On the countertop 1, you see a knife 1.\n\n"
                      "6 | Action: put apple 1 in/on countertop 1 | Reward: 10.0 | Done: True\n"
