@@ -2,6 +2,8 @@
 the real embedded model (counts and lineage, not the model's wording)."""
 from __future__ import annotations
 
+import os
+
 import jsonschema
 import pytest
 
@@ -184,3 +186,29 @@ def test_run_on_embedded_model(tmp_path):
         else:
             assert r["mistakes_to_avoid"] and r["refined_trajectory"] == [] and r["planning_pattern"] == ""
     assert res.manifest["llm"]["calls"] >= 3
+
+
+def test_textworld_worked_examples_pass_the_memory_rules():
+    """The TextWorld memory template's worked success is grounded in the episode its header tells
+    (steps cited exist, observations quoted from them); only the copy of the example itself fires."""
+    import json as _json
+    import re as _re
+    from pipeline.core.config import PipelineConfig
+    from pipeline.core.records import Step, Trajectory
+    living = ("You are in the living room. In one part of the room you see a sofa, that has nothing on it. "
+              "To the East you see the bathroom. To the North you see the kitchen.")
+    moves = [(None, living),
+             ("move east", "You are in the bathroom. In one part of the room you see a toilet. To the West you see "
+                           "the living room."),
+             ("move west", living),
+             ("move north", "You are in the kitchen. In one part of the room you see a stove. There is also a coin. "
+                            "To the South you see the living room."),
+             ("take coin", "You take the coin.")]
+    traj = Trajectory("tw-example", "textworld", "coin-train-0", "find the coin and take it", "find_coin",
+                      "success", 1.0, [Step(i, a, o) for i, (a, o) in enumerate(moves)], "", "", 0)
+    text = open(os.path.join(_templates.TEMPLATE_DIR, "memory.textworld.txt")).read()
+    block = text[text.index("@@ examples success"):text.index("@@ examples failure")]
+    value = _json.loads(block[block.index('{"contextual_description"'):])
+    found = memory.content_violations(value, traj, PipelineConfig().quality)
+    assert [v for v in found if "worked example" not in v.detail] == []
+    assert memory.check_memory("success")(value) is None
