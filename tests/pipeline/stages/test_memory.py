@@ -192,19 +192,16 @@ def test_textworld_worked_examples_pass_the_memory_rules():
     """The TextWorld memory template's worked success is grounded in the episode its header tells
     (steps cited exist, observations quoted from them); only the copy of the example itself fires."""
     import json as _json
-    import re as _re
     from pipeline.core.config import PipelineConfig
     from pipeline.core.records import Step, Trajectory
-    living = ("You are in the living room. In one part of the room you see a sofa, that has nothing on it. "
-              "To the East you see the bathroom. To the North you see the kitchen.")
-    moves = [(None, living),
-             ("move east", "You are in the bathroom. In one part of the room you see a toilet. To the West you see "
-                           "the living room."),
-             ("move west", living),
-             ("move north", "You are in the kitchen. In one part of the room you see a stove. There is also a coin. "
-                            "To the South you see the living room."),
-             ("take coin", "You take the coin.")]
-    traj = Trajectory("tw-example", "textworld", "coin-train-0", "find the coin and take it", "find_coin",
+    moves = [(None, "You are in the kitchen. In one part of the room you see a stove. There is also a wet towel. "
+                    "To the West you see the bathroom."),
+             ("take wet towel", "You take the wet towel."),
+             ("move west", "You are in the bathroom. In one part of the room you see a towel rack, that has nothing "
+                           "on it. To the East you see the kitchen."),
+             ("put wet towel in towel rack", "You put the wet towel in the towel rack.")]
+    traj = Trajectory("tw-example", "textworld", "twc-train-0",
+                      "pick up objects, then place them in their usual locations", "put_away_objects",
                       "success", 1.0, [Step(i, a, o) for i, (a, o) in enumerate(moves)], "", "", 0)
     text = open(os.path.join(_templates.TEMPLATE_DIR, "memory.textworld.txt")).read()
     block = text[text.index("@@ examples success"):text.index("@@ examples failure")]
