@@ -255,23 +255,26 @@ def test_textworld_worked_example_agrees_with_the_map_line_and_passes_the_think_
     and its good answer breaks none of the rules a teacher's answer is judged by."""
     import re
     from pipeline.core.records import Step, Trajectory
-    moves = [(None, "You are in the kitchen. In one part of the room you see a stove. There is also a wet towel. "
-                    "To the West you see the bathroom."),
-             ("take wet towel", "You take the wet towel."),
-             ("move west", "You are in the bathroom. In one part of the room you see a towel rack, that has nothing "
-                           "on it. To the East you see the kitchen."),
-             ("put wet towel in towel rack", "You put the wet towel in the towel rack.")]
-    traj = Trajectory("tw-example", "textworld", "twc-train-0",
-                      "pick up objects, then place them in their usual locations", "put_away_objects",
+    living = ("You are in the living room. In one part of the room you see a sofa, that has nothing on it. "
+              "To the East you see the bathroom. To the North you see the kitchen.")
+    moves = [(None, living),
+             ("move east", "You are in the bathroom. In one part of the room you see a toilet. There is also a "
+                           "bath mat. To the West you see the living room."),
+             ("move west", living),
+             ("move north", "You are in the kitchen. In one part of the room you see a stove. There is also a coin. "
+                            "To the South you see the living room."),
+             ("take coin", "You take the coin.")]
+    traj = Trajectory("tw-example", "textworld", "coin-train-0",
+                      "search the environment and find the coin.  Once you find the coin, take it.", "find_coin",
                       "success", 1.0, [Step(i, a, o) for i, (a, o) in enumerate(moves)], "", "", 0)
     text = open(os.path.join(_templates.TEMPLATE_DIR, "distill.textworld.txt")).read()
     shown = re.findall(r"^Where things stand: (.*)$", text, re.M)
     entries = distill.step_entries(traj, None)
     assert shown == [e["state"] for e in entries]
     answer = json.loads(text[text.index('{"thinks"'):])
-    assert [t["step_index"] for t in answer["thinks"]] == [0, 1, 2]
+    assert [t["step_index"] for t in answer["thinks"]] == [0, 1, 2, 3]
     found = distill.think_violations(answer["thinks"], {e["step_index"]: e for e in entries}, traj,
                                      PipelineConfig().quality)
     # each think copies the worked example, of course; nothing else may fire
-    assert [v.reason for v in found if "worked example" in v.detail] == ["echo_prompt"] * 3
+    assert [v.reason for v in found if "worked example" in v.detail] == ["echo_prompt"] * 4
     assert [v for v in found if "worked example" not in v.detail] == []

@@ -187,25 +187,3 @@ def test_run_on_embedded_model(tmp_path):
             assert r["mistakes_to_avoid"] and r["refined_trajectory"] == [] and r["planning_pattern"] == ""
     assert res.manifest["llm"]["calls"] >= 3
 
-
-def test_textworld_worked_examples_pass_the_memory_rules():
-    """The TextWorld memory template's worked success is grounded in the episode its header tells
-    (steps cited exist, observations quoted from them); only the copy of the example itself fires."""
-    import json as _json
-    from pipeline.core.config import PipelineConfig
-    from pipeline.core.records import Step, Trajectory
-    moves = [(None, "You are in the kitchen. In one part of the room you see a stove. There is also a wet towel. "
-                    "To the West you see the bathroom."),
-             ("take wet towel", "You take the wet towel."),
-             ("move west", "You are in the bathroom. In one part of the room you see a towel rack, that has nothing "
-                           "on it. To the East you see the kitchen."),
-             ("put wet towel in towel rack", "You put the wet towel in the towel rack.")]
-    traj = Trajectory("tw-example", "textworld", "twc-train-0",
-                      "pick up objects, then place them in their usual locations", "put_away_objects",
-                      "success", 1.0, [Step(i, a, o) for i, (a, o) in enumerate(moves)], "", "", 0)
-    text = open(os.path.join(_templates.TEMPLATE_DIR, "memory.textworld.txt")).read()
-    block = text[text.index("@@ examples success"):text.index("@@ examples failure")]
-    value = _json.loads(block[block.index('{"contextual_description"'):])
-    found = memory.content_violations(value, traj, PipelineConfig().quality)
-    assert [v for v in found if "worked example" not in v.detail] == []
-    assert memory.check_memory("success")(value) is None
