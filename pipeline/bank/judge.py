@@ -110,7 +110,8 @@ class ItemJudge:
         """``restated_action``, ``contradicts_success``, ``wrong_category``, ``self_target``,
         ``not_actionable`` and ``vague_instruction`` (:mod:`pipeline.quality.vague`),
         ``missing_control`` (WebShop), ``not_portable``, ``false_game_fact`` and ``instance_number``
-        (ALFWorld), ``episode_specific`` (ALFWorld mistakes), ``feeling_reason``
+        (ALFWorld), ``episode_specific`` (ALFWorld mistakes), ``false_game_fact`` and
+        ``episode_specific`` of TextWorld (:func:`pipeline.quality.gamefacts.textworld_violations`), ``feeling_reason``
         and ``narration``
         (a when-to-apply that tells an episode) of one item."""
         out = []
@@ -143,6 +144,12 @@ class ItemJudge:
         for f in ("principle", "when_to_apply", "how_to_avoid"):
             if f in self.fields:
                 out += gamefacts.feeling_violations(f"{name}.{f}", str(item.get(f) or ""))
+        if self.env == "textworld":
+            # the fields that tell the agent what to do or when; a mistake's description and cause
+            # may tell the failed episode
+            for f in self.fields:
+                if f in ("title", "principle", "when_to_apply", "how_to_avoid"):
+                    out += gamefacts.textworld_violations(f"{name}.{f}", str(item.get(f) or ""))
         if self.kind == "mistake" and self.env == "alfworld":
             out += bankrules.episode_violations(name, item, self.sources)
         if "when_to_apply" in self.fields:

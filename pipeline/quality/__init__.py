@@ -100,14 +100,17 @@ REASONS: dict[str, str] = {
     "false_game_fact": "an ALFWorld think, skill or fix keeps a lamp inside a container or on a drawer, has a "
                        "receptacle found somewhere (\"drawers are usually on the shelves\"), has a lamp show contents or "
                        "help a search, sends the agent to another room, or gives a lamp or appliance a transform it does not do (\"desklamps are "
-                       "usually used to clean pens\")",
+                       "usually used to clean pens\"); a TextWorld skill or fix that prescribes look around to find or "
+                       "check something (a room's description is shown whole on entering it)",
     "instance_number": "an ALFWorld skill or fix names a numbered instance (\"the cabinet 3\"), which differs in "
                        "every episode",
     "vague_instruction": "a skill's principle or a fix stops at a placeholder (\"the correct location\", \"the "
                          "tool\", \"more information\", \"a specific purpose\", \"realistic\", \"a location where\") instead of naming "
                          "the thing",
     "episode_specific": "an ALFWorld common mistake names the goal object and a receptacle of one of its source "
-                        "tasks (\"The book is not moved from shelf to dining table\"): one episode retold",
+                        "tasks (\"The book is not moved from shelf to dining table\"): one episode retold; a TextWorld "
+                        "skill or fix prescribes a compass direction (\"try moving east first\"): each game has its "
+                        "own map",
     "lists_observation": "a think lists more than 3 things of the observations so far in one run (\"I see a stove, an "
                          "oven, a fridge, a counter, ...\"): an inventory, not a reason",
 }

@@ -477,3 +477,45 @@ def instance_violations(name: str, text: str) -> list[Violation]:
         return []
     return [Violation("instance_number", f"{name} names {', '.join(named)}: numbers differ in every episode; say "
                                          "which kind of place or object, and why")]
+
+
+# --- TextWorld Express -------------------------------------------------------------------------
+
+#: ``false_game_fact`` (TextWorld): "look around" told as a way to find or check something. In
+#: TextWorld Express a room's whole description (objects, closed containers, exits) is printed on
+#: entering it, and ``look around`` prints the same text again: it finds nothing and costs a step.
+#: Every TextWorld bank the 1.5B teacher built from coin games prescribed it ("Before moving into a
+#: new room, look around to ensure there are no hidden objects or obstacles", "Look around before
+#: moving north.", "The agent should look around the current room to find objects or clues.").
+_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b")
+#: ``episode_specific`` (TextWorld): a compass direction. Each game draws its own map, so "try
+#: moving east first" or "Move south or west to explore the pantry" (the teacher's coin bank) is
+#: one episode's route, wrong in the next game.
+_COMPASS = re.compile(r"\b(?:north|south|east|west)(?:ward|wards|ern)?\b")
+
+
+def _unnegated(pattern: re.Pattern, text: str) -> list[str]:
+    """Matches of ``pattern`` in lower-cased ``text`` with no :data:`_NEGATION` word in the
+    :data:`_NEGATION_WINDOW` characters before them in their clause ("instead of looking around")."""
+    low = (text or "").lower().replace("\u2019", "'")
+    out = []
+    for m in pattern.finditer(low):
+        clause = _clause_start(low, m.start())
+        if not _NEGATION.search(low, max(clause, m.start() - _NEGATION_WINDOW), m.start()):
+            out.append(m.group(0))
+    return out
+
+
+def textworld_violations(name: str, text: str) -> list[Violation]:
+    """TextWorld Express rules of one field of a skill or mistake: ``false_game_fact`` for a
+    ``look around`` it prescribes (:data:`_LOOK_AROUND`), ``episode_specific`` for a compass
+    direction it prescribes (:data:`_COMPASS`); negated mentions pass ("do not look around again")."""
+    out = []
+    if _unnegated(_LOOK_AROUND, text):
+        out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent look around to find or check "
+                                                "something: a TextWorld room's whole description is shown on "
+                                                "entering it, and look around only repeats it"))
+    if dirs := _unnegated(_COMPASS, text):
+        out.append(Violation("episode_specific", f"{name} {text[:60]!r} prescribes the direction {dirs[0]!r}: each "
+                                                 "TextWorld game has its own map; say how to choose an exit instead"))
+    return out

@@ -296,3 +296,61 @@ def test_a_transform_done_at_a_place_that_cannot_do_it():
     assert gamefacts.false_facts("I need to cool the bread before putting it on the diningtable.") == []
     assert gamefacts.false_facts("I heated the egg in the microwave, now I put it on the dining table.") == []
     assert gamefacts.false_facts("Clean the mug with the sinkbasin 1.") == []
+
+
+# TextWorld Express: every item of the three banks the 1.5B teacher built from coin games (the
+# outcome runs), with what fires on it; the last one is vague but names no route and no look around.
+TEXTWORLD_TEACHER = [
+    ({"title": "Look Around", "principle": "The agent should look around the current room to find objects or clues.",
+      "when_to_apply": "After exploring the current room, the agent can move north to look around."},
+     {"false_game_fact", "episode_specific"}),
+    ({"title": "Search Pantry", "principle": "The agent must move south to explore other parts of the pantry.",
+      "when_to_apply": "When the agent is in the pantry and does not move south, it should move south to explore "
+                       "other parts of the pantry."}, {"episode_specific"}),
+    ({"title": "Explore Room First", "principle": "Before moving into a new room, explore it thoroughly by looking "
+                                                  "around and taking any objects you see.",
+      "when_to_apply": "When the agent is about to move into a new room."}, {"false_game_fact"}),
+    ({"title": "Move East First", "principle": "If the goal object is not visible, try moving east first. This can "
+                                               "help you find the object by exploring the kitchen and pantry areas.",
+      "when_to_apply": "When the agent is in a room with no objects or the goal object is not visible."},
+     {"episode_specific"}),
+    ({"title": "Check Every Room", "principle": "Ensure that the agent checks all rooms and objects before making any "
+                                                "decisions.", "when_to_apply": "When the coin is not in sight."}, set()),
+]
+
+
+@pytest.mark.parametrize("item,reasons", TEXTWORLD_TEACHER)
+def test_textworld_look_around_and_fixed_routes_fire(item, reasons):
+    found = {v.reason for f in ("title", "principle", "when_to_apply") for v in gamefacts.textworld_violations(f, item[f])}
+    assert found == reasons
+
+
+@pytest.mark.parametrize("text", [
+    "Read the room description once and do not look around again.",
+    "Take the exit to a room not yet visited instead of looking around.",
+    "Remember which exits were already taken and choose one that leads somewhere new.",
+])
+def test_textworld_advice_against_look_around_or_without_a_route_passes(text):
+    assert gamefacts.textworld_violations("principle", text) == []
+
+
+def test_skillrl_banks_never_prescribe_look_around_or_a_compass_route():
+    """None of SkillRL's 162 items (ALFWorld, WebShop, Search) would fire the TextWorld rules."""
+    items = [(env, item) for env in SKILLRL for _, _, item in bank_items(env)]
+    fired = [(env, f, item[f]) for env, item in items for f in ("title", "principle", "when_to_apply", "how_to_avoid")
+             if item.get(f) and gamefacts.textworld_violations(f, item[f])]
+    assert len(items) == 162 and fired == []
+
+
+def test_the_textworld_item_judge_quarantines_them():
+    from pipeline.bank.judge import ItemJudge
+    from pipeline.core.config import QualityConfig
+    judge = ItemJudge("task_specific", QualityConfig(off_topic_threshold=-1), category="find_coin", env="textworld")
+    verdicts = judge.judge([item for item, _ in TEXTWORLD_TEACHER])
+    assert [sorted({v.reason for v in vs} & {"false_game_fact", "episode_specific"}) for vs in verdicts] == \
+        [sorted(r) for _, r in TEXTWORLD_TEACHER]
+    mistake = ItemJudge("mistake", QualityConfig(off_topic_threshold=-1), env="textworld")
+    found = mistake.judge([{"description": "The agent does not move to the pantry",
+                            "why_it_happens": "The agent did not move south or west to explore the pantry.",
+                            "how_to_avoid": "Move south or west to explore the pantry."}])
+    assert [v.reason for v in found[0] if v.reason == "episode_specific"] == ["episode_specific"]
