@@ -78,12 +78,14 @@ REASONS: dict[str, str] = {
                         "not as a recap), an event that has not happened yet, the agent placed where it does not "
                         "stand, the opposite transformation of the goal (cooling in a heat task) as its purpose, the "
                         "receptacle its open (close) calls already open (closed), a decision on another command "
-                        "(\"so I close the fridge\" for a put), or a usual place it then does not go to",
+                        "(\"so I close the fridge\" for a put), or a usual place it then does not go to; in TextWorld, a move, "
+                        "look, take or inventory other than its own, or a room no observation so far has named",
     "think_unrelated": "a think names neither its command's verb nor any of its arguments (object, receptacle): "
                        "it does not explain the action (ALFWorld-grammar commands; a go may be a search instead)",
     "narration": "a think narrates in the third person (\"the agent saw ...\"), quotes the game's second-person "
                  "text (\"you see a cloth 1\", \"the product you selected\") or tells its own action as done; "
-                 "a skill's when-to-apply tells an episode (\"When the agent did not select ...\")",
+                 "talks to \"you\" (\"You are in the kitchen. You can explore ...\"); a skill's when-to-apply tells an "
+                 "episode (\"When the agent did not select ...\")",
     "self_target": "a skill or a mistake's fix puts the goal object in or on an object of its own kind "
                    "(\"cool the vase ... before putting it in the vase\")",
     "missing_control": "a WebShop skill or fix tells the agent to use a page element WebShop does not have "

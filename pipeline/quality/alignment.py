@@ -44,6 +44,11 @@ from pipeline.verify import alfworld_text as tx
 #: The article after the verb keeps the idiom out ("I like football, you see.").
 _GAME_TEXT = re.compile(r"\byou\s+(?:(?:see|pick\s+up|open|close|put|heat|cool|clean|turn\s+on)\s+(?:a|an|the|nothing|some)|"
                         r"arrive\s+at|are\s+in\s+the\s+middle|(?:have\s+)?(?:clicked|selected|chosen|chose|bought|searched))\b", re.I)
+#: A think that talks to "you" instead of reasoning as "I": a sentence opening with "You are in the
+#: kitchen", "You need to", "You can explore ..." (the 1.5B teacher on TextWorld coin, echoing the
+#: game's "You are in the kitchen."). Only at a sentence start: "as you see" inside a clause passes.
+_SECOND_PERSON = re.compile(r"(?:^|[.!?]\s+)you\s+(?:are|have|had|can|could|need|needs|should|must|will|take|took|"
+                            r"do|did|move|moved|go|went|look|looked|explore|explored)\b", re.I)
 #: A third-person actor as the subject of a think: "The agent saw", "the player decided".
 _THIRD_PERSON = re.compile(r"\b(?:the|this|our)\s+(?:agent|player|robot|assistant|user|ai)\b|^\s*agent\b", re.I)
 #: Words before a past participle that make it a state, not an event: "the drawer is closed",
@@ -140,7 +145,7 @@ def misaligned(think: str, traj: Trajectory, i: int, action: str) -> str | None:
         if current and m.concept == current.concept == "go" and _intent(tokens, m.pos) \
                 and (place := _goes_elsewhere(m, clause, current, own)):
             return f"goes to {place}, but this step's action is {action!r}"
-    if traj.env == "textworld" and (other := _textworld_other_move(think, action)):
+    if traj.env == "textworld" and (other := _textworld_other_move(think, action) or _textworld_unseen_room(think, traj, i)):
         return other
     mentions = act.text_mentions(think, nouns)
     if traj.env == "alfworld" and (elsewhere := _alfworld_elsewhere(think, traj, i, action, own, mentions, current)):
@@ -163,6 +168,12 @@ _TW_INTENTS = (
     ("move", re.compile(_TW_I + r"(?:move|go|head|walk)\s+(?:to\s+the\s+)?" + _TW_DIR + r"\b")),
     ("move", re.compile(r"\bmoving\s+" + _TW_DIR + r"\s+(?:seems|is|would|makes)\b")),
     ("move", re.compile(_TW_I + r"(?:move|go|head)\s+(?:to|into)\s+(another|a\s+different|the\s+next)\s+room\b")),
+    # "so I return west", "I try moving west first", "I head back north"
+    ("move", re.compile(_TW_I + r"(?:return|try\s+moving|try\s+going|head\s+back|go\s+back|move\s+back)\s+"
+                        + _TW_DIR + r"\b")),
+    # a room as the target: "so I try the pantry first" (any move), "I try the pantry to the east" (east)
+    ("move", re.compile(_TW_I + r"(?:try|enter|visit|return\s+to|go\s+to|head\s+to|move\s+to|go\s+into)\s+the\s+"
+                        r"(?!coin\b)[a-z]+(?:\s+room)?(?:\s+to\s+the\s+" + _TW_DIR + r")?\b")),
     ("look", re.compile(_TW_I + r"look\s+around\b()")),  # "I looked around" is a recap, no intent
     ("take", re.compile(_TW_I + r"(?:take|pick\s+up|grab)\b()")),
     ("inventory", re.compile(_TW_I + r"(?:check\s+(?:my\s+)?inventory|inventory)\b()")),
@@ -181,7 +192,7 @@ def _textworld_other_move(think: str, action: str) -> str | None:
     if kind is None or (kind == "look" and words[1:2] != ["around"]):
         return None
     text = " ".join(think.lower().replace("\u2019", "'").split())
-    said = [(k, hit.group(1).strip(), hit.start()) for k, rx in _TW_INTENTS for hit in rx.finditer(text)]
+    said = [(k, (hit.group(1) or "").strip(), hit.start()) for k, rx in _TW_INTENTS for hit in rx.finditer(text)]
     if not said:
         return None
     arg = words[1] if kind == "move" and len(words) > 1 else ""
@@ -192,6 +203,23 @@ def _textworld_other_move(think: str, action: str) -> str | None:
     told = {"move": f"move {a}" if a in _TW_DIRS else "move to another room", "look": "look around",
             "take": "take something", "inventory": "check its inventory"}[k]
     return f"says the agent will {told}, but this step's action is {action!r}"
+
+
+#: The rooms of TextWorld Express's house map (the engine's ``kitchen`` ... ``supermarket``).
+_TW_ROOMS = re.compile(r"\b(kitchen|pantry|corridor|hallway|bedroom|bathroom|living\s+room|laundry\s+room|"
+                       r"backyard|driveway|street|supermarket)\b")
+
+
+def _textworld_unseen_room(think: str, traj: Trajectory, i: int) -> str | None:
+    """Why a TextWorld think speaks of a room no observation up to step ``i`` has named, else
+    ``None``. Seen with the 1.5B teacher on ``coin``: "The kitchen north of the living room is still
+    unsearched" in a game without a living room: the worked example's map pasted onto another."""
+    seen = " ".join((s.observation or "") for s in traj.steps[:i + 1]).lower()
+    for m in _TW_ROOMS.finditer((think or "").lower()):
+        room = " ".join(m.group(1).split())
+        if room not in " ".join(seen.split()):
+            return f"speaks of the {room}, which no observation so far has named"
+    return None
 
 
 def _command_concepts(traj: Trajectory) -> frozenset[str]:
@@ -883,6 +911,9 @@ def narration(think: str, action: str, earlier_actions: Iterable[str] = ()) -> s
     hit = _GAME_TEXT.search(think or "")
     if hit:
         return f"quotes the game's observation ({hit.group(0)!r}) instead of reasoning"
+    hit = _SECOND_PERSON.search(think or "")
+    if hit:
+        return f"talks to the agent in the second person ({hit.group(0).strip(' .!?')!r}) instead of reasoning as 'I'"
     if done := _put_told_done(think, action):
         return done
     current = act.command_mention(action)

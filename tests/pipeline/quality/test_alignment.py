@@ -589,3 +589,36 @@ def test_a_textworld_think_that_does_something_else(think, i, action, why):
 ])
 def test_a_textworld_think_about_its_own_step_passes(think, i, action):
     assert alignment.misaligned(think, COIN, i, action) is None
+
+
+@pytest.mark.parametrize("think, i, action, why", [
+    # the 1.5B teacher pasting the worked example's thinks onto the coin steps by position
+    ("There is no coin in the kitchen. Two exits lead to rooms I have not seen, so I try the pantry to the east first.",
+     1, "look around", "says the agent will move east, but this step's action is 'look around'"),
+    ("The pantry holds no coin and its only exit leads back west, so I return west.", 3, "take coin",
+     "says the agent will move west, but this step's action is 'take coin'"),
+    ("No coin here, so I try the pantry first.", 1, "look around",
+     "says the agent will move to another room, but this step's action is 'look around'"),
+    ("The kitchen north of the living room is still unsearched, so I go north.", 2, "move north",
+     "speaks of the living room, which no observation so far has named"),
+])
+def test_a_textworld_think_pasted_from_another_step_or_map(think, i, action, why):
+    assert alignment.misaligned(think, COIN, i, action) == why
+
+
+def test_a_textworld_room_named_in_an_exit_is_seen():
+    t = Trajectory("c", "textworld", "e", "find the coin", "find_coin", "success", 1.0,
+                   [Step(0, None, "You are in the kitchen. To the North you see the living room.")]
+                   + [Step(1, "move north", "You are in the living room.")], "u", "f", 0)
+    assert alignment.misaligned("The living room to the north is unexplored, so I go north.", t, 0, "move north") is None
+
+
+@pytest.mark.parametrize("think, second", [
+    ("You are in the kitchen and have not found the coin yet. You can explore the room by looking around.", True),
+    ("The kitchen has a coin on it. You need to take it now.", True),
+    ("The coin is listed here, as you can see, so I take it.", False),
+    ("I am in the kitchen and no coin is here, so I go north.", False),
+])
+def test_a_think_that_talks_to_you_is_narration(think, second):
+    why = alignment.narration(think, "move north")
+    assert (why is not None and "second person" in why) == second
