@@ -486,8 +486,11 @@ def instance_violations(name: str, text: str) -> list[Violation]:
 #: entering it, and ``look around`` prints the same text again: it finds nothing and costs a step.
 #: Every TextWorld bank the 1.5B teacher built from coin games prescribed it ("Before moving into a
 #: new room, look around to ensure there are no hidden objects or obstacles", "Look around before
-#: moving north.", "The agent should look around the current room to find objects or clues.").
-_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b")
+#: moving north.", "The agent should look around the current room to find objects or clues."). An
+#: "inventory" of the room is the same mistake: ``inventory`` lists what the agent carries ("inventory
+#: the room to see what objects are available", the teacher's general coin skill).
+_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b|\binventor(?:y|ying|ies|ied)\s+(?:the\s+|a\s+|this\s+|each\s+)?"
+                          r"rooms?\b")
 #: ``episode_specific`` (TextWorld): a compass direction. Each game draws its own map, so "try
 #: moving east first" or "Move south or west to explore the pantry" (the teacher's coin bank) is
 #: one episode's route, wrong in the next game.
@@ -496,11 +499,13 @@ _COMPASS = re.compile(r"\b(?:north|south|east|west)(?:ward|wards|ern)?\b")
 
 def _unnegated(pattern: re.Pattern, text: str) -> list[str]:
     """Matches of ``pattern`` in lower-cased ``text`` with no :data:`_NEGATION` word in the
-    :data:`_NEGATION_WINDOW` characters before them in their clause ("instead of looking around")."""
+    :data:`_NEGATION_WINDOW` characters before them in their clause, after its last comma ("instead
+    of looking around" is advice against it; in "If the object is not found, try looking around"
+    the "not" belongs to the condition)."""
     low = (text or "").lower().replace("\u2019", "'")
     out = []
     for m in pattern.finditer(low):
-        clause = _clause_start(low, m.start())
+        clause = max(_clause_start(low, m.start()), low.rfind(",", 0, m.start()) + 1)
         if not _NEGATION.search(low, max(clause, m.start() - _NEGATION_WINDOW), m.start()):
             out.append(m.group(0))
     return out
@@ -512,9 +517,10 @@ def textworld_violations(name: str, text: str) -> list[Violation]:
     direction it prescribes (:data:`_COMPASS`); negated mentions pass ("do not look around again")."""
     out = []
     if _unnegated(_LOOK_AROUND, text):
-        out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent look around to find or check "
-                                                "something: a TextWorld room's whole description is shown on "
-                                                "entering it, and look around only repeats it"))
+        out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent look around (or take an "
+                                                "inventory of the room) to find something: a TextWorld room's whole "
+                                                "description is shown on entering it, look around only repeats it and "
+                                                "inventory lists what the agent carries"))
     if dirs := _unnegated(_COMPASS, text):
         out.append(Violation("episode_specific", f"{name} {text[:60]!r} prescribes the direction {dirs[0]!r}: each "
                                                  "TextWorld game has its own map; say how to choose an exit instead"))

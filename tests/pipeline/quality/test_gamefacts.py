@@ -314,6 +314,15 @@ TEXTWORLD_TEACHER = [
                                                "help you find the object by exploring the kitchen and pantry areas.",
       "when_to_apply": "When the agent is in a room with no objects or the goal object is not visible."},
      {"episode_specific"}),
+    # the general answer of the same run, asked again with a larger token cap
+    ({"title": "Search for Objects", "principle": "When the agent is in a room with objects, search for the object they "
+                                                  "want to use. If the object is not found, try looking around and "
+                                                  "inventorying the room.",
+      "when_to_apply": "When the agent is in a room with objects and wants to use one of them."}, {"false_game_fact"}),
+    ({"title": "Inventory Room", "principle": "When the agent is in a room with objects, inventory the room to see what "
+                                              "objects are available.",
+      "when_to_apply": "When the agent is in a room with objects and wants to decide which object to use."},
+     {"false_game_fact"}),
     ({"title": "Check Every Room", "principle": "Ensure that the agent checks all rooms and objects before making any "
                                                 "decisions.", "when_to_apply": "When the coin is not in sight."}, set()),
 ]
