@@ -155,6 +155,9 @@ class SkillsConfig:
     n_task_specific: int = _f(4, "task-specific skills requested per category", min=0)
     n_mistakes: int = _f(5, "common mistakes requested", min=0)
     max_patterns: int = _f(24, "max distinct planning patterns per call (deterministic sample)", min=1)
+    max_outlines: int = _f(8, "successful train trajectories shown per general or task-specific call as an outline "
+                              "of their recorded actions (instance numbers dropped, repeats counted): the ground "
+                              "truth beside the teacher's own planning patterns; 0 = none", min=0)
     merge_threshold: float = _f(0.9, "cosine similarity above which two skills are merged",
                                     min=-1, max=1)
     sampled_retries: int = _f(0, "a call whose every item a content rule rejects is asked again up to this many "

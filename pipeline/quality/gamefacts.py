@@ -488,9 +488,10 @@ def instance_violations(name: str, text: str) -> list[Violation]:
 #: new room, look around to ensure there are no hidden objects or obstacles", "Look around before
 #: moving north.", "The agent should look around the current room to find objects or clues."). An
 #: "inventory" of the room is the same mistake: ``inventory`` lists what the agent carries ("inventory
-#: the room to see what objects are available", the teacher's general coin skill).
-_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b|\binventor(?:y|ying|ies|ied)\s+(?:the\s+|a\s+|this\s+|each\s+)?"
-                          r"rooms?\b")
+#: the room to see what objects are available", "inventory all the items in the current room": the
+#: teacher's general coin skills).
+_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b|\binventor(?:y|ying|ies|ied)\s+(?:(?:the|a|this|each|every|"
+                          r"all|of|items?|objects?|things?|everything|in|current|that|is|are)\s+){0,6}rooms?\b")
 #: ``episode_specific`` (TextWorld): a compass direction. Each game draws its own map, so "try
 #: moving east first" or "Move south or west to explore the pantry" (the teacher's coin bank) is
 #: one episode's route, wrong in the next game.

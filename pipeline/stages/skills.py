@@ -8,6 +8,9 @@ Per environment, up to three kinds of structured calls:
 * **task_specific** - one call per category that has memories, fed that category's patterns
   (successes) AND mistakes (failures), as the official generator does. One key
   ``task_specific_skills`` for every env.
+* Both also see an outline of the recorded actions of up to ``max_outlines`` successful train
+  trajectories (of the category, for a task-specific call; :mod:`pipeline.bank.outline`): the
+  patterns are the teacher's own words, the outlines what the agent did.
 * **mistake** - one call fed every failure's ``mistakes_to_avoid`` (deduplicated, capped).
 
 Answers are schema-validated, then numbered consecutively only at export. Each skill row
@@ -40,6 +43,7 @@ import pyarrow.parquet as pq
 
 from pipeline import quality
 from pipeline.bank import merge as _skillmerge
+from pipeline.bank import outline as _outline
 from pipeline.bank.judge import ItemJudge, blocking, field_bounds
 from pipeline.bank import rows as skillbank
 from pipeline.bank.store import BankStore
@@ -194,7 +198,9 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
     """The calls for the memories of one env, in a fixed order: general, categories, mistakes;
     with ``qcfg``, each call's check runs the content rules item by item (:func:`check_answer`),
     ``contradicts_success`` against ``successes`` (the env's successful train trajectories; a
-    task-specific call sees those of its category)."""
+    task-specific call sees those of its category). The general and task-specific prompts show
+    the outlines of those successes (:func:`pipeline.bank.outline.outline`, at most
+    ``cfg.max_outlines``, most frequent first), or "(none)"."""
     tpl = _templates.load(NAME, env)
     system = tpl.render("system")
     succ = [m for m in memories if m["outcome"] == "success" and m["planning_pattern"].strip()]
@@ -216,9 +222,16 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
                               check=check_answer(kind, tally=tally, judge=judge, verdicts=verdicts))
         calls.append(Call(env, kind, category, used, request, tpl.sha, verdicts))
 
+    def outlines(category: str = "") -> str:
+        wins = [t for t in successes or [] if not category or t.category == category]
+        if not cfg.max_outlines or not wins:
+            return "- (none)"
+        # counted like patterns: most frequent first, capped (deterministic)
+        return _lines(dedupe_items([(_outline.outline(t), t.trajectory_id) for t in wins], cfg.max_outlines)[0])
+
     patterns, fed = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ], cfg.max_patterns)
     if patterns:
-        add("general", "", fed, "general", cfg.n_general, patterns=_lines(patterns))
+        add("general", "", fed, "general", cfg.n_general, patterns=_lines(patterns), outlines=outlines())
     for cat in dict.fromkeys(m["category"] for m in memories):  # first-seen order
         pats, fed_p = dedupe_items([(m["planning_pattern"], m["memory_id"]) for m in succ if m["category"] == cat],
                                    cfg.max_patterns)
@@ -226,7 +239,8 @@ def plan_calls(memories: list[dict[str, Any]], env: str, cfg: SkillsConfig, qcfg
                                     for x in m["mistakes_to_avoid"]], cfg.max_patterns)
         if pats or errs:
             add("task_specific", cat, fed_p | fed_e, "task_specific", cfg.n_task_specific,
-                category_label=category_label(cat), patterns=_lines(pats), mistakes=_lines(errs))
+                category_label=category_label(cat), patterns=_lines(pats), mistakes=_lines(errs),
+                outlines=outlines(cat))
     errs, fed = dedupe_items([(mistake_text(x), m["memory_id"]) for m in fail for x in m["mistakes_to_avoid"]],
                              cfg.max_patterns)
     if errs:
@@ -406,7 +420,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "16"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
+    version = "17"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
     # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
     # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
@@ -417,7 +431,8 @@ class SkillsStage(LLMStage):
     # place that cannot do it, episode_specific; 11: an instruction about wording, a receptacle found somewhere; 12:
     # a lamp taken out of a drawer; 13: another room, a lock; 14: one rule written for two objects merged; 15: a
     # call rejected whole is sampled again (skills.sampled_retries), a wait for a transform (false_game_fact); 16:
-    # a comma ends a tool's clause in false_game_fact
+    # a comma ends a tool's clause in false_game_fact; 17: outlines of the successes in the prompt, a command with a
+    # void condition or order ("when instructed to do so", "after taking it") is restated_action
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

@@ -65,6 +65,29 @@ def test_no_skillrl_skill_restates_an_action(env):
     skills = b["general_skills"] + [s for v in b["task_specific_skills"].values() for s in v]
     assert len(skills) == {"alfworld": 44, "webshop": 54}[env]
     assert [s["title"] for s in skills if bankrules.restated_action(s["principle"])] == []
+    assert [s["title"] for s in skills if bankrules.restated_violations("s", s, [])] == []
+
+
+@pytest.mark.parametrize("title,principle", [
+    # the 1.5B teacher's answers once the outlines of the successes were in its skills prompt
+    ("Go to Toilet", "Go to the toilet when instructed to do so."),
+    ("Put Object in Target Location", "Put the object in its target location after taking it."),
+    ("Go To Location", "Navigate to the specific location where you want to place or retrieve the object."),
+    ("Use Lamp", "Use the desklamp when the observation says the agent should use it."),
+])
+def test_a_command_with_a_void_condition_or_order_is_a_restated_action(title, principle):
+    assert [v.reason for v in bankrules.restated_violations("skills[0]", {"title": title, "principle": principle},
+                                                            [])] == ["restated_action"]
+
+
+@pytest.mark.parametrize("principle", [
+    "Look for the object in likely locations before searching other places.",
+    "If you're moving an object to a different location, make sure it's already cooled before doing so.",
+    "Put the object in its target location only after heating it in the microwave.",
+])
+def test_a_real_condition_or_order_keeps_a_skill(principle):
+    assert bankrules.restated_violations("skills[0]", {"title": "Put Object In Target", "principle": principle}, []) \
+        == []
 
 
 def test_duplicate_mistakes_share_one_cause():

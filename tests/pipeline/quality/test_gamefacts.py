@@ -323,6 +323,11 @@ TEXTWORLD_TEACHER = [
                                               "objects are available.",
       "when_to_apply": "When the agent is in a room with objects and wants to decide which object to use."},
      {"false_game_fact"}),
+    # the general answer once the outlines of the successes were in the prompt
+    ({"title": "Inventory Before Moving", "principle": "Before moving into a new room, inventory all the items in the "
+                                                       "current room to ensure you have what you need before making "
+                                                       "your move.",
+      "when_to_apply": "When the agent is in a room and wants to move to another room."}, {"false_game_fact"}),
     ({"title": "Check Every Room", "principle": "Ensure that the agent checks all rooms and objects before making any "
                                                 "decisions.", "when_to_apply": "When the coin is not in sight."}, set()),
 ]
@@ -338,6 +343,7 @@ def test_textworld_look_around_and_fixed_routes_fire(item, reasons):
     "Read the room description once and do not look around again.",
     "Take the exit to a room not yet visited instead of looking around.",
     "Remember which exits were already taken and choose one that leads somewhere new.",
+    "Check your inventory before moving into a new room.",
 ])
 def test_textworld_advice_against_look_around_or_without_a_route_passes(text):
     assert gamefacts.textworld_violations("principle", text) == []
