@@ -11,7 +11,8 @@ other rule, and none would change what an agent does):
   (``vague_instruction``, :func:`placeholders`): "move it to the correct location for use or
   storage" (which location?), "Use the tool to complete a task, such as cooking or cleaning"
   (ALFWorld and WebShop have no tool: name the microwave, the fridge, the sinkbasin or the
-  lamp), "Examine the object to get more information about it", "Do not move objects without a
+  lamp), "Examine the object to get more information about it", "Look closely at the object's
+  features and details to gain a better understanding of what it is", "Do not move objects without a
   specific purpose in mind", "Ensure that the price constraints you set are realistic", "move it
   to a location where it can be cooled", "Follow the instructions carefully"; and the GRPO skill
   updater's "place objects in their designated safe places", "use appropriate containers to
@@ -53,6 +54,7 @@ _PLACEHOLDER = re.compile(
     r"|\b(?:the|a)\s+tools?\b"
     r"|\bcomplete\s+(?:a|the)\s+task\b"
     r"|\bmore\s+information\b"
+    r"|\b(?:a\s+)?better\s+understanding\b"
     r"|\b(?:a|any|specific|clear)\s+purpose\b"
     r"|\brealistic\b", re.I)
 

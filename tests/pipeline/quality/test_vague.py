@@ -16,6 +16,8 @@ from tests.pipeline.quality.test_gamefacts import bank_items
 TEACHER_VAGUE = [
     ("Use the tool to complete a task, such as cooking or cleaning.", ["vague_instruction"]),
     ("Examine the object to get more information about it.", ["vague_instruction"]),
+    ("Look closely at the object's features and details to gain a better understanding of what it is.",
+     ["vague_instruction"]),
     ("After finding an object, move it to the correct location for use or storage.", ["vague_instruction"]),
     ("Do not move objects without a specific purpose in mind.", ["vague_instruction"]),
     ("Ensure that the price constraints you set are realistic and do not lead to irrelevant results.",
@@ -53,7 +55,7 @@ def test_the_teachers_vague_items(principle, reasons):
 
 
 def test_the_detail_names_the_placeholder():
-    [v] = vague.vague_violations("skills[1].principle", TEACHER_VAGUE[2][0])
+    [v] = vague.vague_violations("skills[1].principle", TEACHER_VAGUE[3][0])
     assert v.detail.startswith("skills[1].principle says 'the correct location' where it should name the thing")
     [v] = vague.vague_violations("mistakes[0].how_to_avoid", TEACHER_VAGUE[0][0])
     assert "'the tool', 'complete a task'" in v.detail
