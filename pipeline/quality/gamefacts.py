@@ -512,9 +512,16 @@ def _unnegated(pattern: re.Pattern, text: str) -> list[str]:
     return out
 
 
+#: ``false_game_fact`` (TextWorld): an obstacle, or a colour or texture to look at. Rooms hold no
+#: obstacles and objects are only named, so neither can be checked ("Quickly Identify Obstacles:
+#: ... by looking at its color or texture", the GRPO skill updater after failed put-away games).
+_NO_SUCH_THING = re.compile(r"\bobstacles?\b|\bcolou?rs?\s+(?:and|or)\s+textures?\b|\btextures?\b")
+
+
 def textworld_violations(name: str, text: str) -> list[Violation]:
     """TextWorld Express rules of one field of a skill or mistake: ``false_game_fact`` for a
-    ``look around`` it prescribes (:data:`_LOOK_AROUND`), ``episode_specific`` for a compass
+    ``look around`` it prescribes (:data:`_LOOK_AROUND`) or an obstacle, colour or texture to check
+    (:data:`_NO_SUCH_THING`), ``episode_specific`` for a compass
     direction it prescribes (:data:`_COMPASS`); negated mentions pass ("do not look around again")."""
     out = []
     if _unnegated(_LOOK_AROUND, text):
@@ -522,6 +529,10 @@ def textworld_violations(name: str, text: str) -> list[Violation]:
                                                 "inventory of the room) to find something: a TextWorld room's whole "
                                                 "description is shown on entering it, look around only repeats it and "
                                                 "inventory lists what the agent carries"))
+    if things := _unnegated(_NO_SUCH_THING, text):
+        out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent check {things[0]!r}: TextWorld "
+                                                "Express rooms hold no obstacles and its objects have no colour or "
+                                                "texture to look at"))
     if dirs := _unnegated(_COMPASS, text):
         out.append(Violation("episode_specific", f"{name} {text[:60]!r} prescribes the direction {dirs[0]!r}: each "
                                                  "TextWorld game has its own map; say how to choose an exit instead"))

@@ -16,7 +16,8 @@ other rule, and none would change what an agent does):
   specific purpose in mind", "Ensure that the price constraints you set are realistic", "move it
   to a location where it can be cooled", "Follow the instructions carefully"; and the GRPO skill
   updater's "place objects in their designated safe places", "use appropriate containers to
-  store objects" (TextWorld Express, put-away tasks). SkillRL's "If the first result page lacks
+  store objects", "use it as a clue to determine its purpose or location", "checking if it can
+  be used in its intended location" (TextWorld Express, put-away tasks). SkillRL's "If the first result page lacks
   suitable items" is a condition and passes: "suitable" and "right" count only after an article.
 
 Only the instruction fields are read (a skill's principle, a mistake's how-to-avoid): a
@@ -55,6 +56,8 @@ _PLACEHOLDER = re.compile(
     r"|\bcomplete\s+(?:a|the)\s+task\b"
     r"|\bmore\s+information\b"
     r"|\b(?:a\s+)?better\s+understanding\b"
+    r"|\bintended\s+(?:location|place|spot|purpose)s?\b"
+    r"|\b(?:its|their)\s+(?:purpose|functionality)\b"
     r"|\b(?:a|any|specific|clear)\s+purpose\b"
     r"|\brealistic\b", re.I)
 

@@ -328,6 +328,10 @@ TEXTWORLD_TEACHER = [
                                                        "current room to ensure you have what you need before making "
                                                        "your move.",
       "when_to_apply": "When the agent is in a room and wants to move to another room."}, {"false_game_fact"}),
+    # the GRPO skill updater after failed put-away games
+    ({"title": "Quickly Identify Obstacles", "principle": "When the agent encounters an obstacle, quickly identify it by "
+                                                          "looking at its color or texture.",
+      "when_to_apply": "When the agent is blocked."}, {"false_game_fact"}),
     ({"title": "Check Every Room", "principle": "Ensure that the agent checks all rooms and objects before making any "
                                                 "decisions.", "when_to_apply": "When the coin is not in sight."}, set()),
 ]

@@ -30,6 +30,10 @@ TEACHER_VAGUE = [
     ("The agent should always place objects in their designated safe places, which are usually marked on the "
      "environment.", ["vague_instruction"]),
     ("The agent should use appropriate containers to store objects.", ["vague_instruction"]),
+    ("When the agent observes an object, use it as a clue to determine its purpose or location.",
+     ["vague_instruction"]),
+    ("When the agent encounters an object, quickly assess its functionality by checking if it can be used in its "
+     "intended location.", ["vague_instruction"]),
     ("The agent should use clear and concise language to communicate their intentions. This skill helps in "
      "avoiding misunderstandings and ensures that the environment is understood correctly.", ["not_actionable"]),
     ("The desklamp illuminates the object and makes it easier to see its contents.", ["not_actionable"]),
