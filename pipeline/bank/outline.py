@@ -64,10 +64,13 @@ def step_phrase(env: str, action: str) -> str:
     a = _NUMBER.sub("", a.lower()).replace("in/on", "in")
     if a in NO_OP.get(env, ()):
         return ""
-    if env == "textworld" and _COMPASS.search(a):
-        return "open a door" if a.startswith("open") else "move to another room" if a.startswith(("move", "go")) \
-            else _COMPASS.sub("", a).strip()
-    return a
+    if env != "textworld" or not _COMPASS.search(a):
+        return a
+    if a.startswith("open"):
+        return "open a door"
+    if a.startswith(("move", "go")):
+        return "move to another room"
+    return _COMPASS.sub("", a).strip()
 
 
 def compress(phrases: Sequence[str]) -> list[str]:
