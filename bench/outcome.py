@@ -42,11 +42,13 @@ Training section.
 
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
-rooms, 0 of 30 on ``twc`` with two items), 20 training games at noise 0.1, LLM calls capped at
-400 completion tokens, SFT 40 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation
-games per arm of at most 8 actions and 96 new tokens (room for a think of
-``distill.max_think_chars``), one torch thread per job and two jobs at once (``--jobs``: the
-arms' SFT and evaluation run in two worker processes, one core each). Measured phases are in
+rooms, 0 of 30 on ``twc`` with two items), 16 training games at noise 0.1, LLM calls capped at
+400 completion tokens, one observation/action pair of history in every prompt, SFT 32 steps of
+batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation games per arm of at
+most 8 actions and 96 new tokens (room for a think of ``distill.max_think_chars``), one torch
+thread per job and four jobs at once (``--jobs``: every arm's SFT and evaluation in its own worker
+process, the base model's evaluation beside the three trainings). These fit the 60-minute CPU
+budget on 2 cores; measured phases are in
 README -> Benchmarks. ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of
 a few minutes; fewer than 60 games).
 """
@@ -89,10 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
     p.add_argument("--game-params", default="numLocations=4,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
                    help="TextWorld Express game parameters")
-    p.add_argument("--train-tasks", type=int, default=20, help="training games (train fold seeds 0..N-1)")
+    p.add_argument("--train-tasks", type=int, default=16, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=16, help="actions per expert rollout")
-    p.add_argument("--sft-steps", type=int, default=40, help="SFT optimizer steps")
+    p.add_argument("--sft-steps", type=int, default=32, help="SFT optimizer steps")
     p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
     p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
@@ -102,6 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="weights' dtype in every arm's evaluation. bfloat16 prefilled 1.9x faster here but "
                         "changed the skills student's greedy play: 3 wins of 8 games against 6 in float32 "
                         "(likely cause: the merged LoRA update is small next to the bf16 rounding of the weights)")
+    p.add_argument("--history-length", type=int, default=1,
+                   help="observation/action pairs of history in every prompt of every arm (prompt.history_length; "
+                        "SkillRL's RL default is 2): each one adds about 140 tokens to every step an arm trains on "
+                        "and plays")
     p.add_argument("--eval-episodes", type=int, default=60, help="held-out games per arm")
     p.add_argument("--eval-seed0", type=int, default=100, help="first dev-fold seed of the evaluation")
     p.add_argument("--eval-max-steps", type=int, default=8, help="actions per evaluation game")
@@ -115,8 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
-    p.add_argument("--jobs", type=int, default=2, help="arms trained and evaluated at once, each in its own process "
-                                                        "with --threads torch threads (1 = one after the other)")
+    p.add_argument("--jobs", type=int, default=4, help="arms trained and evaluated at once, each in its own process "
+                                                        "with --threads torch threads (1 = one after the other; "
+                                                        "4 starts the base model's evaluation beside the three "
+                                                        "trainings, so no core idles while one job finishes)")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
     a = p.parse_args(argv)
     try:
@@ -165,6 +173,7 @@ def base_config(a: argparse.Namespace):
     from pipeline.core.config import PipelineConfig
     cfg = PipelineConfig()
     cfg.llm.max_tokens = a.llm_max_tokens
+    cfg.prompt.history_length = a.history_length  # distill, SFT pairs and evaluation all render with it
     # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
     # second outcome run with the same arguments skips every finished step (measured: it reran memory)
     cfg.llm.retry_failed = False
@@ -407,7 +416,7 @@ def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, li
            "machine": machine(), "game": a.game, "game_params": a.game_params,
            "eval_seeds": [a.eval_seed0, a.eval_seed0 + a.eval_episodes - 1], "fold": "dev",
            "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "sft_steps", "sft_batch", "sft_lr", "lora_r",
-                                                 "sft_precision", "eval_dtype",
+                                                 "sft_precision", "eval_dtype", "history_length",
                                                  "eval_episodes", "eval_max_steps", "max_new_tokens", "llm_max_tokens",
                                                  "threads", "base_model", "llm_base_url", "llm_model")},
            "arms": [{"name": r["name"], "label": r["label"], "run_id": r["run_id"], "trained": r["trained"],
@@ -542,7 +551,7 @@ def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q:
                   f"by build_pairs {d.get('quarantine_pairs_reasons')}")
     print(f"\n== four arms: {a.game} ({a.game_params}), held-out dev seeds {a.eval_seed0}.."
           f"{a.eval_seed0 + a.eval_episodes - 1}, greedy, <= {a.eval_max_steps} actions; data: "
-          f"{a.train_tasks} training games, SFT {a.sft_steps} steps ==")
+          f"{a.train_tasks} training games, SFT {a.sft_steps} steps, history {a.history_length} ==")
     for line in arm_table(rows):
         print("  " + line)
     print("  (skill use: share of the pairs' thinks sharing >= 2 content words with a bank skill shown for the "

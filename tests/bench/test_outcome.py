@@ -37,6 +37,13 @@ def test_arms_option_and_budget_defaults():
         outcome.parse_args(["--arms", "skills,cot"])
 
 
+def test_history_length_reaches_every_arms_prompt_config():
+    a = outcome.parse_args(["--history-length", "3"])
+    cfgs = [outcome.arm_config(w, outcome.base_config(a)) for w in outcome.ARMS]
+    assert {c.prompt.history_length for c in cfgs} == {3}
+    assert outcome.base_config(outcome.parse_args([])).prompt.history_length == 1
+
+
 def _row(name, wins, n, data=None):
     arm = outcome.arm(name)
     return {"name": name, "label": arm.label, "run_id": arm.run_id("o"), "trained": arm.trained,
