@@ -21,7 +21,9 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
 * ``self_target`` (a principle or fix), ``missing_control`` (WebShop: a principle or fix),
   ``not_portable`` (ALFWorld: a principle or fix),
   ``feeling_reason`` (principle, when-to-apply, fix), ``wrong_category`` (an ALFWorld
-  task-specific principle; :mod:`pipeline.quality.gamefacts`);
+  task-specific principle), TextWorld ``false_game_fact`` (a look around or inventory to find
+  something, an obstacle, a door, key or lock no source game shows) and ``episode_specific`` (a
+  compass route; :mod:`pipeline.quality.gamefacts`);
 * ``off_topic`` (:func:`pipeline.quality.topic.off_domain`), one encoder call per answer.
 """
 from __future__ import annotations
@@ -78,6 +80,17 @@ class ItemJudge:
     bounds: dict[str, int] = field(default_factory=dict)
     examples: Sequence[str] = ()
     env: str = ""
+
+    @property
+    def seen_text(self) -> str:
+        """Lower-cased observations and admissible actions of :attr:`successes` (cached): what the
+        source games show (TextWorld ``false_game_fact`` of a door, key or lock)."""
+        cached = self.__dict__.get("_seen")
+        if cached is None:
+            cached = self.__dict__["_seen"] = "\n".join(
+                f"{s.observation or ''} {' '.join(s.admissible_actions or [])}".lower()
+                for t in self.successes for s in t.steps)
+        return cached
 
     @property
     def key(self) -> str:
@@ -150,6 +163,8 @@ class ItemJudge:
             for f in self.fields:
                 if f in ("title", "principle", "when_to_apply", "how_to_avoid"):
                     out += gamefacts.textworld_violations(f"{name}.{f}", str(item.get(f) or ""))
+            for f in self.fields:  # every field: a door that no game has is false in a cause too
+                out += gamefacts.unseen_violations(f"{name}.{f}", str(item.get(f) or ""), self.seen_text)
         if self.kind == "mistake" and self.env == "alfworld":
             out += bankrules.episode_violations(name, item, self.sources)
         if "when_to_apply" in self.fields:

@@ -537,3 +537,32 @@ def textworld_violations(name: str, text: str) -> list[Violation]:
         out.append(Violation("episode_specific", f"{name} {text[:60]!r} prescribes the direction {dirs[0]!r}: each "
                                                  "TextWorld game has its own map; say how to choose an exit instead"))
     return out
+
+
+#: ``false_game_fact`` (TextWorld): a door, key or lock the item relies on, as ``(word pattern, the
+#: word an observation must hold)``. TextWorld Express draws doors only with ``includeDoors=1``, and
+#: keys and locks only in some games; an item about them is true only where the games it was
+#: learnt from have them. The 1.5B teacher wrote "if you have a key and a door, use the key to open
+#: the door" and "The agent tries to move north when there is a closed door blocking its exit" from
+#: coin games without a door (its prompt's worked mistake is about a closed container).
+_GAME_THINGS = ((re.compile(r"\bdoors?(?:ways?)?\b"), "door"), (re.compile(r"\bkeys?\b"), "key"),
+                (re.compile(r"\b(?:un)?lock(?:s|ed|ing)?\b"), "lock"))
+
+
+def unseen_things(text: str, seen: str) -> list[str]:
+    """Doors, keys and locks (:data:`_GAME_THINGS`) that ``text`` names and the lower-cased source
+    text ``seen`` (the games' observations and admissible actions) never mentions; negated
+    mentions count too ("without a key" still assumes there are keys)."""
+    low = (text or "").lower()
+    return [word for pattern, word in _GAME_THINGS if pattern.search(low) and word not in seen]
+
+
+def unseen_violations(name: str, text: str, seen: str) -> list[Violation]:
+    """``false_game_fact`` of one field of a TextWorld skill or mistake that names a door, key or
+    lock no source game shows (:func:`unseen_things`); ``seen`` empty (no source game): none."""
+    if not seen:
+        return []
+    return [Violation("false_game_fact", f"{name} {text[:60]!r} is about a {w}, but no observation of the games it "
+                                         f"was learnt from shows one: name only what these games have")
+            for w in unseen_things(text, seen)]
+

@@ -373,3 +373,51 @@ def test_the_textworld_item_judge_quarantines_them():
                             "why_it_happens": "The agent did not move south or west to explore the pantry.",
                             "how_to_avoid": "Move south or west to explore the pantry."}])
     assert [v.reason for v in found[0] if v.reason == "episode_specific"] == ["episode_specific"]
+
+
+def _coin_game(room: str, exits: str, admissible: list[str]):
+    from pipeline.core.records import Step, Trajectory
+    steps = [Step(0, None, f"You are in the {room}. In one part of the room you see a fridge that is closed. {exits}",
+                  admissible), Step(1, "take coin", "You take the coin.", [], 1.0, True)]
+    return Trajectory("t", "textworld", "g1", "find the coin", "find_coin", "success", 1.0, steps, "u", "fmt", 0)
+
+
+NO_DOORS = _coin_game("kitchen", "To the North you see the pantry.", ["move north", "take coin", "look around"])
+WITH_DOORS = _coin_game("kitchen", "Through a closed wooden door to the North you see the pantry.",
+                        ["open door to north", "take coin"])
+#: The 1.5B teacher's coin bank items about doors and keys (coin games without doors).
+DOOR_ITEMS = [
+    {"title": "Use Objects Effectively", "principle": "When using an object, make sure to use it correctly and "
+     "efficiently. For example, if you have a key and a door, use the key to open the door.",
+     "when_to_apply": "When the agent is using an object in a room or container."},
+    {"description": "The agent tries to move north when there is a closed door blocking its exit.",
+     "why_it_happens": "The agent does not open the door before moving north.",
+     "how_to_avoid": "Open the door first and only then move through it; moving into a closed door wastes a step."},
+]
+
+
+def test_a_door_or_key_no_source_game_shows_is_a_false_game_fact():
+    seen = " ".join(NO_DOORS.steps[0].admissible_actions + [NO_DOORS.steps[0].observation]).lower()
+    assert gamefacts.unseen_things(DOOR_ITEMS[0]["principle"], seen) == ["door", "key"]
+    assert gamefacts.unseen_things("Unlock the chest before taking the coin.", seen) == ["lock"]
+    assert gamefacts.unseen_things("Open the fridge and take what it holds.", seen) == []
+    assert gamefacts.unseen_violations("principle", DOOR_ITEMS[0]["principle"], "") == []  # no source game: off
+
+
+@pytest.mark.parametrize("games,skill_words,mistake_words", [
+    ([NO_DOORS], ["door", "key"], ["door"]),
+    ([WITH_DOORS], ["key"], []),  # doors are real there; a key is not
+    ([], [], []),                 # no source game: not judged
+])
+def test_the_textworld_judge_checks_doors_against_its_source_games(games, skill_words, mistake_words):
+    from pipeline.bank.judge import ItemJudge
+    from pipeline.core.config import QualityConfig
+    qcfg = QualityConfig(off_topic_threshold=-1)
+    skill = ItemJudge("general", qcfg, successes=games, env="textworld").judge(DOOR_ITEMS[:1])[0]
+    mistake = ItemJudge("mistake", qcfg, successes=games, env="textworld").judge(DOOR_ITEMS[1:])[0]
+
+    def words(verdict):
+        return sorted({d.split(" is about a ")[1].split(",")[0] for d in (v.detail for v in verdict)
+                       if " is about a " in d})
+    assert (words(skill), words(mistake)) == (sorted(skill_words), mistake_words)
+    assert all(v.reason == "false_game_fact" for v in skill + mistake if " is about a " in v.detail)
