@@ -43,7 +43,8 @@ Training section.
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
 rooms, 0 of 30 on ``twc`` with two items), 16 training games at noise 0.1, LLM calls capped at
-400 completion tokens, one observation/action pair of history in every prompt, SFT 32 steps of
+400 completion tokens and one step per distill call, one observation/action pair of history in
+every prompt, SFT 28 steps of
 batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation games per arm of at
 most 8 actions and 96 new tokens (room for a think of ``distill.max_think_chars``), one torch
 thread per job and four jobs at once (``--jobs``: every arm's SFT and evaluation in its own worker
@@ -94,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-tasks", type=int, default=16, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=16, help="actions per expert rollout")
-    p.add_argument("--sft-steps", type=int, default=32, help="SFT optimizer steps")
+    p.add_argument("--sft-steps", type=int, default=28, help="SFT optimizer steps")
     p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
     p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
@@ -114,6 +115,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
+    p.add_argument("--distill-steps-per-call", type=int, default=1,
+                   help="actions whose thinks one distill call writes (distill.max_steps_per_call). 1: on coin the "
+                        "teacher's whole-trajectory answers failed a content rule in 14 of 15 trajectories, and "
+                        "distill then asked again step by step anyway (half of distill's 995 s went to them)")
     p.add_argument("--grpo", action="store_true", help="also GRPO from the best SFT arm's checkpoint, then evaluate it")
     p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps with --grpo")
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")
@@ -174,6 +179,7 @@ def base_config(a: argparse.Namespace):
     cfg = PipelineConfig()
     cfg.llm.max_tokens = a.llm_max_tokens
     cfg.prompt.history_length = a.history_length  # distill, SFT pairs and evaluation all render with it
+    cfg.distill.max_steps_per_call = a.distill_steps_per_call
     # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
     # second outcome run with the same arguments skips every finished step (measured: it reran memory)
     cfg.llm.retry_failed = False
@@ -416,7 +422,7 @@ def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, li
            "machine": machine(), "game": a.game, "game_params": a.game_params,
            "eval_seeds": [a.eval_seed0, a.eval_seed0 + a.eval_episodes - 1], "fold": "dev",
            "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "sft_steps", "sft_batch", "sft_lr", "lora_r",
-                                                 "sft_precision", "eval_dtype", "history_length",
+                                                 "sft_precision", "eval_dtype", "history_length", "distill_steps_per_call",
                                                  "eval_episodes", "eval_max_steps", "max_new_tokens", "llm_max_tokens",
                                                  "threads", "base_model", "llm_base_url", "llm_model")},
            "arms": [{"name": r["name"], "label": r["label"], "run_id": r["run_id"], "trained": r["trained"],
