@@ -115,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
+    p.add_argument("--skills-retries", type=int, default=2,
+                   help="skills.sampled_retries: a skills call whose every item a content rule rejects is asked "
+                        "again this many times, sampled (greedy only repeats it); the coin bank was empty without")
     p.add_argument("--distill-steps-per-call", type=int, default=1,
                    help="actions whose thinks one distill call writes (distill.max_steps_per_call). 1: on coin the "
                         "teacher's whole-trajectory answers failed a content rule in 14 of 15 trajectories, and "
@@ -180,6 +183,9 @@ def base_config(a: argparse.Namespace):
     cfg.llm.max_tokens = a.llm_max_tokens
     cfg.prompt.history_length = a.history_length  # distill, SFT pairs and evaluation all render with it
     cfg.distill.max_steps_per_call = a.distill_steps_per_call
+    cfg.skills.sampled_retries = a.skills_retries
+    # four general skills fit the completion cap (about 75 tokens each); six were cut at 400 tokens
+    cfg.skills.n_general = min(cfg.skills.n_general, 4)
     # a greedy local model's failed answers only repeat on a rerun: record them and move on, so a
     # second outcome run with the same arguments skips every finished step (measured: it reran memory)
     cfg.llm.retry_failed = False
@@ -423,6 +429,7 @@ def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, li
            "eval_seeds": [a.eval_seed0, a.eval_seed0 + a.eval_episodes - 1], "fold": "dev",
            "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "sft_steps", "sft_batch", "sft_lr", "lora_r",
                                                  "sft_precision", "eval_dtype", "history_length", "distill_steps_per_call",
+                                                 "skills_retries",
                                                  "eval_episodes", "eval_max_steps", "max_new_tokens", "llm_max_tokens",
                                                  "threads", "base_model", "llm_base_url", "llm_model")},
            "arms": [{"name": r["name"], "label": r["label"], "run_id": r["run_id"], "trained": r["trained"],
