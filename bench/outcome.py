@@ -43,14 +43,14 @@ Training section.
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
 rooms, 0 of 30 on ``twc`` with two items), 16 training games at noise 0.1, LLM calls capped at
-400 completion tokens and one step per distill call, one observation/action pair of history in
-every prompt, SFT 28 steps of
+400 completion tokens, skills calls sampled again up to twice, one observation/action pair of
+history in every prompt, SFT 28 steps of
 batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation games per arm of at
 most 8 actions and 96 new tokens (room for a think of ``distill.max_think_chars``), one torch
 thread per job and four jobs at once (``--jobs``: every arm's SFT and evaluation in its own worker
-process, the base model's evaluation beside the three trainings). These fit the 60-minute CPU
-budget on 2 cores; measured phases are in
-README -> Benchmarks. ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of
+process, the base model's evaluation beside the three trainings). On 2 cores a run takes more
+than the 60-minute target (about 80 minutes: half the teacher's data stages, half SFT and
+evaluation); measured phases are in README -> Benchmarks. ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of
 a few minutes; fewer than 60 games).
 """
 from __future__ import annotations
@@ -118,10 +118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skills-retries", type=int, default=2,
                    help="skills.sampled_retries: a skills call whose every item a content rule rejects is asked "
                         "again this many times, sampled (greedy only repeats it); the coin bank was empty without")
-    p.add_argument("--distill-steps-per-call", type=int, default=1,
-                   help="actions whose thinks one distill call writes (distill.max_steps_per_call). 1: on coin the "
-                        "teacher's whole-trajectory answers failed a content rule in 14 of 15 trajectories, and "
-                        "distill then asked again step by step anyway (half of distill's 995 s went to them)")
+    p.add_argument("--distill-steps-per-call", type=int, default=8,
+                   help="actions whose thinks one distill call writes (distill.max_steps_per_call). Measured on "
+                        "coin with the embedded teacher: 8 (whole trajectories; a rejected step is asked again "
+                        "alone) kept 14 of 15 trajectories in 995 s; 1 kept 7 in 721 s, the other steps' thinks "
+                        "repeating each other (reused_think)")
     p.add_argument("--grpo", action="store_true", help="also GRPO from the best SFT arm's checkpoint, then evaluate it")
     p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps with --grpo")
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")

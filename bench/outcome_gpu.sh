@@ -19,8 +19,7 @@
 #   TOKENS (256 new tokens per action), GRPO (set to 1 for --grpo with GRPO_STEPS=20), ROOT,
 #   ARMS (default all four: base,actions,thinks,skills), JOBS (arms trained at once; 1: one GPU,
 #   one arm at a time), HISTORY (2 observation/action pairs in every prompt: SkillRL's default; the
-#   CPU run shows 1 to save prefill time), DISTILL_STEPS (actions per distill call: 8 with
-#   LLM_URL; 1 with the embedded teacher, whose whole-trajectory answers mostly fail a content rule).
+#   CPU run shows 1 to save prefill time), DISTILL_STEPS (8 actions per distill call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -35,7 +34,7 @@ args=(--root "${ROOT:-runs/outcome_gpu}" --run-id outcome-gpu --base-model "$MOD
       --rollout-max-steps 30 --sft-steps "${SFT_STEPS:-600}" --sft-batch "${BATCH:-8}" --sft-lr "${LR:-2e-4}"
       --lora-r "${LORA_R:-32}" --eval-episodes "${EVAL:-200}" --eval-max-steps "${MAX_STEPS:-20}"
       --max-new-tokens "${TOKENS:-256}" --eval-batch 32 --jobs "${JOBS:-1}"
-      --history-length "${HISTORY:-2}" --distill-steps-per-call "${DISTILL_STEPS:-$([ -n "${LLM_URL:-}" ] && echo 8 || echo 1)}" --arms "${ARMS:-base,actions,thinks,skills}")
+      --history-length "${HISTORY:-2}" --distill-steps-per-call "${DISTILL_STEPS:-8}" --arms "${ARMS:-base,actions,thinks,skills}")
 [ -n "${LLM_URL:-}" ] && args+=(--llm-base-url "$LLM_URL" --llm-model "${LLM_MODEL:?set LLM_MODEL with LLM_URL}")
 [ "${GRPO:-0}" = 1 ] && args+=(--grpo --grpo-steps "${GRPO_STEPS:-20}")
 exec $PY bench/outcome.py "${args[@]}"
