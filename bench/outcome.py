@@ -81,6 +81,19 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
     """--help keeps the module docstring's layout and shows each option's default."""
 
 
+def _data_options(p: argparse.ArgumentParser) -> None:
+    """The data pipeline's options: the teacher's completion cap, skills retries, distill chunks."""
+    p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
+    p.add_argument("--skills-retries", type=int, default=2,
+                   help="skills.sampled_retries: a skills call whose every item a content rule rejects is asked "
+                        "again this many times, sampled (greedy only repeats it); a coin run without them ended with an empty bank")
+    p.add_argument("--distill-steps-per-call", type=int, default=8,
+                   help="actions whose thinks one distill call writes (distill.max_steps_per_call). Measured on "
+                        "coin with the embedded teacher: 8 (whole trajectories; a rejected step is asked again "
+                        "alone) kept 14 of 15 trajectories in 995 s; 1 kept 7 in 721 s, the other steps' thinks "
+                        "repeating each other (reused_think)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's options (``--help``)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
@@ -114,15 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-max-steps", type=int, default=8, help="actions per evaluation game")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens the policy may generate per action")
     p.add_argument("--eval-batch", type=int, default=20, help="evaluation games played in lock-step")
-    p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
-    p.add_argument("--skills-retries", type=int, default=2,
-                   help="skills.sampled_retries: a skills call whose every item a content rule rejects is asked "
-                        "again this many times, sampled (greedy only repeats it); the coin bank was empty without")
-    p.add_argument("--distill-steps-per-call", type=int, default=8,
-                   help="actions whose thinks one distill call writes (distill.max_steps_per_call). Measured on "
-                        "coin with the embedded teacher: 8 (whole trajectories; a rejected step is asked again "
-                        "alone) kept 14 of 15 trajectories in 995 s; 1 kept 7 in 721 s, the other steps' thinks "
-                        "repeating each other (reused_think)")
+    _data_options(p)
     p.add_argument("--grpo", action="store_true", help="also GRPO from the best SFT arm's checkpoint, then evaluate it")
     p.add_argument("--grpo-steps", type=int, default=4, help="GRPO steps with --grpo")
     p.add_argument("--llm-base-url", default="", help="data pipeline endpoint ('' = embedded llama.cpp server)")
