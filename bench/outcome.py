@@ -44,14 +44,14 @@ CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractor
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
 rooms, 0 of 30 on ``twc`` with two items), 16 training games at noise 0.1, LLM calls capped at
 400 completion tokens, skills calls sampled again up to twice, one observation/action pair of
-history in every prompt, SFT 28 steps of
-batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation games per arm of at
-most 8 actions and 96 new tokens (room for a think of ``distill.max_think_chars``), one torch
-thread per job and four jobs at once (``--jobs``: every arm's SFT and evaluation in its own worker
-process, the base model's evaluation beside the three trainings). On 2 cores a run takes more
-than the 60-minute target (about 80 minutes: half the teacher's data stages, half SFT and
-evaluation); measured phases are in README -> Benchmarks. ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of
-a few minutes; fewer than 60 games).
+history in every prompt, SFT 28 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16
+LoRA), 60 evaluation games per arm of at most 8 actions and 96 new tokens (room for a think of
+``distill.max_think_chars``), one torch thread per job and four jobs at once (``--jobs``: every
+arm's SFT and evaluation in its own worker process, the base model's evaluation beside the three
+trainings). On 2 cores a run takes more than the 60-minute target (about 80 minutes: half the
+teacher's data stages, half SFT and evaluation); measured phases are in README -> Benchmarks.
+``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of a few minutes; fewer
+than 60 games).
 """
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm-max-tokens", type=int, default=400, help="completion budget of each data-pipeline LLM call")
     p.add_argument("--skills-retries", type=int, default=2,
                    help="skills.sampled_retries: a skills call whose every item a content rule rejects is asked "
-                        "again this many times, sampled (greedy only repeats it); a coin run without them ended with an empty bank")
+                        "again this many times, sampled (greedy only repeats it); a coin run without them ended "
+                        "with an empty bank")
     p.add_argument("--distill-steps-per-call", type=int, default=8,
                    help="actions whose thinks one distill call writes (distill.max_steps_per_call). Measured on "
                         "coin with the embedded teacher: 8 (whole trajectories; a rejected step is asked again "

@@ -28,6 +28,7 @@ Rules per item (reasons of :data:`pipeline.quality.REASONS`), in this order:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -81,16 +82,12 @@ class ItemJudge:
     examples: Sequence[str] = ()
     env: str = ""
 
-    @property
+    @functools.cached_property
     def seen_text(self) -> str:
-        """Lower-cased observations and admissible actions of :attr:`successes` (cached): what the
-        source games show (TextWorld ``false_game_fact`` of a door, key or lock)."""
-        cached = self.__dict__.get("_seen")
-        if cached is None:
-            cached = self.__dict__["_seen"] = "\n".join(
-                f"{s.observation or ''} {' '.join(s.admissible_actions or [])}".lower()
-                for t in self.successes for s in t.steps)
-        return cached
+        """Lower-cased observations and admissible actions of :attr:`successes`: what the source
+        games show (TextWorld ``false_game_fact`` of a door, key or lock)."""
+        return "\n".join(f"{s.observation or ''} {' '.join(s.admissible_actions or [])}".lower()
+                         for t in self.successes for s in t.steps)
 
     @property
     def key(self) -> str:
@@ -161,10 +158,11 @@ class ItemJudge:
             # the fields that tell the agent what to do or when; a mistake's description and cause
             # may tell the failed episode
             for f in self.fields:
+                value = str(item.get(f) or "")
                 if f in ("title", "principle", "when_to_apply", "how_to_avoid"):
-                    out += gamefacts.textworld_violations(f"{name}.{f}", str(item.get(f) or ""))
-            for f in self.fields:  # every field: a door that no game has is false in a cause too
-                out += gamefacts.unseen_violations(f"{name}.{f}", str(item.get(f) or ""), self.seen_text)
+                    out += gamefacts.textworld_violations(f"{name}.{f}", value)
+                # every field: a door that no game has is false in a cause too
+                out += gamefacts.unseen_violations(f"{name}.{f}", value, self.seen_text)
         if self.kind == "mistake" and self.env == "alfworld":
             out += bankrules.episode_violations(name, item, self.sources)
         if "when_to_apply" in self.fields:

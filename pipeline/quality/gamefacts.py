@@ -544,7 +544,7 @@ def textworld_violations(name: str, text: str) -> list[Violation]:
 #: keys and locks only in some games; an item about them is true only where the games it was
 #: learnt from have them. The 1.5B teacher wrote "if you have a key and a door, use the key to open
 #: the door" and "The agent tries to move north when there is a closed door blocking its exit" from
-#: coin games without a door (its prompt's worked mistake is about a closed container).
+#: coin games without a door (its prompt's worked skill was then about opening doors).
 _GAME_THINGS = ((re.compile(r"\bdoors?(?:ways?)?\b"), "door"), (re.compile(r"\bkeys?\b"), "key"),
                 (re.compile(r"\b(?:un)?lock(?:s|ed|ing)?\b"), "lock"))
 
@@ -565,4 +565,3 @@ def unseen_violations(name: str, text: str, seen: str) -> list[Violation]:
     return [Violation("false_game_fact", f"{name} {text[:60]!r} is about a {w}, but no observation of the games it "
                                          f"was learnt from shows one: name only what these games have")
             for w in unseen_things(text, seen)]
-
