@@ -42,14 +42,14 @@ Training section.
 
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
 ``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
-rooms, 0 of 30 on ``twc`` with two items), 16 training games at noise 0.1, LLM calls capped at
+rooms, 0 of 30 on ``twc`` with two items), 12 training games at noise 0.1, LLM calls capped at
 400 completion tokens, skills calls sampled again up to twice, one observation/action pair of
-history in every prompt, SFT 28 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16
+history in every prompt, SFT 24 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16
 LoRA), 60 evaluation games per arm of at most 8 actions and 96 new tokens (room for a think of
-``distill.max_think_chars``), one torch thread per job and four jobs at once (``--jobs``: every
-arm's SFT and evaluation in its own worker process, the base model's evaluation beside the three
-trainings). On 2 cores a run takes more than the 60-minute target (about 80 minutes: half the
-teacher's data stages, half SFT and evaluation); measured phases are in README -> Benchmarks.
+``distill.max_think_chars``) in bfloat16, one torch thread per job and four jobs at once
+(``--jobs``: every arm's SFT and evaluation in its own worker process, the base model's
+evaluation beside the three trainings). On 2 cores a run took 51 minutes (data stages 24, arms
+27), within the 60-minute target; measured phases are in README -> Benchmarks.
 ``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of a few minutes; fewer
 than 60 games).
 """
@@ -106,19 +106,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
     p.add_argument("--game-params", default="numLocations=4,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
                    help="TextWorld Express game parameters")
-    p.add_argument("--train-tasks", type=int, default=16, help="training games (train fold seeds 0..N-1)")
+    p.add_argument("--train-tasks", type=int, default=12, help="training games (train fold seeds 0..N-1)")
     p.add_argument("--noise", type=float, default=0.1, help="gold policy noise rate")
     p.add_argument("--rollout-max-steps", type=int, default=16, help="actions per expert rollout")
-    p.add_argument("--sft-steps", type=int, default=28, help="SFT optimizer steps")
+    p.add_argument("--sft-steps", type=int, default=24, help="SFT optimizer steps")
     p.add_argument("--sft-batch", type=int, default=2, help="SFT pairs per step")
     p.add_argument("--sft-lr", type=float, default=5e-4, help="SFT peak learning rate (cosine schedule)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
     p.add_argument("--sft-precision", default="bf16", choices=("auto", "bf16", "fp32"),
                    help="SFT precision (bf16 without a GPU is CPU autocast: 20%% faster per step here)")
-    p.add_argument("--eval-dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="weights' dtype in every arm's evaluation. bfloat16 prefilled 1.9x faster here but "
-                        "changed the skills student's greedy play: 3 wins of 8 games against 6 in float32 "
-                        "(likely cause: the merged LoRA update is small next to the bf16 rounding of the weights)")
+    p.add_argument("--eval-dtype", default="bfloat16", choices=("float32", "bfloat16"),
+                   help="weights' dtype in every arm's evaluation, the same for all arms. bfloat16 (the SFT's "
+                        "autocast dtype) played 10 base-model games 1.6x faster than float32 here (34 s against "
+                        "54 s) and prefilled 1.9x faster; on 8 games the skills student won 3 in bfloat16 against "
+                        "6 in float32, so results of the two dtypes are not comparable")
     p.add_argument("--history-length", type=int, default=1,
                    help="observation/action pairs of history in every prompt of every arm (prompt.history_length; "
                         "SkillRL's RL default is 2): each one adds about 140 tokens to every step an arm trains on "
