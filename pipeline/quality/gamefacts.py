@@ -516,12 +516,35 @@ def _unnegated(pattern: re.Pattern, text: str) -> list[str]:
 #: obstacles and objects are only named, so neither can be checked ("Quickly Identify Obstacles:
 #: ... by looking at its color or texture", the GRPO skill updater after failed put-away games).
 _NO_SUCH_THING = re.compile(r"\bobstacles?\b|\bcolou?rs?\s+(?:and|or)\s+textures?\b|\btextures?\b")
+#: ``false_game_fact`` (TextWorld): something that blocks the agent's path, in an item that names no
+#: door. Only a closed door stops a move in TextWorld Express; the 1.5B teacher wrote "check your
+#: inventory to ensure you don't have any objects that could block your path" (its worked skill
+#: about inventory, bent), and the student trained on its thinks looked around instead of moving.
+_BLOCKED_PATH = re.compile(r"\bblock(?:s|ed|ing)?\s+(?:(?:your|the|its|my|their|his|her|a|an|our)\s+)?"
+                           r"(?:path|way|exit|route|passage)s?\b")
+
+#: Words right before a blocked path that deny it ("nothing blocks your path"). The general
+#: negation window would also pass "don't have any objects that could block your path", where the
+#: negation belongs to another verb.
+_NOTHING_BLOCKS = re.compile(r"\b(?:nothing|never|not|no\s+\w+)\s+(?:(?:can|could|will|would)\s+)?$")
+
+
+def _blocked_path(text: str) -> str:
+    """The first blocked-path phrase of ``text`` (:data:`_BLOCKED_PATH`) that no word right before
+    it denies, when ``text`` names no door; else ''."""
+    low = (text or "").lower()
+    if "door" in low:
+        return ""
+    for m in _BLOCKED_PATH.finditer(low):
+        if not _NOTHING_BLOCKS.search(low, max(0, m.start() - 24), m.start()):
+            return m.group(0)
+    return ""
 
 
 def textworld_violations(name: str, text: str) -> list[Violation]:
     """TextWorld Express rules of one field of a skill or mistake: ``false_game_fact`` for a
-    ``look around`` it prescribes (:data:`_LOOK_AROUND`) or an obstacle, colour or texture to check
-    (:data:`_NO_SUCH_THING`), ``episode_specific`` for a compass
+    ``look around`` it prescribes (:data:`_LOOK_AROUND`), an obstacle, colour or texture to check
+    (:data:`_NO_SUCH_THING`) or a blocked path in an item without a door (:data:`_BLOCKED_PATH`), ``episode_specific`` for a compass
     direction it prescribes (:data:`_COMPASS`); negated mentions pass ("do not look around again")."""
     out = []
     if _unnegated(_LOOK_AROUND, text):
@@ -529,6 +552,10 @@ def textworld_violations(name: str, text: str) -> list[Violation]:
                                                 "inventory of the room) to find something: a TextWorld room's whole "
                                                 "description is shown on entering it, look around only repeats it and "
                                                 "inventory lists what the agent carries"))
+    if blocked := _blocked_path(text):
+        out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has something {blocked!r}: in TextWorld "
+                                                "Express only a closed door stops a move; objects, carried or seen, "
+                                                "never block one"))
     if things := _unnegated(_NO_SUCH_THING, text):
         out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent check {things[0]!r}: TextWorld "
                                                 "Express rooms hold no obstacles and its objects have no colour or "

@@ -420,7 +420,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "20"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
+    version = "21"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
     # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
     # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
@@ -435,7 +435,7 @@ class SkillsStage(LLMStage):
     # void condition or order ("when instructed to do so", "after taking it") is restated_action; 18: "a better
     # understanding" is vague_instruction; 19: "its purpose", "intended location" (vague_instruction), a TextWorld
     # obstacle, colour or texture (false_game_fact); 20: a TextWorld door, key or lock no
-    # source game shows (false_game_fact)
+    # source game shows (false_game_fact); 21: a TextWorld path blocked by anything but a door (false_game_fact)
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
     config_sections = ("skills", "quality")

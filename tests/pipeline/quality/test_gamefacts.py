@@ -332,6 +332,10 @@ TEXTWORLD_TEACHER = [
     ({"title": "Quickly Identify Obstacles", "principle": "When the agent encounters an obstacle, quickly identify it by "
                                                           "looking at its color or texture.",
       "when_to_apply": "When the agent is blocked."}, {"false_game_fact"}),
+    # the general answer of the fifth outcome run (the worked skill about inventory, bent)
+    ({"title": "Inventory Check Before Move", "principle": "Before moving into a new room, check your inventory to "
+                                                           "ensure you don't have any objects that could block your path.",
+      "when_to_apply": "When the agent plans to move to a new room."}, {"false_game_fact"}),
     ({"title": "Check Every Room", "principle": "Ensure that the agent checks all rooms and objects before making any "
                                                 "decisions.", "when_to_apply": "When the coin is not in sight."}, set()),
 ]
@@ -348,6 +352,8 @@ def test_textworld_look_around_and_fixed_routes_fire(item, reasons):
     "Take the exit to a room not yet visited instead of looking around.",
     "Remember which exits were already taken and choose one that leads somewhere new.",
     "Check your inventory before moving into a new room.",
+    "A closed door blocks your path: open it before you move through it.",
+    "Nothing blocks your path, so move on to a room not yet visited.",
 ])
 def test_textworld_advice_against_look_around_or_without_a_route_passes(text):
     assert gamefacts.textworld_violations("principle", text) == []
