@@ -544,8 +544,9 @@ def _blocked_path(text: str) -> str:
 def textworld_violations(name: str, text: str) -> list[Violation]:
     """TextWorld Express rules of one field of a skill or mistake: ``false_game_fact`` for a
     ``look around`` it prescribes (:data:`_LOOK_AROUND`), an obstacle, colour or texture to check
-    (:data:`_NO_SUCH_THING`) or a blocked path in an item without a door (:data:`_BLOCKED_PATH`), ``episode_specific`` for a compass
-    direction it prescribes (:data:`_COMPASS`); negated mentions pass ("do not look around again")."""
+    (:data:`_NO_SUCH_THING`) or a blocked path in an item without a door (:data:`_BLOCKED_PATH`),
+    ``episode_specific`` for a compass direction it prescribes (:data:`_COMPASS`); negated
+    mentions pass ("do not look around again")."""
     out = []
     if _unnegated(_LOOK_AROUND, text):
         out.append(Violation("false_game_fact", f"{name} {text[:60]!r} has the agent look around (or take an "
