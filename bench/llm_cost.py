@@ -31,7 +31,8 @@ cached tokens the stub billed.
 **(c) The embedded server's program.** ``--calls`` (4) memory requests of the shipped sample
 (parse .. verify first, no LLM), sent through the stage's client (concurrency 2, no cache, no
 repairs) to the embedded model served by llama-cpp-python's Python server, then by llama.cpp's
-``llama-server`` (``pipeline.llm.server.engine``). ``server_ratio`` = calls per minute with
+``llama-server`` (``pipeline.llm.server.engine``; the build :func:`pipeline.llm.server.llama_server_variant`
+picks, printed as ``build``). ``server_ratio`` = calls per minute with
 llama-server / with the Python server (target >= 2.0). Needs ``make install``'s llama-server.
 
 Run: ``.venv/bin/python bench/llm_cost.py`` (about 2 minutes; ``--parts a`` or ``b`` for one;
@@ -224,7 +225,8 @@ def engine_run(program: str, trajs: list, model: str, work: str) -> dict:
         res = client.complete_json_many(reqs, desc=program)
         wall = time.monotonic() - t0
     s = client.stats_snapshot()
-    return {"engine": program, "calls": len(reqs), "wall_s": round(wall, 1), "passed": sum(r.ok for r in res),
+    build = server.llama_server_variant() if program == "llama-server" else "python"
+    return {"engine": program, "build": build, "calls": len(reqs), "wall_s": round(wall, 1), "passed": sum(r.ok for r in res),
             "calls_per_min": round(len(reqs) / wall * 60, 3), "prompt_tokens": s["prompt_tokens"],
             "cached_prompt_tokens": s.get("cached_prompt_tokens", 0), "completion_tokens": s["completion_tokens"]}
 

@@ -137,6 +137,44 @@ def test_engine_choice_is_explicit_and_checked(monkeypatch):
     assert server.engine() == "llama-server"  # built: the default
 
 
+def _executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_llama_server_build_follows_cpu_flags_and_what_was_built(tmp_path, monkeypatch):
+    """The AVX-512 build runs only where it was built and the CPU lists every flag it needs;
+    the variable overrides the choice and names the allowed values when wrong."""
+    monkeypatch.delenv(server.VARIANT_ENV, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    avx512 = dict(server.LLAMA_SERVER_VARIANTS)["avx512"]
+    monkeypatch.setattr(server, "cpu_flags", lambda: avx512 | {"sse2", "avx512_bf16"})
+    assert server.llama_server_path() is None  # nothing built
+    base = _executable(tmp_path / "llama-server")
+    assert server.llama_server_variant() == "baseline"  # the variant was not built
+    assert server.llama_server_path() == base
+    fast = _executable(tmp_path / "llama-server-avx512")
+    assert server.llama_server_variant() == "avx512"
+    assert server.llama_server_path() == fast
+    # Skylake-X has AVX-512 but no VBMI/VNNI; a Haswell-class CPU has none of it
+    assert server.llama_server_variant(avx512 - {"avx512vbmi", "avx512_vnni"}) == "baseline"
+    assert server.llama_server_variant(frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"})) == "baseline"
+    monkeypatch.setenv(server.VARIANT_ENV, "baseline")
+    assert server.llama_server_path() == base
+    monkeypatch.setenv(server.VARIANT_ENV, "avx1024")
+    with pytest.raises(ValueError, match="SKILLPIPE_LLAMA_SERVER_VARIANT must be baseline or one of avx512"):
+        server.llama_server_path()
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="Linux /proc/cpuinfo")
+def test_cpu_flags_reads_the_kernels_list():
+    flags = server.cpu_flags()
+    assert flags and all(f == f.strip() and f for f in flags)
+    if os.uname().machine == "x86_64":
+        assert {"sse2", "fpu"} <= flags  # every x86-64 CPU has them
+
+
 @pytest.mark.slow
 def test_context_manager_stops_server(tmp_path):
     srv = server.EmbeddedServer(log_dir=str(tmp_path), ctx_size=512)
