@@ -280,8 +280,9 @@ def death_message(pid: int, returncode: int | None, log_path: Path | str, tail_l
     ``returncode`` follows ``Popen.returncode`` (negative = killed by that signal; ``None`` =
     unknown, e.g. a detached server that is not our child: then the faulthandler line in the
     log, if any, names the signal). Example: ``"embedded LLM server (pid 4242) died with SIGILL
-    (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting; log ... ends
-    with: ..."``.
+    (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting (for
+    llama-server, SKILLPIPE_LLAMA_SERVER_VARIANT=baseline runs its portable AVX2 build); log ...
+    ends with: ..."``.
     """
     lines = _log_tail(Path(log_path), 20000).splitlines()
     fault = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error: ")]

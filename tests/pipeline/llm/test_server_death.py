@@ -32,7 +32,8 @@ from tests.helpers.llm_stage_data import cool_apple, write_trajectories
 
 REPO = Path(_REPO)
 STUB = REPO / "bench" / "chat_stub.py"
-SIGILL_MSG = "died with SIGILL (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting"
+SIGILL_MSG = ("died with SIGILL (illegal instruction): rebuild llama-cpp-python, see README Troubleshooting "
+              "(for llama-server, SKILLPIPE_LLAMA_SERVER_VARIANT=baseline runs its portable AVX2 build)")
 
 
 def stub_command(script: list[dict]):
@@ -270,8 +271,11 @@ def test_serve_llm_check_answers():
     res = subprocess.run([sys.executable, "-m", "pipeline.cli", "serve-llm", "--check"], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    m = re.match(r"ok: embedded LLM (\S+) \((\S+)\) answered (\d+) tokens in (\d+\.\d+) s "
+    m = re.match(r"ok: embedded LLM (\S+) \(([^)]+)\) answered (\d+) tokens in (\d+\.\d+) s "
                  r"\(server start \d+\.\d s\)", res.stdout)
     assert m, res.stdout
-    assert (m.group(1), m.group(2)) == (server.embedded_model_id(), server.engine())
+    program = server.engine()
+    if program == "llama-server":  # with the build that ran (baseline, or avx512 where the CPU has it)
+        program += f", {server.llama_server_variant()} build"
+    assert (m.group(1), m.group(2)) == (server.embedded_model_id(), program)
     assert 1 <= int(m.group(3)) <= 4 and float(m.group(4)) < 60
