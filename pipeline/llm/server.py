@@ -163,6 +163,12 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
+def _server_binary(variant: str) -> Path:
+    """Where ``make install`` puts llama-server's ``variant`` build (``"baseline"`` or a name of
+    :data:`LLAMA_SERVER_VARIANTS`): the virtual environment's ``bin``, next to this Python."""
+    return Path(sys.executable).parent / ("llama-server" if variant == "baseline" else f"llama-server-{variant}")
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
     """The CPU feature flags the kernel enabled, as ``/proc/cpuinfo`` names them (``avx2``,
@@ -192,9 +198,8 @@ def llama_server_variant(flags: frozenset[str] | None = None) -> str:
                              f"{', '.join(n for n, _ in LLAMA_SERVER_VARIANTS)}; got {chosen!r}")
         return chosen
     have = cpu_flags() if flags is None else flags
-    bin_dir = Path(sys.executable).parent
     for name, needs in LLAMA_SERVER_VARIANTS:
-        if needs <= have and _executable(bin_dir / f"llama-server-{name}"):
+        if needs <= have and _executable(_server_binary(name)):
             return name
     return "baseline"
 
@@ -204,11 +209,9 @@ def llama_server_path() -> Path | None:
     (the virtual environment's ``bin``, where ``make install`` puts ``llama-server`` and
     ``llama-server-<variant>``) when it is an executable file, else ``None``. Without the
     baseline ``llama-server`` there is none: ``make install`` builds the variants after it."""
-    bin_dir = Path(sys.executable).parent
-    if not _executable(bin_dir / "llama-server"):
+    if not _executable(_server_binary("baseline")):
         return None
-    variant = llama_server_variant()
-    path = bin_dir / ("llama-server" if variant == "baseline" else f"llama-server-{variant}")
+    path = _server_binary(llama_server_variant())
     return path if _executable(path) else None
 
 
