@@ -118,7 +118,7 @@ def content_digest(t: Trajectory) -> bytes:
     """16-byte BLAKE2b of what ``t`` records: env, task, outcome, reward and each step's action,
     observation and reward (not its source file, record index or line), so byte-identical copies
     of one record in two files get the same digest."""
-    h = hashlib.blake2b(repr((t.env, t.task, t.outcome, t.reward)).encode(), digest_size=16)
-    for st in t.steps:
-        h.update(repr((st.action, st.observation, st.reward)).encode())
-    return h.digest()
+    # one update of the joined reprs: the same digest as one update per step, fewer calls
+    parts = [repr((t.env, t.task, t.outcome, t.reward))]
+    parts += [repr((st.action, st.observation, st.reward)) for st in t.steps]
+    return hashlib.blake2b("".join(parts).encode(), digest_size=16).digest()

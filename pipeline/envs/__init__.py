@@ -43,19 +43,21 @@ _WEBSHOP = re.compile(r"(?i)\bwebshop\b|click\[|\[Buy Now\]|\[Back to Search\]")
 _SEARCH = re.compile(r"(?i)finish\[|lookup\[|<search>|<answer>|Episode finished, reward")
 
 
-def detect_env(text: str, hint: str | None = None) -> str:
+def detect_env(text: str, hint: str | None = None, lower: str | None = None) -> str:
     """Guess the environment of a record from its raw text.
 
     Args:
         text: any raw text of the record (prompt, transcript, observations).
         hint: an explicit env (``"alfworld"``, ...); a known value wins; ``"auto"``/``None`` = detect.
+        lower: ``text.lower()`` when the caller already has it (a reader that lower-cases the
+            whole file anyway), so it is not made again.
 
     Returns ``"alfworld"``, ``"webshop"``, ``"search"``, ``"textworld"`` or ``"other"``.
     """
     if hint and hint in REGISTRY:
         return hint
     # Plain substring tests first (same answers as the regexes, much faster on long prompts).
-    low = text.lower()
+    low = text.lower() if lower is None else lower
     if "click[" in low or "[buy now]" in low or "[back to search]" in low or (
             "webshop" in low and _WEBSHOP.search(text)):
         return "webshop"

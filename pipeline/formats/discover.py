@@ -362,9 +362,10 @@ def _load(path: str, fmt: str, digest) -> _Loaded:
     streamed (:func:`_check_text`); feeds ``digest``; rescues UTF-16 and JSONL files from a bare
     ``binary_file`` / ``not_utf8`` (see :func:`read_file`). Raises ``OSError`` like ``open``."""
     text = data = None
-    if os.path.getsize(path) <= WHOLE_READ_BYTES:
-        with open(path, "rb") as f:
-            data = f.read()
+    with open(path, "rb", buffering=0) as f:  # unbuffered: one read of the whole file, no isatty probe
+        if os.fstat(f.fileno()).st_size <= WHOLE_READ_BYTES:
+            data = f.readall()
+    if data is not None:
         if digest is not None:
             digest.update(data)
         problem, text = _check_bytes(path, data)

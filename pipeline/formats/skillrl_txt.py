@@ -22,6 +22,8 @@ Each step block is a header ``Step <id> | Action: <a> | Reward: <r> | Done: <Tru
 Speed (the benchmark parses 12,000 files): headers are found with a ``str.find`` scan, identical
 admissible blocks are parsed once per process (a bounded LRU), and the case-insensitive phrase
 searches use ``str.find`` on ASCII text (identical results; the regexes remain for other text).
+An ASCII file is lower-cased once and its step payloads are cleaned in place by offsets
+(:func:`_clean_span`), so the usual step copies only its observation and its list body.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ WIN_REWARD = 10.0  # ALFWorld/WebShop env reward for a won episode (10 * won)
 
 _HEADER = re.compile(r"^Step (-?\d+) \| Action: (.*?) \| Reward: ([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
                      r" \| Done: (True|False)\s*$")
+_HEADER_AT = re.compile(_HEADER.pattern[1:])  # for .match(text, start, end): "^" matches only at 0 there
 _BANNER = re.compile(r"^=== Trajectory for Test (\d+), Env (\d+) ===", re.M)
 _TASK = re.compile(r"Your task is to:[ \t]*(.*)", re.I)
 _ADMISSIBLE = re.compile(r"Your admissible actions of the current situation are:\s*\[(.*?)\]\.[ \t]*(?=\n|$)", re.S)
@@ -57,6 +60,7 @@ _KEY_LINE = re.compile(r"^(Raw Model Output|Parsed Action|Valid Action|Invalid R
 _THINK = re.compile(r"<think>(.*?)</think>", re.S | re.I)
 _ADM_LEAD = "Your admissible actions of the current situation are:"
 RAW_TAIL = 400  # chars of a cut block kept on its quarantine row
+DETECT_CHARS = 8192  # most text given to environment detection
 _OBS_PHRASE = "your current observation is:"
 _TURN_PHRASE = "now it's your turn to take "
 
@@ -95,31 +99,32 @@ def _admissible_cached(body: str, env: str) -> tuple[str, ...]:
     return tuple(parse_admissible(body, env))
 
 
-def admissible_span(text: str, lead: int) -> tuple[int, int, int] | None:
+def admissible_span(text: str, lead: int, end: int | None = None) -> tuple[int, int, int] | None:
     """``(block start, list body start, list body end)`` of the first admissible block of
-    ``text`` at or after ``lead`` (an index of the block's lead phrase, or -1), or ``None``.
+    ``text[:end]`` at or after ``lead`` (an index of the block's lead phrase, or -1), or ``None``.
 
-    The same span as ``_ADMISSIBLE.search(text, lead)`` (its start, and the start and end of its
-    group), found with ``str.find`` instead of a lazy regex, which tried every character of
-    each list (the largest single cost of reading the benchmark tree): the lead phrase,
-    whitespace, ``[``, then the first ``].`` followed by spaces or tabs up to a newline or the
-    end of the text; when no ``].`` qualifies, the next occurrence of the lead phrase.
+    The same span as ``_ADMISSIBLE.search(text[:end], lead)`` (its start, and the start and end
+    of its group), found with ``str.find`` instead of a lazy regex, which tried every character
+    of each list (the largest single cost of reading the benchmark tree): the lead phrase,
+    whitespace, ``[``, then the first ``].`` followed by spaces or tabs up to a newline or
+    ``end``; when no ``].`` qualifies, the next occurrence of the lead phrase. ``end``: where the
+    payload ends in ``text`` (``None`` = its length), so a payload is searched in place.
     """
-    n = len(text)
+    n = len(text) if end is None else end
     while lead >= 0:
         i = lead + len(_ADM_LEAD)
         while i < n and text[i].isspace():  # the regex's \s* (str.isspace is the same class)
             i += 1
         if i < n and text[i] == "[":
-            k = text.find("].", i + 1)
+            k = text.find("].", i + 1, n)
             while k >= 0:
                 e = k + 2
                 while e < n and text[e] in " \t":
                     e += 1
                 if e == n or text[e] == "\n":
                     return lead, i + 1, k
-                k = text.find("].", k + 1)
-        lead = text.find(_ADM_LEAD, lead + 1)
+                k = text.find("].", k + 1, n)
+        lead = text.find(_ADM_LEAD, lead + 1, n)
     return None
 
 
@@ -178,6 +183,12 @@ def _clean_ascii(text: str) -> str:
     i = low.find(_OBS_PHRASE)
     if i >= 0:
         text, low = text[i + len(_OBS_PHRASE):], low[i + len(_OBS_PHRASE):]
+    return _ascii_tail(text, low)
+
+
+def _ascii_tail(text: str, low: str) -> str:
+    """The last cuts of :func:`_clean_ascii` (``low`` = ``text.lower()``): a turn instruction,
+    the TextWorld banner and ``Your task is to:`` lines, then a trim."""
     if _TURN_PHRASE in low:
         text = _TURN.sub("", text)
         low = text.lower()
@@ -189,6 +200,35 @@ def _clean_ascii(text: str) -> str:
     return text.strip()
 
 
+def _clean_span(text: str, low: str, a: int, b: int, env: str) -> tuple[str, list[str], bool]:
+    """``_clean_payload(text[a:b], env)`` for an ASCII ``text`` (``low`` = ``text.lower()``),
+    worked out on offsets into the whole file, so the usual step copies only its observation
+    and its list body (a step's payload is ~1.4 KB of prompt). A payload holding a turn
+    instruction, the TextWorld banner or a task line after its observation phrase takes
+    :func:`_ascii_tail` on a copy."""
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    if text.startswith("Obs:", a, b):
+        a += 4
+        while a < b and text[a].isspace():
+            a += 1
+    admissible: list[str] = []
+    lead = text.find(_ADM_LEAD, a, b)
+    span = admissible_span(text, lead, b)
+    if span:
+        admissible = list(_admissible_cached(text[span[1]:span[2]], env))
+        b = span[0]
+    i = low.find(_OBS_PHRASE, a, b)
+    if i >= 0:
+        a = i + len(_OBS_PHRASE)
+    if (low.find(_TURN_PHRASE, a, b) >= 0 or text.find("Welcome", a, b) >= 0
+            or low.find("your task is to:", a, b) >= 0):
+        return _ascii_tail(text[a:b], low[a:b]), admissible, lead >= 0
+    return text[a:b].strip(), admissible, lead >= 0
+
+
 def _instance(path: str, banner_env: str | None) -> str:
     folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
     if re.fullmatch(r"env\d+", folder):
@@ -198,17 +238,20 @@ def _instance(path: str, banner_env: str | None) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def _header_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of every line that starts a step (``Step <int> |``), in order; a
-    ``str.find`` scan for "\\nStep " (the multi-line regex tried every position of the file)."""
+def _header_spans(text: str) -> list[tuple[int, int, re.Match | None]]:
+    """``(start, end, header match)`` of every line that starts a step (``Step <int> |``), in
+    order; the match is ``None`` for such a line that is not a whole header (``_HEADER``). A
+    ``str.find`` scan for "\\nStep " (the multi-line regex tried every position of the file);
+    the full header pattern is tried first, so a good header costs one match."""
     spans = []
     pos = 0 if text.startswith("Step ") else text.find("\nStep ")
     while pos >= 0:
         start = pos if pos == 0 and text.startswith("Step ") else pos + 1
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
-        if _HEADER_LINE.match(text, start, end):
-            spans.append((start, end))
+        m = _HEADER_AT.match(text, start, end)
+        if m or _HEADER_LINE.match(text, start, end):
+            spans.append((start, end, m))
         pos = text.find("\nStep ", start)
     return spans
 
@@ -249,22 +292,23 @@ def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
     env_instance is the ``envNNN`` folder (else the banner's env number, else the file stem).
     """
     path, text = src.path, src.read_text()
-    env = envs.detect_env(text[:8192], src.env_hint)  # the Step -1 prompt names the environment
     heads = _header_spans(text)
     if not heads:
         yield bad("no_steps", "no 'Step <id> | Action: ...' headers found", path, 1, text)
         return
+    low = text.lower() if text.isascii() else None  # ASCII: offsets in ``low`` are offsets in ``text``
+    env = _detect_env(text, low, heads, src.env_hint)
     blocks = _blocks(text, heads, path)
     if isinstance(blocks, QuarantineRow):
         yield blocks
         return
-    parsed = _steps(blocks, env, path)
+    parsed = _steps(text, low, blocks, env, path)
     if isinstance(parsed, QuarantineRow):
         yield parsed
         return
     steps, invalid = parsed
     banner = _BANNER.search(text, 0, heads[0][0])
-    t = _TASK.search(text)
+    t = _task_match(text, low)
     task = t[1].strip() if t else ""
     last = steps[-1]
     won = last.done and last.reward >= WIN_REWARD  # D-P3
@@ -279,14 +323,40 @@ def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
         source_uri=src.source_uri, source_format=FORMAT, record_index=0, source_line=1, metadata=meta)
 
 
-def _blocks(text: str, heads: list[tuple[int, int]], path: str) -> list[tuple[re.Match, int, str]] | QuarantineRow:
-    """``[(header match, line, body)]`` per step block of ``text`` (``heads``: the header spans),
-    or the ``bad_step_header`` / ``bad_step_sequence`` row of the first header that is wrong."""
+def _detect_env(text: str, low: str | None, heads: list[tuple[int, int, re.Match | None]], hint: str | None) -> str:
+    """The environment of a rollout file: :func:`pipeline.envs.detect_env` on its first block
+    (the banner and the Step -1 prompt, which names the environment; at most ``DETECT_CHARS``),
+    else, when that block says nothing, on the first ``DETECT_CHARS`` of the file.
+
+    The first block alone is also the right evidence: a later step's action such as
+    ``click[...]`` written by an ALFWorld policy must not make the file a WebShop rollout.
+    It is also ~5x less text to scan than the old fixed window (12,000 files per benchmark run)."""
+    first = min(heads[1][0] if len(heads) > 1 else len(text), DETECT_CHARS)
+    env = envs.detect_env(text[:first], hint, None if low is None else low[:first])
+    if env == envs.OTHER and first < DETECT_CHARS:
+        env = envs.detect_env(text[:DETECT_CHARS], hint, None if low is None else low[:DETECT_CHARS])
+    return env
+
+
+def _task_match(text: str, low: str | None) -> re.Match | None:
+    """``_TASK.search(text)``; on ASCII text (``low`` = ``text.lower()``) the case-insensitive
+    phrase is found with ``str.find`` first (the regex scanned the file character by character)."""
+    if low is None:
+        return _TASK.search(text)
+    i = low.find("your task is to:")
+    return _TASK.match(text, i) if i >= 0 else None
+
+
+def _blocks(text: str, heads: list[tuple[int, int, re.Match | None]], path: str
+            ) -> list[tuple[re.Match, int, int, int]] | QuarantineRow:
+    """``[(header match, line, body start, body end)]`` per step block of ``text`` (``heads``: the
+    header spans and matches; a body is ``text[start:end]``, kept as offsets so it is not
+    copied), or the ``bad_step_header`` / ``bad_step_sequence`` row of the first header that is
+    wrong."""
     line, prev = 1, 0
     blocks = []
-    for k, (start, stop) in enumerate(heads):
+    for k, (start, stop, m) in enumerate(heads):
         line, prev = line + text.count("\n", prev, start), start
-        m = _HEADER.match(text[start:stop])
         if not m:
             return bad("bad_step_header", "step header does not parse (expected "
                        "'Step <id> | Action: <a> | Reward: <float> | Done: True|False')", path, line,
@@ -295,25 +365,34 @@ def _blocks(text: str, heads: list[tuple[int, int]], path: str) -> list[tuple[re
             return bad("bad_step_sequence", f"step id {m[1]} where {k - 1} was expected (a step is missing "
                        "or out of order)", path, line)
         end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
-        blocks.append((m, line, text[stop + 1:end]))
+        blocks.append((m, line, min(stop + 1, end), end))
     return blocks
 
 
-def _steps(blocks: list[tuple[re.Match, int, str]], env: str, path: str
+def _steps(text: str, low: str | None, blocks: list[tuple[re.Match, int, int, int]], env: str, path: str
            ) -> tuple[list[Step], list[dict]] | QuarantineRow:
-    """``(steps, invalid_actions)`` of the step blocks, or the ``truncated_file`` row when the
-    last block was cut short (see :func:`read`)."""
+    """``(steps, invalid_actions)`` of the step blocks of ``text``, or the ``truncated_file`` row
+    when the last block was cut short (see :func:`read`). ``low``: ``text.lower()`` when
+    ``text`` is ASCII (every payload is then cleaned in place, :func:`_clean_span`), else ``None``."""
     steps, invalid = [], []
     with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
     last = len(blocks) - 1
-    for k, (m, line, body) in enumerate(blocks):
+    for k, (m, line, a, b) in enumerate(blocks):
         # the usual block is "Obs: ..." with no key lines (split_block's own fast path, without the call)
-        payload, keys = (body, {}) if body.startswith("Obs:") else split_block(body)
-        obs, adm, has_list = _clean_payload(payload, env)
-        if k == last and k > 0 and with_list == k and not (has_list and _ADMISSIBLE.search(payload)):
+        if text.startswith("Obs:", a, b):
+            keys: dict[str, str] = {}
+            obs, adm, has_list = (_clean_span(text, low, a, b, env) if low is not None
+                                  else _clean_payload(text[a:b], env))
+            payload = None
+        else:
+            payload, keys = split_block(text[a:b])
+            obs, adm, has_list = _clean_payload(payload, env)
+        if k == last and k > 0 and with_list == k and not (has_list and (
+                admissible_span(text, text.find(_ADM_LEAD, a, b), b) if payload is None
+                else admissible_span(payload, payload.find(_ADM_LEAD)))):
             return bad("truncated_file", "the last step's Obs payload ends before its admissible-action list is "
                        "complete, while every earlier step has one: the file was cut short (a cut episode would "
-                       "otherwise read as a failure)", path, line, body[-RAW_TAIL:])
+                       "otherwise read as a failure)", path, line, text[a:b][-RAW_TAIL:])
         with_list += has_list
         step_id, action, reward, done = m.groups()
         action = None if step_id == "-1" else action.strip()  # D-P4

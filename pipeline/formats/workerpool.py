@@ -32,6 +32,7 @@ SIGKILL and :data:`KILL_TIMEOUT_S` more. A passed deadline raises
 from __future__ import annotations
 
 import faulthandler
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -109,6 +110,21 @@ def _worker_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # blocked by the parent around fork
 
 
+def _worker_gc() -> None:
+    """Garbage collection in a worker: everything it started with (the parent's heap under
+    ``fork``, the imported modules otherwise) is frozen out of collection (``gc.freeze``), and
+    automatic collection is off; :func:`_serve` collects once after each chunk instead.
+
+    A chunk allocates about a million small objects (steps, lists, strings), nearly none in
+    reference cycles; with the default thresholds the collector ran hundreds of times per chunk
+    and every full pass walked the inherited heap too (pyarrow, pandas), which also un-shares
+    its copy-on-write pages (the pattern the ``gc.freeze`` documentation describes for forked
+    workers). Measured on the 12,000 files of the 3,000-env tree, the txt reader alone on one
+    core: 2.0-2.1 s CPU with the default thresholds, 1.7 s without automatic collection."""
+    gc.freeze()
+    gc.disable()
+
+
 def _failure(index: int, e: BaseException) -> tuple:
     """A task's exception as a picklable reply: the exception pickled when it can be, its type
     name, its text and the formatted traceback."""
@@ -124,6 +140,7 @@ def _serve(conn, fn: Callable[[Any], Any], inherited: list[int], parent: int | N
     :func:`_failure`; stop on ``None`` or when the parent's end closes."""
     _worker_signals()
     _die_with_parent(parent)
+    _worker_gc()
     for fd in inherited:  # the other workers' pipes (fork copies them): keep their EOF exact
         try:
             os.close(fd)
@@ -147,6 +164,8 @@ def _serve(conn, fn: Callable[[Any], Any], inherited: list[int], parent: int | N
             return
         except Exception as e:  # a result that cannot be pickled (nothing was sent)
             conn.send(_failure(index, e))
+        del reply
+        gc.collect()  # the cycles of this chunk, if any (automatic collection is off: _worker_gc)
 
 
 def _raise_remote(what: str, pid: int, info: tuple) -> None:

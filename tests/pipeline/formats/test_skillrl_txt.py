@@ -126,3 +126,55 @@ def test_file_cut_inside_its_last_block_is_quarantined(tmp_path):
                                                                          full.steps[-1].admissible_actions)
     (t,) = read_cut(last)  # between blocks: one step fewer, an unfinished episode
     assert (t.outcome, len(t.steps)) == ("failure", len(full.steps) - 1)
+
+
+def test_environment_comes_from_the_first_block_else_the_window(tmp_path):
+    """The Step -1 prompt names the environment: a later ``click[...]`` written by an ALFWorld
+    policy does not make the file a WebShop rollout; a first block with no sign of any
+    environment falls back to the first 8 KB of the file."""
+    src = open("data/samples/skillrl-rollouts/env000/test1.txt", encoding="utf-8").read()
+    second = src.index("\nStep 00 | Action: ") + len("\nStep 00 | Action: ")
+    clicked = src[:second] + "click[buy now]" + src[src.index(" | Reward:", second):]
+    d = tmp_path / "env000"
+    d.mkdir()
+    (d / "test1.txt").write_text(clicked, encoding="utf-8")
+    (t,) = list(read_file(str(d / "test1.txt")))
+    assert (t.env, t.steps[1].action) == ("alfworld", "click[buy now]")
+    bare = ("Step -1 | Action: None | Reward: 0.000 | Done: False\nObs: You see nothing in particular.\n"
+            "Step 00 | Action: go to desk 1 | Reward: 0.000 | Done: True\nObs: You arrive at desk 1.\n")
+    (d / "test2.txt").write_text(bare, encoding="utf-8")
+    (t,) = list(read_file(str(d / "test2.txt")))
+    assert t.env == "alfworld"  # "go to desk 1" in the second block
+    (d / "test3.txt").write_text(bare.replace("go to desk 1", "wait"), encoding="utf-8")
+    (t,) = list(read_file(str(d / "test3.txt")))
+    assert t.env == "other"
+
+
+def test_payloads_cleaned_in_place_equal_the_copied_path():
+    """``_clean_span`` (offsets into the whole ASCII file) gives what ``_clean_payload`` gives
+    for the payload's own copy, over combinations of every part the cleaning looks at."""
+    import itertools
+    leads = ["", "Obs: ", "Obs:", " \n Obs:  ", "\x0bObs: Obs: "]
+    prompts = ["", "You are an agent.\nYour task is to: put a pen in box.\n",
+               "YOUR CURRENT OBSERVATION IS: early\n", "-= Welcome to TextWorld, ALFRED! =-\n"]
+    observations = ["Your current observation is: You see a desk 1.", "You are now at step 3 and your current "
+                    "observation is: Nothing happens.\nYour task is to: again", "plain text only",
+                    "your current observation is: now it's your turn to take an action. Go."]
+    lists = ["", "\nYour admissible actions of the current situation are: ['go to desk 1'\n 'look'].",
+             "\nYour admissible actions of the current situation are: [\n'a', 'b'\n].  ",
+             "\nYour admissible actions of the current situation are: ['x].y' 'z'].\t\x0b",
+             "\nYour admissible actions of the current situation are: ['never closed'",
+             "\nYour admissible actions of the current situation are: no list\n"
+             "Your admissible actions of the current situation are: ['later']."]
+    tails = ["", "\n\nNow it's your turn to take an action.\nYou should first reason.", "\n\n", " \x0c\n"]
+    n = 0
+    for parts in itertools.product(leads, prompts, observations, lists, tails):
+        payload = "".join(parts)
+        text = "Step 00 | Action: look | Reward: 0.000 | Done: False\n" + payload + "Step 01 | x"
+        a = text.index("\n") + 1
+        b = a + len(payload)
+        for env in ("alfworld", "webshop"):
+            assert skillrl_txt._clean_span(text, text.lower(), a, b, env) == \
+                skillrl_txt._clean_payload(text[a:b], env), (payload, env)
+            n += 1
+    assert n == 2 * 5 * 4 * 4 * 6 * 4
