@@ -128,6 +128,10 @@ def line_at(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+#: ``json.dumps(..., ensure_ascii=False, sort_keys=True)`` of trajectory metadata, one encoder made once.
+_METADATA_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
+
 def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, reward: float,
                      steps: list[Step], source_uri: str, source_format: str, record_index: int,
                      source_line: int | None, category_hint: str | None = None,
@@ -148,7 +152,7 @@ def build_trajectory(*, env: str, env_instance: str, task: str, outcome: str, re
         outcome=outcome, reward=float(reward), steps=steps,
         source_uri=source_uri, source_format=source_format, record_index=record_index,
         source_line=source_line, removed_step_indices=[],
-        metadata=json.dumps(metadata or {}, ensure_ascii=False, sort_keys=True))
+        metadata=_METADATA_JSON.encode(metadata or {}))
 
 
 def reader_trajectory(**kwargs: Any) -> Trajectory | QuarantineRow:

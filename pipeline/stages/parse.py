@@ -16,7 +16,7 @@ folder (an ``envNNN`` folder of a SkillRL tree). Selection is exact within a gro
 emitted in path order and, inside a group, instances in (env, instance) order, which is the
 order global caps count in. An instance whose records lie in several folders is selected per
 folder (counted as ``instances_split_across_groups``). Consecutive groups (up to ``CHUNK_FILES``
-files, ``TASKS_PER_WORKER`` tasks per worker) form one task of a process pool
+files, tasks shrinking towards the end: :func:`_chunks`) form one task of a process pool
 (:func:`~pipeline.formats.parallel.ordered_map`: ordered, at most a few tasks in flight) when
 there are enough files, so memory stays bounded and both cores are used; the output is
 identical to a sequential run. A task encodes its selected rows and its quarantine rows to
@@ -73,7 +73,7 @@ WORKERS = 0
 MIN_FILES_FOR_POOL = 64
 BATCH_ROWS = 500  # rows encoded at a time by a worker (one Parquet row group)
 CHUNK_FILES = 1000  # at most this many files per worker task (whole groups; a group may exceed it)
-TASKS_PER_WORKER = 16  # tasks per worker when the pool is used: the last task's tail is short
+MIN_TASK_FILES = 16  # the smallest task of the shrinking schedule (_chunks)
 
 
 class InputDigest:
@@ -221,24 +221,33 @@ def not_kept(t: Trajectory | dict, reason: str, why: str) -> QuarantineRow:
                item_id=row["trajectory_id"], limit=None)
 
 
-def _chunks(groups: Iterator[list[str]], files_per_chunk: int) -> Iterator[list[list[str]]]:
-    chunk, n = [], 0
+def _chunks(groups: Iterator[list[str]], total: int, workers: int) -> Iterator[list[list[str]]]:
+    """Consecutive whole groups cut into tasks of shrinking size (guided self-scheduling, the
+    "factoring" rule of Hummel, Schonberg and Flynn, 1992): each task takes about the files
+    still to hand out divided by ``2 * workers``, at most ``CHUNK_FILES`` and at least
+    ``MIN_TASK_FILES`` (a group is never split). Early tasks are large (little per-task
+    overhead) and the last ones small, so no worker idles long at the end: with equal tasks of
+    375 files the last one ran ~0.09 s alone on the 3,000-env tree. ``total``: the files in
+    ``groups``; ``workers <= 1`` gives ``CHUNK_FILES``-file tasks."""
+    chunk, n, left = [], 0, total
+    size = CHUNK_FILES if workers <= 1 else min(CHUNK_FILES, max(MIN_TASK_FILES, left // (2 * workers)))
     for g in groups:
         chunk.append(g)
         n += len(g)
-        if n >= files_per_chunk:
+        if n >= size:
             yield chunk
+            left -= n
             chunk, n = [], 0
+            if workers > 1:
+                size = min(CHUNK_FILES, max(MIN_TASK_FILES, left // (2 * workers)))
     if chunk:
         yield chunk
 
 
 def _results(root: str, files: list[str], cfg: ParseConfig, env: str | None) -> Iterator[ChunkResult]:
     workers = worker_count(WORKERS) if len(files) >= MIN_FILES_FOR_POOL else 1
-    # TASKS_PER_WORKER tasks per worker (load balance), each at most CHUNK_FILES files (one part)
-    per_chunk = min(CHUNK_FILES, max(16, -(-len(files) // (workers * TASKS_PER_WORKER)))) if workers > 1 \
-        else CHUNK_FILES
-    tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg) for c in _chunks(iter(file_groups(files)), per_chunk))
+    tasks = ((root, c, cfg.format, env, cfg.success_threshold, cfg)
+             for c in _chunks(iter(file_groups(files)), len(files), workers))
     return ordered_map(read_chunk, tasks, workers, chunk=1, what="parse worker")
 
 

@@ -259,9 +259,10 @@ def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, lis
     take_rows, take_steps, new_index, offsets = [], [], [], [0]
     new_meta, new_removed, qrows = [], [], []
     shortened = n_removed = start = 0
-    norm_cache: dict[str, str] = {}
+    norm_cache: dict[str, str] = {}  # raw action -> "" (reasoning) or "=" + normalised (see _loop_positions)
     for r, n in enumerate(lengths):
-        spans = _loop_positions(actions[start:start + n], removable[start:start + n],
+        row_actions = actions[start:start + n]
+        spans = _loop_positions(row_actions, removable[start:start + n],
                                 lambda p, base=start: observation[base + p].as_py(), norm_cache)
         if spans:
             shortened += 1
@@ -270,14 +271,14 @@ def remove_loops_table(table: pa.Table, min_actions: int) -> tuple[pa.Table, lis
             keep = [p for p in range(n) if p not in gone]
         else:
             keep = range(n)
-        # actions counted like remove_loops_rows: every kept step after the first that is not reasoning
-        n_actions = sum(1 for p in keep[1:] if actions[start + p] is None or not REASONING.match(actions[start + p]))
+        # as remove_loops_rows counts: kept steps after the first, not reasoning ("" in norm_cache)
+        n_actions = sum(1 for p in keep[1:] if row_actions[p] is None or norm_cache[row_actions[p]])
         if n_actions < min_actions:
             new, _ = remove_loops_row(table.slice(r, 1).to_pylist()[0])
             qrows.append(_too_short(new, n_actions, min_actions))
         else:
             take_rows.append(r)
-            take_steps += [start + p for p in keep]
+            take_steps += [start + p for p in keep] if spans else range(start, start + n)
             offsets.append(offsets[-1] + len(keep))
             if spans:
                 new_index += range(len(keep))
