@@ -298,11 +298,7 @@ def read(src: Source) -> Iterator[Trajectory | QuarantineRow]:
         return
     low = text.lower() if text.isascii() else None  # ASCII: offsets in ``low`` are offsets in ``text``
     env = _detect_env(text, low, heads, src.env_hint)
-    blocks = _blocks(text, heads, path)
-    if isinstance(blocks, QuarantineRow):
-        yield blocks
-        return
-    parsed = _steps(text, low, blocks, env, path)
+    parsed = _steps(text, low, heads, env, path)
     if isinstance(parsed, QuarantineRow):
         yield parsed
         return
@@ -347,14 +343,18 @@ def _task_match(text: str, low: str | None) -> re.Match | None:
     return _TASK.match(text, i) if i >= 0 else None
 
 
-def _blocks(text: str, heads: list[tuple[int, int, re.Match | None]], path: str
-            ) -> list[tuple[re.Match, int, int, int]] | QuarantineRow:
-    """``[(header match, line, body start, body end)]`` per step block of ``text`` (``heads``: the
-    header spans and matches; a body is ``text[start:end]``, kept as offsets so it is not
-    copied), or the ``bad_step_header`` / ``bad_step_sequence`` row of the first header that is
-    wrong."""
+def _steps(text: str, low: str | None, heads: list[tuple[int, int, re.Match | None]], env: str, path: str
+           ) -> tuple[list[Step], list[dict]] | QuarantineRow:
+    """``(steps, invalid_actions)`` of the step blocks of ``text`` (``heads``: the header spans and
+    matches of :func:`_header_spans`; a block's body runs to the next header and is read by
+    offsets, not copied), or the quarantine row of the first problem: ``bad_step_header``,
+    ``bad_step_sequence``, or ``truncated_file`` when the last block was cut short (see
+    :func:`read`). ``low``: ``text.lower()`` when ``text`` is ASCII (every payload is then
+    cleaned in place, :func:`_clean_span`), else ``None``."""
+    steps, invalid = [], []
+    with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
+    last = len(heads) - 1
     line, prev = 1, 0
-    blocks = []
     for k, (start, stop, m) in enumerate(heads):
         line, prev = line + text.count("\n", prev, start), start
         if not m:
@@ -364,20 +364,8 @@ def _blocks(text: str, heads: list[tuple[int, int, re.Match | None]], path: str
         if int(m[1]) != k - 1:
             return bad("bad_step_sequence", f"step id {m[1]} where {k - 1} was expected (a step is missing "
                        "or out of order)", path, line)
-        end = heads[k + 1][0] if k + 1 < len(heads) else len(text)
-        blocks.append((m, line, min(stop + 1, end), end))
-    return blocks
-
-
-def _steps(text: str, low: str | None, blocks: list[tuple[re.Match, int, int, int]], env: str, path: str
-           ) -> tuple[list[Step], list[dict]] | QuarantineRow:
-    """``(steps, invalid_actions)`` of the step blocks of ``text``, or the ``truncated_file`` row
-    when the last block was cut short (see :func:`read`). ``low``: ``text.lower()`` when
-    ``text`` is ASCII (every payload is then cleaned in place, :func:`_clean_span`), else ``None``."""
-    steps, invalid = [], []
-    with_list = 0  # steps whose Obs payload has an admissible list (complete: a later block follows)
-    last = len(blocks) - 1
-    for k, (m, line, a, b) in enumerate(blocks):
+        b = heads[k + 1][0] if k < last else len(text)
+        a = min(stop + 1, b)
         # the usual block is "Obs: ..." with no key lines (split_block's own fast path, without the call)
         if text.startswith("Obs:", a, b):
             keys: dict[str, str] = {}
