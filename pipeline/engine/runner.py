@@ -173,7 +173,9 @@ def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts:
     _check_endpoint(stage, ctx, out, units_in)
     return {
         "stage": stage.name, "run_id": ctx.store.run_id, **facts,
-        **failed_request_facts(out, fp, ctx.config.llm.retry_failed, answers_repeat(ctx.config.llm)),
+        # answers_repeat only matters for failed requests (and imports the LLM client modules)
+        **failed_request_facts(out, fp, ctx.config.llm.retry_failed,
+                               bool(out.failed_requests) and answers_repeat(ctx.config.llm)),
         "input_path": ctx.input_path if not stage.inputs else "",
         "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
                    "out": n_rows, "quarantined": n_quarantined,
