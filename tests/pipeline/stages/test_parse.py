@@ -182,3 +182,31 @@ def test_exact_duplicates_are_quarantined_within_and_across_folders(tmp_path):
         ("env002/test2.txt", "duplicate_trajectory", f"same content as {by_uri['env001/test2.txt']}, which is kept")]
     assert (m["counts"]["in"], m["counts"]["out"], m["counts"]["quarantined"]) == (7, 4, 3)
     assert m["counters"]["kept_instances"] == 2
+
+
+def test_worker_tasks_shrink_towards_the_end_and_keep_groups_whole():
+    groups = [[f"env{g:04d}/test{k}.txt" for k in range(4 if g % 7 else 9)] for g in range(3000)]
+    total = sum(map(len, groups))
+    tasks = list(parse._chunks(iter(groups), total, 2))
+    assert [g for t in tasks for g in t] == groups  # every group once, in order, never split
+    sizes = [sum(map(len, t)) for t in tasks]
+    # a task closes at the first whole group that reaches its size (groups here hold 4 or 9 files)
+    assert parse.CHUNK_FILES <= sizes[0] < parse.CHUNK_FILES + 9 and max(sizes) < parse.CHUNK_FILES + 9
+    assert all(a + 9 > b for a, b in zip(sizes, sizes[1:]))  # none bigger than an earlier one
+    assert sizes[len(sizes) // 2] < 500 and max(sizes[-3:]) < parse.MIN_TASK_FILES + 9 and len(tasks) < 40
+    one = [sum(map(len, t)) for t in parse._chunks(iter(groups), total, 1)]  # one worker: equal tasks
+    assert all(parse.CHUNK_FILES <= s < parse.CHUNK_FILES + 9 for s in one[:-1])
+
+
+def test_parse_imports_no_llm_module(tmp_path, sample_input):
+    """A stage that sends no LLM request writes its manifest without loading the LLM client
+    modules (llama-server management, weights checks: ~20 ms of a parse run)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom pipeline.core.artifacts import ArtifactStore\nfrom pipeline.core.config import "
+            "PipelineConfig\nfrom pipeline.engine.runner import run_stage\nfrom pipeline.stage.stage import StageContext\n"
+            f"ctx = StageContext(ArtifactStore({str(tmp_path / 's')!r}, 'r'), PipelineConfig(), input_path={str(sample_input)!r})\n"
+            "run_stage('parse', ctx, log=lambda s: None)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pipeline.llm.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "['pipeline.llm.accounting']"
