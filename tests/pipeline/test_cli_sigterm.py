@@ -24,7 +24,7 @@ EXIT_WITHIN_S = 5.0
 def tree(tmp_path_factory):
     out = tmp_path_factory.mktemp("rollouts")
     subprocess.run([sys.executable, os.path.join(FIXTURES, "tools", "make_skillrl_rollouts.py"), str(out),
-                    "--envs", "300", "--seed", "3"], check=True, capture_output=True)
+                    "--envs", "600", "--seed", "3"], check=True, capture_output=True)
     return str(out)
 
 
@@ -75,3 +75,25 @@ def test_sigterm_mid_parse_exits_143_within_seconds_leaving_no_worker(tree, tmp_
         assert not still_running(workers), f"run {i}: workers {still_running(workers)} outlived the CLI"
         codes.append(rc)
     assert codes.count(143) >= RUNS - 2, codes  # the signal came mid-stage (0: parse had finished)
+
+
+def test_sigterm_after_the_run_finished_keeps_its_exit_status(tree, tmp_path):
+    """A SIGTERM that lands once the stages are written, while the interpreter shuts down (Python
+    has dropped its handler by then), leaves exit 0 or 143, never a death by the signal (-15)."""
+    env = {**os.environ, "PYTHONPATH": REPO, "HF_HUB_OFFLINE": "1", "SKILLPIPE_WORKERS": "2"}
+    codes = []
+    for i, delay in enumerate((0.0, 0.03, 0.06, 0.1, 0.15, 0.25)):
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--input", tree, "--stages", "parse",
+                                 "--root", str(tmp_path), "--run-id", f"late{i}"], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()
+            while line and not line.startswith("[parse]"):  # the stage's summary line: its artifact is written
+                line = proc.stderr.readline()
+            time.sleep(delay)
+            proc.send_signal(signal.SIGTERM)
+            codes.append(proc.wait(timeout=EXIT_WITHIN_S + 5))
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert all(rc in (0, 143) for rc in codes), codes
