@@ -12,6 +12,7 @@ The CLI and the Airflow DAG call the same entry points (:mod:`pipeline.engine.ru
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -243,11 +244,8 @@ def run(
     input_path = _input_path(input, root, run_id, reads_input)
     _check_upstreams(root, run_id, names, input_path)
     exit_on_sigterm()
-    try:
-        _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
-                           dict(env=env, stages=names, force=force, shards=shards))
-    finally:
-        ignore_late_sigterm()
+    _run_and_summarise(root, run_id, os.path.abspath(input_path) if input_path else "", cfg,
+                       dict(env=env, stages=names, force=force, shards=shards))
 
 
 def _checked_run_config(run_id: str, *options: str | None):
@@ -287,15 +285,17 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit_143)
     if not _fork_hook_registered:  # os.register_at_fork hooks cannot be removed: register once
         os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        atexit.register(ignore_late_sigterm)
         _fork_hook_registered = True
 
 
 def ignore_late_sigterm() -> None:
-    """Ignore SIGTERM from here on: the run is over (its stages written, or its failure or a
-    SIGTERM's exit 143 on the way out, with every ``finally`` already run). Python drops its
-    own handler while the interpreter shuts down (~0.15 s with pyarrow and pandas loaded), and a
-    SIGTERM landing then killed the process by the signal (status -15) instead of leaving the
-    exit status the run had reached."""
+    """Ignore SIGTERM from here on (an ``atexit`` hook of :func:`exit_on_sigterm`): the process
+    is exiting with the status it reached (0, 1 or the handler's 143). Python drops its own
+    handler after the ``atexit`` hooks, while the interpreter shuts down (~0.15 s with pyarrow
+    and pandas loaded), and a SIGTERM landing then killed the process by the signal (status
+    -15). Run at exit only, so that a process calling the CLI in-process (tests) keeps SIGTERM's
+    disposition for the children it starts later: an ignored signal stays ignored across exec."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
