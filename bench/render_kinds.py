@@ -3,6 +3,7 @@ benchmark and what its figures mean; no figure), and either table columns or a r
 own. Cells read the result's ``figures`` only; a figure a run did not record shows as ``-``."""
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -123,13 +124,15 @@ def make_run_summary(d: Doc) -> str:
             ("LLM calls of a second `skillpipe run`", f("second_run_llm_calls")(d))]
     lines = ["| `make run` on the shipped sample | measured |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
     teacher = (d.get("budget") or {}).get("teacher", "the default teacher")
-    return "\n".join(lines) + (f"\n\nMeasured {d['date'][:10]} on {machine_text(d)}; teacher {teacher}. Rendered from "
-                               f"`bench/results/{d['file']}`; every run: [docs/benchmarks.md](docs/benchmarks.md).")
+    where = textwrap.fill(f"Measured {d['date'][:10]} on {machine_text(d)}; teacher {teacher}. Rendered from "
+                          f"`bench/results/{d['file']}`; every run: [docs/benchmarks.md](docs/benchmarks.md).", 100,
+                          break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines) + "\n\n" + where
 
 
 
 def ci(x: dict[str, Any]) -> str:
-    lo, hi = x.get("ci95") or (None, None)
+    lo, hi = x.get("success_ci95") or x.get("ci95") or (None, None)
     return "-" if lo is None else f"[{lo:.3f}, {hi:.3f}]"
 
 
@@ -137,40 +140,55 @@ def wins(x: dict[str, Any]) -> str:
     return f"{x['wins']}/{x['episodes']} = {x['wins'] / x['episodes']:.3f}"
 
 
-ARM_COLUMNS = (("valid actions", "valid_action_rate", ".3f"), ("format errors", "format_error_rate", ".3f"),
-               ("mean actions", "mean_steps", ".2f"), ("pairs", "pairs", "d"), ("skill use", "skill_use", ".3f"),
-               ("think words", "think_words", ".1f"), ("q distill", "q_distill", ".3f"), ("q pairs", "q_pairs", ".3f"))
+#: (header, "eval" or "data", key, format) of the arms' table: an arm as bench/outcome.py writes it
+ARM_COLUMNS = (("valid actions", "eval", "valid_action_rate", ".3f"), ("format errors", "eval", "format_error_rate", ".3f"),
+               ("mean actions", "eval", "mean_steps", ".2f"), ("pairs", "data", "pairs", "d"),
+               ("skill use", "data", "skill_use", ".3f"), ("think words", "data", "think_words", ".1f"),
+               ("q distill", "data", "quarantine_distill", ".3f"), ("q pairs", "data", "quarantine_pairs", ".3f"))
+
+
+def arm_row(a: dict[str, Any], cols: list[tuple[str, str, str, str]]) -> list[str]:
+    """One arm's cells: name, success, interval, then ``cols`` (``-`` where not recorded)."""
+    ev = a.get("eval") or {}
+    cells = [(a.get(part) or {}).get(key) for _, part, key, _ in cols]
+    return [a["name"], wins(ev) if ev else "(not evaluated)", ci(ev),
+            *("-" if v is None else format(v, spec) for v, (_, _, _, spec) in zip(cells, cols))]
 
 
 def outcome_run(d: Doc) -> list[str]:
-    """One run of the outcome experiment: settings, the arms' table, citations, wall time, notes."""
+    """One run of the outcome experiment: settings, the arms' table, citations, wall time, verdict, notes."""
     from bench.render_results import machine_text, run_label, table
     g = d.get("figures") or {}
-    out = [f"### {run_label(d)}", "", f"`{d.get('command', '')}` on {machine_text(d)}; game "
-           f"`{g.get('game')}` ({g.get('game_params')}); best arm: **{g.get('best_arm', '-')}**.", "",
+    arms = g.get("arms", [])
+    best = max((a for a in arms if a.get("eval")), key=lambda a: a["eval"]["wins"] / a["eval"]["episodes"], default=None)
+    out = [f"### {run_label(d)}", "", f"`{d.get('command', '')}` on {machine_text(d)}; game `{g.get('game')}` "
+           f"({g.get('game_params')}); most wins: **{best['name'] if best else '-'}**.", "",
            "Settings: " + "; ".join(f"{k} = {num(v)}" for k, v in (d.get("budget") or {}).items()) + ".", ""]
-    cols = [c for c in ARM_COLUMNS if any(c[1] in a for a in g.get("arms", []))]
-    out += table(["arm", "success", "95 % CI", *(h for h, _, _ in cols)],
-                 [[a["name"], wins(a), ci(a), *("-" if a.get(k) is None else format(a[k], spec) for _, k, spec in cols)]
-                  for a in g.get("arms", [])])
-    c = g.get("skills_citations")
-    if c:
-        out += ["", f"Skills arm's evaluation steps citing a skill: {c['steps'][0]}/{c['steps'][1]}; success of "
-                    f"episodes with a citation {c['with_citation'][0]}/{c['with_citation'][1]}, without "
-                    f"{c['without'][0]}/{c['without'][1]} (descriptive, not causal)."]
+    cols = [c for c in ARM_COLUMNS if any(c[2] in (a.get(c[1]) or {}) for a in arms)]
+    out += table(["arm", "success", "95 % CI", *(c[0] for c in cols)], [arm_row(a, cols) for a in arms])
+    w = g.get("where_skills_used")
+    if w:
+        out += ["", f"Skills arm's evaluation steps citing a skill: {w['citing_steps']}/{w['steps']}; success of "
+                    f"episodes with a citation {w['wins_citing']}/{w['episodes_citing']}, without "
+                    f"{w['wins_not_citing']}/{w['episodes_not_citing']} (descriptive, not causal)."]
     if g.get("wall_s"):
         out += ["", "Wall time (s): " + "; ".join(f"{k} {num(v)}" for k, v in g["wall_s"].items()) + "."]
+    if g.get("verdict"):
+        out += ["", "```", *g["verdict"], "```"]
     return out + ([""] + [f"- {n}" for n in d["notes"]] if d.get("notes") else [])
 
 
 def pilot_run(d: Doc) -> list[str]:
-    """One run of the pilot: a row per candidate game setting."""
+    """One run of the pilot: a row per candidate game setting (as bench/outcome_pilot.py writes them)."""
     from bench.render_results import machine_text, run_label, table
     out = [f"### {run_label(d)}", "", f"On {machine_text(d)}. Settings: " +
            "; ".join(f"{k} = {num(v)}" for k, v in (d.get("budget") or {}).items()) + ".", ""]
-    rows = [[s["game"], num(s.get("actions_per_game")), wins(s), ci(s), f"{s['valid_action_rate']:.3f}",
-             f"{s['mean_steps']:.2f}", num(s.get("pairs")), num(s.get("wall_s"))] for s in get(d, "settings") or []]
-    out += table(["setting", "actions per game", "action-only SFT", "95 % CI", "valid actions", "mean steps", "pairs",
+    rows = [[f"{c['game']} ({c['params']})", num(c.get("eval_max_steps")),
+             wins(c) if c.get("episodes") else "no SFT pair", ci(c),
+             "-" if c.get("valid_action_rate") is None else f"{c['valid_action_rate']:.3f}",
+             "-" if c.get("mean_steps") is None else f"{c['mean_steps']:.2f}", num(c.get("pairs")), num(c.get("wall_s"))]
+            for c in get(d, "candidates") or []]
+    out += table(["setting", "max actions", "action-only SFT", "95 % CI", "valid actions", "mean steps", "pairs",
                   "wall s"], rows)
     return out + ([""] + [f"- {n}" for n in d["notes"]] if d.get("notes") else [])
 
