@@ -260,17 +260,20 @@ def main() -> None:
     ap.add_argument("--batch-factor", type=float, default=LLMConfig.batch_price_factor)
     a = ap.parse_args()
     parts = a.parts.split(",")
-    ratios = []
+    ratios, figures = [], {}
     if "a" in parts:
-        r = part_a(a)
+        r = figures["a"] = part_a(a)
         ratios += [f"tpm_ratio={r['tpm_ratio']}", f"429_ratio={r['ratio_429']}"]
     if "b" in parts:
-        r = part_b(a)
+        r = figures["b"] = part_b(a)
         ratios += [f"cost_ratio={r['cost_ratio']}", f"batch_factor={r['batch_factor']}",
                    f"prefix_factor={r['prefix_factor']}"]
     if "c" in parts:
-        ratios += [f"server_ratio={part_c(a)['server_ratio']}"]
+        figures["c"] = part_c(a)
+        ratios += [f"server_ratio={figures['c']['server_ratio']}"]
     print(" ".join(ratios))
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("llm_cost", figures, {k: v for k, v in vars(a).items()})
 
 
 if __name__ == "__main__":

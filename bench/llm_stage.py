@@ -110,6 +110,10 @@ def main() -> None:
           f" speedup_vs_sequential={seq_est / wall:.2f}")
     print(f"rerun_requests={rerun_sent} rerun_cache_hits={hits} rerun_wall_s={rerun_wall:.3f}")
     print(f"ratio_to_ideal={wall / ideal:.3f}")
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("llm_stage", {"ratio_to_ideal": round(wall / ideal, 3), "wall_s": round(wall, 3),
+                               "speedup_vs_sequential": round(seq_est / wall, 2), "rerun_requests": rerun_sent},
+                 {"requests": a.requests, "latency_s": a.latency, "concurrency": a.concurrency})
 
 
 if __name__ == "__main__":

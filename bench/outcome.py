@@ -450,6 +450,9 @@ def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, li
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
     os.replace(tmp, path)
+    from bench.results import write_result as write_dated  # also a dated result file (bench/results.py)
+    write_dated("outcome", {k: doc[k] for k in ("game", "game_params", "eval_seeds", "arms", "where_skills_used",
+                                                 "verdict", "wall_s")}, doc["budget"])
     return path
 
 

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.root, exist_ok=True)
     with open(os.path.join(args.root, "pilot.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("outcome_pilot", {"candidates": out}, {k: v for k, v in vars(args).items()})
     return 0
 
 

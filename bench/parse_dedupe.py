@@ -329,6 +329,13 @@ def paired(tree: str, repeats: int, scripts: str = "") -> None:
           f"process_ratio_to_reference={med['ours']['process_wall_s'] / med['ref']['process_wall_s']:.3f}")
     print(f"ratio_to_reference={med['ours']['wall_s'] / med['ref']['wall_s']:.3f}")
     print(f"wall_s={med['ours']['wall_s']:.2f} peak_rss_mb={max(r['peak_rss_mb'] for r in ours):.0f}")
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("parse_dedupe", {"ours_wall_s": round(med["ours"]["wall_s"], 2), "reference_wall_s": round(med["ref"]["wall_s"], 2),
+                                  "ratio_to_reference": round(med["ours"]["wall_s"] / med["ref"]["wall_s"], 3),
+                                  "cpu_ratio_to_reference": round(med["ours"]["cpu_s"] / med["ref"]["cpu_s"], 3),
+                                  "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ours)), "load_after": os.getloadavg()[0]},
+                 {"tree": f"{len(os.listdir(tree))} envs", "pairs": repeats,
+                  "reference": "real SkillRL scripts" if scripts else "reference model"})
 
 
 def main() -> None:

@@ -373,6 +373,8 @@ def main() -> None:
     for title, text, verdict in sections:
         print(f"\n## {title}\n\n{text}\n{verdict}")
     print(f"wall_s={time.monotonic() - t0:.0f}")
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("reliability", {"wall_s": round(time.monotonic() - t0), "verdicts": {t: v for t, _, v in sections}}, vars(a))
     if a.save:
         save(a.save, sections, a, time.monotonic() - t0)
 

@@ -229,6 +229,8 @@ def main() -> None:
         res = celery_ratio(work, tree, a.shards, a.latency)
         print(f"celery (latency {a.latency} s, llm.concurrency 1, 1 slot per worker) " + json.dumps(res, indent=1))
         print(f"ratio_2_vs_1_workers={res['ratio']}")
+        from bench.results import write_result  # the result file (bench/results.py)
+        write_result("scale", {"ratio_2_vs_1_workers": res["ratio"], "celery": res, "per_shard_cost": costs}, vars(a))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

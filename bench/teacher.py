@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     best = max(rows, key=lambda r: int(r["memory"].split("/")[0]) + r["bank"] + int(r["distill"].split("/")[0]))
     print(f"best={best['teacher']} memory={best['memory']} bank={best['bank']} distill={best['distill']}")
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("teacher", {"best": best["teacher"], "teachers": rows}, {"models": aliases, "input": args.input})
     return 0
 
 

@@ -171,6 +171,9 @@ def report(table: dict[str, Score], kinds: Counter, gold_flags: int, n_gold: int
         print(f"{rule:42s} {s.expected:8d} {s.tp:5d} {s.fp:5d} {p:9.3f} {r:7.3f} {s.later:6d}")
     print(f"findings on {n_gold} uncorrupted TextWorld gold rollouts: {gold_flags}")
     print(f"verify: min_precision={min(precisions):.3f} min_recall={min(recalls):.3f} gold_flags={gold_flags}")
+    from bench.results import write_result  # the result file (bench/results.py)
+    write_result("verify", {"min_precision": round(min(precisions), 3), "min_recall": round(min(recalls), 3),
+                            "gold_flags": gold_flags, "variants": sum(kinds.values())}, {"textworld_gold": n_gold})
 
 
 def main(argv: list[str] | None = None) -> None:
