@@ -1,0 +1,56 @@
+"""The dataset card's "Usefulness" section: how the exported thinks and bank items scored.
+
+A text histogram of the think gains (:func:`histogram`), the gate's counts from the
+``usefulness`` stage's manifest, and each bank item's score with its 95 % interval and sample
+size, lowest first, so a reader sees at a glance what the gate kept and how close it was.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: Bin edges of the think-gain histogram: gains lie in [-1, 1], most near 0.
+EDGES = (-1.0, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 1.0)
+BAR = 30
+
+
+def histogram(values: list[float], edges: tuple[float, ...] = EDGES) -> list[tuple[str, int]]:
+    """``[(label, count)]`` of ``values`` in the half-open bins ``(edges[i], edges[i+1]]`` (the
+    first bin also takes ``edges[0]``); values outside the edges fall in the nearest end bin."""
+    counts = [0] * (len(edges) - 1)
+    for v in values:
+        i = next((j for j in range(len(edges) - 1) if v <= edges[j + 1]), len(edges) - 2)
+        counts[i] += 1
+    return [(f"({edges[j]:+.2f}, {edges[j + 1]:+.2f}]", c) for j, c in enumerate(counts)]
+
+
+def _bars(hist: list[tuple[str, int]]) -> list[str]:
+    top = max((c for _, c in hist), default=0) or 1
+    return [f"    {label:>16} {c:4d} {'#' * round(BAR * c / top)}" for label, c in hist]
+
+
+def bank_lines(bank_rows: list[dict[str, Any]]) -> list[str]:
+    """One table row per scored bank item, lowest score first: kind, title, score, interval, n."""
+    scored = sorted((r for r in bank_rows if r.get("usefulness")), key=lambda r: r["usefulness"]["score"])
+    lines = ["| item | kind | score | 95 % interval | held-out steps |", "|---|---|---|---|---|"]
+    for r in scored:
+        u = r["usefulness"]
+        name = (r.get("title") or r.get("description") or "")[:60].replace("|", "/")
+        lines.append(f"| {name} | {r['kind']} | {u['score']:+.3f} | [{u['lo']:+.3f}, {u['hi']:+.3f}] | {u['n']} |")
+    return lines if scored else ["No bank item was scored."]
+
+
+def usefulness_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], counts: dict[str, Any],
+                    cfg: Any) -> str:
+    """The card section (module docstring) for exported pairs ``rows``, the bank ``bank_rows``, the
+    ``usefulness`` stage's manifest ``counts`` and the ``usefulness`` config ``cfg``."""
+    gains = [r["usefulness"]["gain"] for r in rows if r.get("usefulness")]
+    lines = ["## Usefulness", ""]
+    if cfg.policy == "off":
+        return "\n".join(lines + ["The usefulness gate is off (`usefulness.policy: off`): nothing was scored.", ""])
+    gated = (counts.get("quarantine_reasons") or {}).get("no_gain", 0)
+    lines += [f"Thinks: {len(gains)} exported thinks carry a score (gain of the expert action's share over "
+              f"an empty think); the gate ({cfg.policy}, threshold {cfg.think_threshold:+.2f}) quarantined "
+              f"{gated}. Histogram of the exported gains:", ""]
+    lines += _bars(histogram(gains)) if gains else ["    (no scored think)"]
+    lines += ["", f"Bank items (threshold {cfg.skill_threshold:+.2f}), lowest score first:", ""]
+    return "\n".join(lines + bank_lines(bank_rows) + [""])

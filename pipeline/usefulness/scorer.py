@@ -1,0 +1,131 @@
+"""The scorer: a small causal LM, run in-process on the CPU, that says how likely each candidate
+action is after a prompt.
+
+Usefulness is measured as a change of belief (:mod:`pipeline.usefulness.score`): the share of the
+scorer's probability mass, over a step's candidate actions, that goes to the expert action. One
+call of :meth:`ActionScorer.shares` scores several *variants* of the text between the prompt
+and the action (a think and an empty think; or several thinks) against the same candidates:
+
+* the prompt (chat template of the scorer's tokenizer, system + user, then the assistant's turn)
+  is evaluated once and its key/value cache kept;
+* each variant (``<think>...</think>\\n<action>``) extends a copy of that cache;
+* the candidates (``<action>`` text + ``</action>``, so that a short action is not favoured as a
+  prefix of a longer one) run as one batch on that cache, right-padded (padding sits after the
+  real tokens of a row, so a causal model never attends to it).
+
+``log P(candidate) = sum of its tokens' log-probabilities``; the share of candidate ``i`` is
+``softmax(log P)_i`` over the step's candidates. The default scorer is the student's base model
+(SmolLM2-135M-Instruct, the embedded model's weights as a Hugging Face folder:
+:func:`pipeline.llm.hfmodel.ensure_model_folder`); any local causal-LM folder (an SFT checkpoint)
+may be named instead.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Result of one :meth:`ActionScorer.shares` call: ``shares[v][i]`` = share of candidate ``i``
+    under variant ``v`` (rows sum to 1), ``logprobs[v][i]`` the summed log-probabilities (nats)."""
+    shares: list[list[float]]
+    logprobs: list[list[float]]
+
+
+def softmax(values: Sequence[float]) -> list[float]:
+    """Softmax of ``values`` (stable: the maximum is subtracted first)."""
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+class ActionScorer:
+    """A causal LM that scores candidate actions after a prompt (module docstring).
+
+    Args:
+        model_dir: a local Hugging Face causal-LM folder (``config.json`` + weights + tokenizer).
+        threads: torch CPU threads (0 = leave torch's default).
+        max_prompt_tokens: a longer prompt keeps its first and last halves of this budget (the
+            task stays, the current observation stays).
+
+    Raises ``FileNotFoundError`` when the folder has no ``config.json``.
+    """
+
+    def __init__(self, model_dir: str, threads: int = 0, max_prompt_tokens: int = 1536):
+        if not os.path.isfile(os.path.join(model_dir, "config.json")):
+            raise FileNotFoundError(f"scorer model {model_dir!r} is not a local Hugging Face folder with config.json")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.model_dir = model_dir
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.eval()
+        self.max_prompt_tokens = max_prompt_tokens
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids of ``messages`` (system, user) in the chat template with the assistant's turn
+        opened, cut in the middle to ``max_prompt_tokens``."""
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = self._ids(text)
+        if len(ids) > self.max_prompt_tokens:
+            half = self.max_prompt_tokens // 2
+            ids = ids[:half] + ids[-half:]
+        return ids
+
+    def _forward(self, ids: list[int], cache):
+        torch = self.torch
+        out = self.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        return out.logits[0].float().log_softmax(-1), out.past_key_values
+
+    def shares(self, messages: list[dict], variants: Sequence[str], candidates: Sequence[str],
+               suffix: str = "</action>") -> Shares:
+        """Shares of ``candidates`` after ``messages`` + each of ``variants`` (the assistant text
+        before the action, e.g. ``"<think>...</think>\\n<action>"``). ``candidates`` are action
+        strings; each is scored as ``candidate + suffix``.
+
+        Cost: one prefill of the prompt, one of each variant, one batch of the candidates per
+        variant. Raises ``ValueError`` for no candidates or no variants."""
+        if not candidates or not variants:
+            raise ValueError("shares needs at least one variant and one candidate")
+        torch = self.torch
+        cand_ids = [self._ids(c + suffix) for c in candidates]
+        with torch.inference_mode():
+            _, prompt_cache = self._forward(self.prompt_ids(messages), None)
+            rows, lps = [], []
+            for v in variants:
+                lp_v, cache = self._forward(self._ids(v), copy.deepcopy(prompt_cache))
+                logp = self._candidate_logprobs(lp_v[-1], cache, cand_ids)
+                rows.append(softmax(logp))
+                lps.append(logp)
+        return Shares(rows, lps)
+
+    def _candidate_logprobs(self, first, cache, cand_ids: list[list[int]]) -> list[float]:
+        """Summed log-probabilities of each candidate's tokens: the first from ``first`` (the
+        log-softmax after the variant), the rest from one right-padded batch on ``cache``."""
+        torch = self.torch
+        n, width = len(cand_ids), max(len(c) for c in cand_ids)
+        totals = [float(first[c[0]]) for c in cand_ids]
+        if width == 1:
+            return totals
+        batch = torch.full((n, width - 1), self.pad_id, dtype=torch.long)
+        for i, c in enumerate(cand_ids):
+            batch[i, :len(c) - 1] = torch.tensor(c[:-1])
+        cache.batch_repeat_interleave(n)
+        logp = self.model(input_ids=batch, past_key_values=cache, use_cache=True).logits.float().log_softmax(-1)
+        for i, c in enumerate(cand_ids):
+            for j in range(1, len(c)):
+                totals[i] += float(logp[i, j - 1, c[j]])
+        return totals
