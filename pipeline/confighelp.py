@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.core.config import PipelineConfig
 from pipeline.core.train_config import section_keys
+from pipeline.quality.catalog import names as quality_rule_names
 
 #: Width of a help comment line (the ``# `` prefix and indent included).
 COMMENT_WIDTH = 100
@@ -26,14 +27,22 @@ def section_names() -> list[str]:
     return [f.name for f in dataclasses.fields(PipelineConfig)]
 
 
-def field_help(f: dataclasses.Field) -> str:
-    """The help text of a config field (``config_field(default, help)``), its choices appended
-    (``one of: a, b``); ``""`` for a field declared without one."""
+def field_help(f: dataclasses.Field, section: str = "") -> str:
+    """The help text of a config field (``config_field(default, help)``) of ``section``, its
+    choices appended (``one of: a, b``) and, for a list of names only a registry above the config
+    knows (``quality.flag_rules``: :data:`REGISTRY_NAMES`), those names; ``""`` for a field
+    declared without one."""
     text = f.metadata.get("help", "")
     choices = f.metadata.get("choices")
     if choices and not all(str(c) in text for c in choices):  # most help texts already list them
         text += f" (one of: {', '.join(map(str, choices))})"
+    if names := REGISTRY_NAMES.get((section, f.name)):
+        text += f" ({', '.join(names())})"
     return text
+
+
+#: ``(section, key)`` -> the names the key may list, from the registry that declares them.
+REGISTRY_NAMES = {("quality", "flag_rules"): quality_rule_names}
 
 
 def commented_yaml(cfg: PipelineConfig, header: str = "") -> str:
@@ -48,7 +57,7 @@ def commented_yaml(cfg: PipelineConfig, header: str = "") -> str:
         values = getattr(cfg, section.name)
         keys = section_keys(section.name, values)  # a training section without its run-set fields
         for f in (f for f in dataclasses.fields(values) if f.name in keys):
-            out += _comment(field_help(f), indent="  ")
+            out += _comment(field_help(f, section.name), indent="  ")
             out += _key_value(f.name, getattr(values, f.name), indent="  ")
     return "\n".join(out).lstrip("\n") + "\n"
 

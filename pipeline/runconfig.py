@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.core.config import ConfigError, PipelineConfig, VerifyConfig, load_config
+from pipeline.core.config import ConfigError, PipelineConfig, QualityConfig, VerifyConfig, load_config
 from pipeline.core.train_config import with_overrides
 from pipeline.envs import REGISTRY
 from pipeline.formats.discover import READERS, list_input_files
 from pipeline.llm.weights import MODELS
+from pipeline.quality.catalog import names as quality_rule_names
 from pipeline.verify import rule_names
 
 
@@ -33,12 +34,23 @@ def check_verify_rules(vcfg: VerifyConfig) -> None:
             raise ConfigError(f"verify.{key}: unknown rules {unknown}; known: {', '.join(sorted(names))}")
 
 
+def check_quality_rules(qcfg: QualityConfig) -> None:
+    """Raise :class:`ConfigError` for a name in ``quality.flag_rules`` that is no content rule
+    (:func:`pipeline.quality.catalog.names`)."""
+    known = quality_rule_names()
+    unknown = sorted(set(map(str, qcfg.flag_rules)) - set(known))
+    if unknown:
+        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(known)}")
+
+
 def load_run_config(path: str | None) -> PipelineConfig:
     """The run config file at ``path`` (``None`` = the defaults):
-    :func:`pipeline.core.config.load_config`, then :func:`check_verify_rules`. Raises
-    ``OSError``/``yaml.YAMLError`` for an unreadable file and :class:`ConfigError` for a bad value."""
+    :func:`pipeline.core.config.load_config`, then :func:`check_verify_rules` and
+    :func:`check_quality_rules`. Raises ``OSError``/``yaml.YAMLError`` for an unreadable file and
+    :class:`ConfigError` for a bad value."""
     cfg = load_config(path)
     check_verify_rules(cfg.verify)
+    check_quality_rules(cfg.quality)
     return cfg
 
 

@@ -43,12 +43,14 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
-def test_wheel_carries_schemas_templates_and_configs(wheel):
+def test_wheel_carries_schemas_templates_phrases_and_configs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for schema in (REPO / "schemas").glob("*.json"):
         assert f"schemas/{schema.name}" in names
     for tpl in (REPO / "pipeline" / "templates").glob("*.txt"):
         assert f"pipeline/templates/{tpl.name}" in names
+    data = list((REPO / "pipeline" / "quality" / "data").glob("*.toml"))
+    assert data and all(f"pipeline/quality/data/{d.name}" in names for d in data)  # the content rules' phrase lists
     assert any(n.startswith("sft/configs/") and n.endswith(".yaml") for n in names)
     assert not any(n.startswith(("tests/", "data/")) for n in names)
 

@@ -12,8 +12,8 @@ silent ``bool("false") == True`` or ``int(1.7) == 1``) and against the range or 
 on its field (:func:`check_fields`); every problem raises :class:`ConfigError` as
 ``section.key: message``. The field machinery and the shared ``prompt:`` section live in
 :mod:`pipeline.core.config_base` and are importable from here. What only the registries above
-the ground floor know (the verify checkers' rule names, the readers, the embedded models) is
-checked where a run reads its config: :mod:`pipeline.runconfig`.
+the ground floor know (the verify checkers' rule names, the content rules' names, the readers,
+the embedded models) is checked where a run reads its config: :mod:`pipeline.runconfig`.
 """
 from __future__ import annotations
 
@@ -236,24 +236,13 @@ class BuildPairsConfig:
                              choices=WEBSHOP_REJECT_POLICIES)
 
 
-#: Content rules that ``quality.flag_rules`` may name (= ``pipeline.quality.REASONS``; a test keeps them equal).
-QUALITY_RULES = ("no_words", "not_a_phrase", "ngram_loop", "reused_think", "ungrounded_step",
-                 "ungrounded_observation", "future_leak", "ungrounded_think", "unknown_source_memory",
-                 "category_mismatch", "off_topic", "think_is_action", "echo_prompt", "not_actionable", "cut_off",
-                 "restated_action", "contradicts_success", "duplicate_mistake", "missing_key_step",
-                 "think_misaligned", "think_unrelated", "narration", "self_target", "missing_control",
-                 "feeling_reason", "wrong_category", "not_portable", "false_comparison",
-                 "false_game_fact", "instance_number", "vague_instruction",
-                 "episode_specific", "lists_observation")
-
-
 @dataclass
 class QualityConfig:
     """Content rules of LLM output (``pipeline.quality``), run by memory, skills and distill
     inside the answer check (a violation gets the repair round, then quarantine), and the
     data-quality metrics of export."""
     flag_rules: list = _f([], "content rules that only count instead of quarantining (default none: every "
-                              "rule quarantines); names: " + ", ".join(QUALITY_RULES))
+                              "rule quarantines); names: docs/content_rules.md")
     min_letter_share: float = _f(0.5, "rule no_words: share of a field's visible characters that must be "
                                       "letters. Rationale: English prose is ~95% letters, an ALFWorld/WebShop "
                                       "sentence with ids and prices > 70%; '**1**: 2 _Apply when: 3 },_' is 41%",
@@ -366,9 +355,6 @@ def check_config(cfg: PipelineConfig) -> PipelineConfig:
     for section in SECTION_CLASSES:  # their own checks (games, lora_r), and the run's prompt section
         setattr(cfg, section, check_section(section, getattr(cfg, section), cfg.prompt))
     cfg.parse.per_env = check_per_env(cfg.parse.per_env)
-    unknown = sorted(set(map(str, cfg.quality.flag_rules)) - set(QUALITY_RULES))
-    if unknown:
-        raise ConfigError(f"quality.flag_rules: unknown rules {unknown}; known: {', '.join(QUALITY_RULES)}")
     if cfg.distill.reasoning == "none" and cfg.build_pairs.empty_think != "flag":
         # every think is empty: the quarantine policy would export no pair at all, with exit 0
         raise ConfigError("build_pairs.empty_think: must be flag with distill.reasoning: none (every think is "

@@ -32,8 +32,9 @@ import re
 from typing import Iterable
 
 from pipeline.core.records import Trajectory
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 from pipeline.quality import actions as act
+from pipeline.quality import phrases
 from pipeline.quality.echo import STOP
 from pipeline.quality.grounding import entities
 from pipeline.verify import alfworld_text as tx
@@ -206,8 +207,7 @@ def _textworld_other_move(think: str, action: str) -> str | None:
 
 
 #: The rooms of TextWorld Express's house map (the engine's ``kitchen`` ... ``supermarket``).
-_TW_ROOMS = re.compile(r"\b(kitchen|pantry|corridor|hallway|bedroom|bathroom|living\s+room|laundry\s+room|"
-                       r"backyard|driveway|street|supermarket)\b")
+_TW_ROOMS = re.compile(r"\b(" + phrases.alternation("textworld_facts.toml", "room") + r")\b")  # data/textworld_facts.toml
 
 
 def _textworld_unseen_room(think: str, traj: Trajectory, i: int) -> str | None:

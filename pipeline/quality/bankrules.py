@@ -28,8 +28,9 @@ from difflib import SequenceMatcher
 from typing import Any, Iterable, Sequence
 
 from pipeline.core.records import Trajectory
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 from pipeline.quality import actions as act
+from pipeline.quality import phrases
 from pipeline.quality.echo import STOP, stem
 
 #: Words that make a principle more than one command: an order, a condition, a reason, a choice
@@ -69,13 +70,7 @@ def _plain(word: str) -> str:
 #: observation says the agent should ...": ALFWorld observations never say what to do), and a
 #: put or use "after taking it" (nothing can be put before it is held). The 1.5B teacher wrote
 #: each of these for a bare step once outlines of the successes were in its prompt.
-VOID_CLAUSE = re.compile(
-    r"\b(?:when|if|once|as|whenever)\s+(?:you\s+are\s+|the\s+agent\s+is\s+|it\s+is\s+)?"
-    r"(?:instructed|told|asked|required)(?:\s+to(?:\s+do\s+so)?)?\b"
-    r"|\b(?:when|if|once)\s+the\s+(?:observation|goal|task|instruction)\s+says\s+(?:that\s+)?"
-    r"(?:the\s+agent|you|it)\s+(?:should|must|needs?\s+to)\b"
-    r"|\b(?:after|once)\s+(?:taking|picking\s+up|grabbing|holding|having\s+taken)\s+(?:it|them|the\s+object|the\s+item)\b",
-    re.I)
+VOID_CLAUSE = re.compile(phrases.alternation("bank_phrases.toml", "void_clause"), re.I)  # data/bank_phrases.toml
 
 
 def restated_action(principle: str, known_nouns: Iterable[str] = ()) -> str | None:
@@ -331,7 +326,8 @@ def _mistake_words(text: str) -> list[str]:
 
 def duplicate_mistakes(key: str, items: Sequence[dict[str, Any]]) -> list[Violation]:
     """``duplicate_mistake`` for each mistake whose ``why_it_happens`` or ``how_to_avoid`` is
-    near-identical (:data:`DUPLICATE_RATIO`) to an earlier item's: the later copy is reported."""
+    near-identical (:data:`DUPLICATE_RATIO`) to an earlier item's: the later copy is reported
+    (``Violation.item``: its index)."""
     out = []
     for j in range(1, len(items)):
         for i in range(j):
@@ -339,7 +335,7 @@ def duplicate_mistakes(key: str, items: Sequence[dict[str, Any]]) -> list[Violat
                 a, b = _mistake_words(str(items[i].get(field) or "")), _mistake_words(str(items[j].get(field) or ""))
                 if a and b and SequenceMatcher(None, a, b, autojunk=False).ratio() >= DUPLICATE_RATIO:
                     out.append(Violation("duplicate_mistake", f"{key}[{j}].{field} repeats {key}[{i}]'s; merge them "
-                                                              "or name a different cause and fix"))
+                                                              "or name a different cause and fix", item=j))
                     break
             else:
                 continue

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 
 _WORD = re.compile(r"[a-z]{2,}")   # runs of >= 2 ASCII letters, lower-cased text (numbers dropped)
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")

@@ -35,8 +35,9 @@ import re
 from typing import Iterable
 
 from pipeline.envs import webshop
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 from pipeline.quality import actions as act
+from pipeline.quality import phrases
 
 _PUT_INTO = frozenset({"in", "into", "on", "onto", "inside"})
 _PRONOUNS = frozenset({"it", "them"})
@@ -96,38 +97,9 @@ def self_target_violations(name: str, text: str, title: str = "", known_nouns: I
 #: clickables are :data:`pipeline.envs.webshop.PAGE_BUTTONS`, a product id and an option value).
 #: Each pattern is the element as the thing operated: "dropdown option" (WebShop's options are
 #: clickable values) and "hard filters in the query" (constraints, not a control) do not match.
-MISSING_CONTROLS: dict[str, re.Pattern] = {name: re.compile(p) for name, p in {
-    "drop-down": r"\bdrop[- ]?downs?\b(?!\s*(?:/\s*\w+\s*)?(?:options?|selections?|choices?|values?)\b)",
-    "menu": r"\bmenus?\b",
-    "filter": r"\b(?:site|price|search|global|category|brand|rating|sidebar|result)(?:\s+range)?\s+filters?\b"
-              r"|\bfilters?\s+(?:by|menu|panel|settings?|buttons?|bar|sidebar)\b"
-              r"|\bfilter\s+(?:the\s+)?(?:results|products|items|list|listings)\b"
-              r"|\b(?:apply|use|add|adjust)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|any\s+|some\s+|more\s+)?"
-              r"(?:\w+\s+)?filters?\b",
-    "sort": r"\bsort(?:s|ed|ing)?\s+(?:the\s+)?(?:results|products|items|list|listings|by)\b"
-            r"|\b(?:adjust|change|use|apply|set)(?:s|es|ing|ed)?\s+(?:the\s+)?sort(?:ing)?\b"
-            r"|\bsort(?:ing)?\s+(?:options?|order|menu|buttons?)\b",
-    # "select a price constraint that matches the budget" (the 1.5B teacher): a price is read off
-    # the results, never clicked; "price lower than 40" in the query, or "set a price constraint"
-    # there, is a constraint, not a control
-    "price control": r"\b(?:select|choose|click|pick|toggle)(?:s|es|ing|ed)?\s+(?:a\s+|the\s+|your\s+)?(?:\w+\s+)?"
-                     r"price\s+(?:constraints?|ranges?|limits?|options?|brackets?|bands?|buttons?|levels?|caps?)\b"
-                     # "select the size that matches the budget": an option clicked as if it set the price
-                     r"|\b(?:sizes?|colou?rs?|options?|styles?)\s+that\s+(?:match(?:es)?|fits?|suits?|(?:is|are)\s+within)"
-                     r"\s+(?:the\s+|your\s+|my\s+)?(?:budget|price)",
-    "slider": r"\bsliders?\b",
-    "checkbox": r"\bcheck[- ]?box(?:es)?\b|\bradio\s+buttons?\b",
-    "cart": r"\b(?:shopping\s+)?cart\b",
-    "checkout": r"\bcheck-?out\s+(?:page|button|screen)\b|\bcheckout\b",
-    "login": r"\blog[- ]?in\b|\bsign[- ]?in\b|\b(?:user|your)\s+account\b|\bpassword\b",
-    "wish list or coupon": r"\bwish[- ]?lists?\b|\bcoupons?\b|\b(?:promo|promotion|discount)\s+codes?\b",
-    "tabs": r"\b(?:new|browser|another|separate)\s+(?:tabs?|windows?)\b",
-    # the agent reads text: a product's picture is never shown ("look at the product image");
-    # "titles and thumbnails" (two SkillRL items) names a list to read, not a step: left to pass
-    "image": r"\b(?:product\s+)?(?:images?|photos?|pictures?)\b",
-    "category browsing": r"\bbrowse\s+(?:the\s+|by\s+)?(?:categor|department)\w*"
-                         r"|\b(?:categor(?:y|ies)|department)\s+(?:menu|tree|links?|navigation|sidebar)\b",
-}.items()}
+MISSING_CONTROLS: dict[str, re.Pattern] = {e.name: re.compile(e.pattern)
+                                           for e in phrases.entries("webshop_controls.toml", "control")}
+
 #: Elements a skill may name for WebShop's option buttons ("choose the size from the drop-down",
 #: "toggle the on-page filters (men, women)" in SkillRL's memories): they pass when their clause
 #: names an option kind (:data:`OPTION_KINDS`).
@@ -192,8 +164,8 @@ def control_violations(name: str, text: str) -> list[Violation]:
 #: The agent's feelings a skill may give as the reason for a rule ("overwhelming" is left out:
 #: SkillRL writes "an overwhelming result set" of the page; "discourage" and "stress" are verbs
 #: there: "metrics that discourage repeating", "stress the key attribute").
-FEELINGS = re.compile(r"\b(?:frustrat\w*|confus(?:ion|ed)|confusing|bored(?:om)?|boring|annoy\w*|anxi(?:ety|ous)"
-                      r"|tired(?:ness)?|fatigue|disappoint\w*|impatien\w*|upset|embarrass\w*|feel(?:s|ing|ings)?)\b")
+FEELINGS = re.compile(r"\b(?:" + phrases.alternation("feelings.toml", "feeling") + r")\b")  # data/feelings.toml
+
 #: Words that make what follows a reason or a consequence ("as this may lead to confusion",
 #: "to avoid frustration"); a feeling without one ("when confused, re-read the goal") is a state
 #: the rule applies in, not its reason.
@@ -355,7 +327,7 @@ _LAMP_SEARCHES = re.compile(
 #: or lists several rooms to search ("Look in the kitchen, living room, bathroom, and other common
 #: areas", the teacher's skill, which its thinks then followed), describes another game. Looking
 #: "around the kitchen" it stands in is right (an ETO thought).
-_ROOM = r"(?:kitchen|living\s?room|bathroom|bedroom|hallway|dining\s?room|garage|office|laundry\s?room)"
+_ROOM = "(?:" + phrases.alternation("alfworld_facts.toml", "room") + ")"  # data/alfworld_facts.toml, table room
 _TO_ROOM = re.compile(r"\b(?:go(?:es|ing)?|went|head(?:s|ing)?|mov(?:e|es|ing)|return(?:s|ing)?|walk(?:s|ing)?)"
                       r"\s+(?:back\s+)?(?:to|into)\s+(?:the\s+|a\s+|another\s+)?" + _ROOM + r"\b", re.I)
 _ROOM_WORD = re.compile(r"\b" + _ROOM + r"\b", re.I)
@@ -363,11 +335,11 @@ _ROOM_WORD = re.compile(r"\b" + _ROOM + r"\b", re.I)
 _OTHER_ROOM = re.compile(r"\b(?:another|other|next|different)\s+rooms?\b", re.I)
 #: Locks and codes: the game's receptacles open with ``open``, nothing is locked ("I can't open it
 #: without knowing the password", the 1.5B teacher). No recorded ALFWorld thought names one.
-_LOCK = re.compile(r"\b(?:password|passcode|locked|unlock\w*|keycard|combination\s+lock)\b", re.I)
+_LOCK = re.compile(r"\b(?:" + phrases.alternation("alfworld_facts.toml", "lock") + r")\b", re.I)
+
 #: "take it to the fridge and wait until it is cold", "place the pan inside to let it cool down": the
 #: game has no waiting; its heat, cool and clean commands change the object at once.
-_WAIT = re.compile(r"\b(?:wait(?:s|ing)?\s+(?:until|till|for\s+it|(?:for\s+)?(?:a\s+(?:few|while|moment)|\d+))|let\s+it\s+"
-                   r"(?:cool|heat|warm|chill|sit|rest)|leave\s+it\s+(?:until|there\s+until))\b", re.I)
+_WAIT = re.compile(r"\b(?:" + phrases.alternation("alfworld_facts.toml", "wait") + r")\b", re.I)
 _FOR_TO = frozenset({"for", "to"})
 #: Words between the tool and its purpose that deny it: "not suitable for cooling" is right.
 _DENIED = frozenset({"not", "never", "no", "t", "cannot", "nor", "unsuitable", "useless"})
@@ -490,8 +462,8 @@ def instance_violations(name: str, text: str) -> list[Violation]:
 #: "inventory" of the room is the same mistake: ``inventory`` lists what the agent carries ("inventory
 #: the room to see what objects are available", "inventory all the items in the current room": the
 #: teacher's general coin skills).
-_LOOK_AROUND = re.compile(r"\blook(?:s|ing|ed)?\s+around\b|\binventor(?:y|ying|ies|ied)\s+(?:(?:the|a|this|each|every|"
-                          r"all|of|items?|objects?|things?|everything|in|current|that|is|are)\s+){0,6}rooms?\b")
+_LOOK_AROUND = re.compile(phrases.alternation("textworld_facts.toml", "look_around"))  # data/textworld_facts.toml
+
 #: ``episode_specific`` (TextWorld): a compass direction. Each game draws its own map, so "try
 #: moving east first" or "Move south or west to explore the pantry" (the teacher's coin bank) is
 #: one episode's route, wrong in the next game.
@@ -515,7 +487,8 @@ def _unnegated(pattern: re.Pattern, text: str) -> list[str]:
 #: ``false_game_fact`` (TextWorld): an obstacle, or a colour or texture to look at. Rooms hold no
 #: obstacles and objects are only named, so neither can be checked ("Quickly Identify Obstacles:
 #: ... by looking at its color or texture", the GRPO skill updater after failed put-away games).
-_NO_SUCH_THING = re.compile(r"\bobstacles?\b|\bcolou?rs?\s+(?:and|or)\s+textures?\b|\btextures?\b")
+_NO_SUCH_THING = re.compile(phrases.alternation("textworld_facts.toml", "no_such_thing"))  # data/textworld_facts.toml
+
 #: ``false_game_fact`` (TextWorld): something that blocks the agent's path, in an item that names no
 #: door. Only a closed door stops a move in TextWorld Express; the 1.5B teacher wrote "check your
 #: inventory to ensure you don't have any objects that could block your path" (its worked skill

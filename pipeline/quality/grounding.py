@@ -28,7 +28,7 @@ import re
 from typing import Any, Iterable
 
 from pipeline.core.records import Trajectory
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 from pipeline.quality.echo import content_words
 
 _TOKEN = re.compile(r"[a-z0-9]+")

@@ -20,7 +20,7 @@ from collections import Counter
 from difflib import SequenceMatcher
 from typing import Iterable
 
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 from pipeline.quality.echo import STOP
 
 _WORD = re.compile(r"[^\W\d_]{2,}")      # a run of >= 2 letters

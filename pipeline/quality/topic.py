@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.encoder import Encoder, encode
-from pipeline.quality import Violation
+from pipeline.quality.violation import Violation
 
 
 def default_encoder() -> Encoder:
@@ -114,13 +114,13 @@ def domain_margins(items: Sequence[Sequence[tuple[str, str]]], sources: Sequence
 def off_domain(items: Sequence[Sequence[tuple[str, str]]], sources: Sequence[Sequence[str]],
                margin: float = DOMAIN_MARGIN, encoder: Encoder | None = None) -> list[Violation]:
     """``off_topic`` for each item whose fields are, on average, not nearer its ``sources`` than
-    everyday subjects: its :func:`domain_margins` value is below ``margin``. Items without a
-    non-blank field or without sources are skipped."""
+    everyday subjects: its :func:`domain_margins` value is below ``margin`` (``Violation.item``:
+    its index). Items without a non-blank field or without sources are skipped."""
     out = []
-    for fields, m in zip(items, domain_margins(items, sources, encoder)):
+    for j, (fields, m) in enumerate(zip(items, domain_margins(items, sources, encoder))):
         if m is not None and m < margin:
             head = next(t for _, t in fields if (t or "").strip())
             out.append(Violation("off_topic", f"{fields[0][0].rsplit('.', 1)[0]} {head[:60]!r} is off topic (its "
                                               f"fields are nearer everyday subjects than its sources: mean margin "
-                                              f"{m:.2f} < {margin}); write about these episodes"))
+                                              f"{m:.2f} < {margin}); write about these episodes", item=j))
     return out

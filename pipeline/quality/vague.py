@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import re
 
-from pipeline.quality import Violation
+from pipeline.quality import phrases
+from pipeline.quality.violation import Violation
 
 #: A sentence's leading condition ("When ..., ", "After ..., "): skipped before its main clause.
 _LEAD = re.compile(r"^(?:(?:when|whenever|after|before|if|once|while|as soon as|upon|for|during|on|to|"
@@ -44,29 +45,15 @@ _OBLIGES = re.compile(r"\b(?:should|must|needs? to|has to|have to|ought to|is (?
                       r"essential|necessary|wise|helpful|useful) to)\b", re.I)
 _SENTENCE = re.compile(r"[^.!?;]+")
 
-#: Placeholders an instruction may not stop at. Each names a thing the skill should have named.
-_PLACEHOLDER = re.compile(
-    r"\b(?:the|a|an)\s+(?:correct|right|proper|appropriate|suitable)\s+"
-    r"(?:location|place|receptacle|spot|tool|object|item|product|option)s?\b"
-    r"|\b(?:appropriate|designated|proper)\s+(?:[a-z]+\s+)?(?:locations?|places?|receptacles?|spots?|tools?|"
-    r"objects?|items?|products?|options?|containers?|areas?)\b"
-    r"|\b(?:a|some|any)\s+(?:location|place|spot)\s+where\b"
-    r"|\bfollow\s+(?:the\s+)?instructions\b"
-    r"|\b(?:the|a)\s+tools?\b"
-    r"|\bcomplete\s+(?:a|the)\s+task\b"
-    r"|\bmore\s+information\b"
-    r"|\b(?:a\s+)?better\s+understanding\b"
-    r"|\bintended\s+(?:location|place|spot|purpose)s?\b"
-    r"|\b(?:its|their)\s+(?:purpose|functionality)\b"
-    r"|\b(?:a|any|specific|clear)\s+purpose\b"
-    r"|\brealistic\b", re.I)
+#: Placeholders an instruction may not stop at. Each names a thing the skill should have named;
+#: each comes from an output (``data/vague.toml``, table ``placeholder``).
+_PLACEHOLDER = re.compile(phrases.alternation("vague.toml", "placeholder"), re.I)
 
 
 #: An instruction about wording or talking ("use clear and concise language to communicate their
 #: intentions", the GRPO skill updater on TextWorld Express): the agent acts only through the
 #: game's commands, so nothing of it can be done.
-_SPEECH = re.compile(r"\bcommunicat\w*|\b(?:clear|concise|correct|polite)\s+(?:and\s+[a-z]+\s+)?language\b"
-                     r"|\bmisunderstandings?\b", re.I)
+_SPEECH = re.compile(phrases.alternation("vague.toml", "speech"), re.I)  # data/vague.toml, table speech
 
 
 def is_statement(text: str) -> bool:

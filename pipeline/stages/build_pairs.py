@@ -16,12 +16,14 @@ quarantine ``reason`` (or the flag, when ``config.BuildPairsConfig`` sets the ru
                           letters, e.g. ``1.5-2.3`` or ``,.15,`` from a small distill model: numbers
                           and punctuation are not reasoning (ours; policy default "quarantine":
                           such thinks would otherwise become targets)  [policy: short_think]
-* ``think_is_action``     the think only restates an action (the pair's, an admissible one or one
-                          of the trajectory) or is a bare command: distill's content rule
-                          (:func:`pipeline.quality.echo.think_is_action`) checked again, since a
-                          think taken from the source's recorded thoughts or from a distill
-                          artifact written before the rule existed never went through it
-                          [policy: quarantine, or flag when ``quality.flag_rules`` names it]
+* content rules          the checks of target ``pair`` of the content-rule registry
+                          (:func:`content_violations`), each with its own reason: today
+                          ``think_is_action``, the think only restates an action (the pair's, an
+                          admissible one or one of the trajectory) or is a bare command, distill's
+                          rule checked again, since a think taken from the source's recorded
+                          thoughts or from a distill artifact written before the rule existed never
+                          went through it [policy: quarantine, or flag when ``quality.flag_rules``
+                          names it]
 * ``bad_action_format``   WebShop action not ``search[...]``/``click[...]``; Search action not one
                           ``<search>..</search>`` or ``<answer>..</answer>``; empty action
 * ``not_admissible``      action not in the shown admissible list, even after whitespace/case
@@ -56,10 +58,12 @@ import re
 from collections import Counter
 from typing import Any
 
-from pipeline import rules
+from pipeline import quality, rules
 
 from pipeline.core import lineage
-from pipeline.quality import echo
+from pipeline.quality.registry import Registry
+from pipeline.quality.rulebook import REGISTRY
+from pipeline.quality.targets.rows import PairThink
 from pipeline.prompts import (needs_synthetic_done, prompt_template_files, render_skills_block,
                        render_step_messages, render_target, select_skills, synthetic_done_admissible,
                        visible_admissible)
@@ -338,10 +342,12 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
 def _early_rules(cand: Candidate, think: str, action: str, vcfg, flag_rules=()) -> list[tuple[bool, str, str, str]]:
     """The rules checked before the admissible list, in order: ``(broken, reason, detail, policy)``;
     ``think``/``action`` stripped, ``vcfg`` the ``build_pairs`` config, ``flag_rules`` the content
-    rules ``quality.flag_rules`` only counts."""
+    rules ``quality.flag_rules`` only counts (:func:`pipeline.quality.flagged_reasons`)."""
     env = cand.traj.env
     invalid = {} if cand.synthetic else invalid_source_actions(cand.traj)
-    echoed = _think_echo(cand, think)
+    flagged = quality.flagged_reasons(flag_rules)
+    content = [(True, v.reason, v.detail, "flag" if v.reason in flagged else "quarantine")
+               for v in content_violations(cand, think)]
     return [
         (cand.k in invalid, "invalid_action_in_source",
          f"the source marked action {cand.k} invalid: {invalid.get(cand.k) or 'no reason given'}", "quarantine"),
@@ -352,21 +358,20 @@ def _early_rules(cand: Candidate, think: str, action: str, vcfg, flag_rules=()) 
         (bool(think) and think_words(think) < vcfg.min_think_words, "short_think",
          f"reasoning has {think_words(think)} words of letters (< build_pairs.min_think_words="
          f"{vcfg.min_think_words}): {think[:40]!r}", vcfg.short_think),
-        (echoed is not None, "think_is_action", echoed or "",
-         "flag" if "think_is_action" in flag_rules else "quarantine"),
+        *content,
         (not action_format_ok(action, env), "bad_action_format", f"action {action!r} has no valid {env} form",
          "quarantine"),
     ]
 
 
-def _think_echo(cand: Candidate, think: str) -> str | None:
-    """Rule ``think_is_action`` for one candidate, as distill checks it (the step's action, then its
-    admissible list and every recorded action of the trajectory): the violation's detail, or None."""
-    if not think:
-        return None
+def content_violations(cand: Candidate, think: str, registry: Registry | None = None) -> list[quality.Violation]:
+    """The content rules of one candidate's ``think`` (stripped): the checks of target ``pair`` of
+    ``registry`` (default :data:`pipeline.quality.rulebook.REGISTRY`): ``think_is_action`` as
+    distill checks it (the step's action, then its admissible list and every recorded action of
+    the trajectory)."""
     traj_actions = [s.action or "" for s in cand.traj.steps[1:]]
-    found = echo.think_violations([(cand.k - 1, think)], {cand.k - 1: (cand.action, cand.admissible)}, traj_actions)
-    return found[0].detail if found else None
+    subject = PairThink(think, cand.k - 1, cand.action, cand.admissible, traj_actions, cand.traj.env)
+    return (registry or REGISTRY).run("pair", subject)
 
 
 def _admissible(action: str, env: str, shown: list[str], flags: list[str], fail, policy: str

@@ -45,12 +45,16 @@ from pipeline.llm import jsonparse
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest, JSONResult
-from pipeline.quality import alignment, echo, gamefacts, grounding, text, topic
+from pipeline.quality import echo, topic
+from pipeline.quality.registry import Registry
+from pipeline.quality.rulebook import REGISTRY
+from pipeline.quality.targets.thinks import OBS_CHARS, Thinks, ThinkSequence
 from pipeline.verify.progress import progress_lines
 
 TEMPLATE = "distill"     # pipeline/templates/distill*.txt
 
-OBS_CHARS = 500          # observation shown per step (the reasoning needs the gist, not all of it)
+# OBS_CHARS (imported): observation shown per step (the reasoning needs the gist, not all of it), the
+# text the off_topic rule compares a think with
 ADMISSIBLE_SHOWN = 25    # admissible actions listed per step
 EARLIER_ACTIONS = 12     # earlier actions recalled at the top of a later chunk
 
@@ -116,44 +120,26 @@ def check_thinks(indices: list[int], max_chars: int, content: Callable[[list[dic
 
 def think_violations(thinks: list[dict[str, Any]], entries: dict[int, dict[str, Any]], traj: Trajectory,
                      qcfg: QualityConfig, encoder: topic.Encoder | None = None, max_chars: int | None = None,
-                     others: tuple[tuple[int, str], ...] = ()) -> list[quality.Violation]:
+                     others: tuple[tuple[int, str], ...] = (), registry: Registry | None = None
+                     ) -> list[quality.Violation]:
     """Content rules of one answer's ``thinks`` (``[{step_index, think}]``) for ``traj``, whose
-    entries (:func:`step_entries`) are keyed by step index: ``no_words``/``ngram_loop`` per think,
-    ``reused_think`` within the answer and against ``others`` (``(step_index, think)`` the
-    trajectory already has from other calls or its recorded thoughts), ``future_leak`` (the synthetic ``done`` entry has no later
-    step), ``false_comparison`` (two prices compared the wrong way), ``false_game_fact`` (ALFWorld:
-    a lamp in a drawer, a lamp that cleans), ``ungrounded_think``
-    (against the entry's action and admissible list),
-    ``think_is_action`` (:func:`pipeline.quality.echo.think_violations`: against the step's
-    action, its admissible list and every action of ``traj``), ``echo_prompt`` (against
-    :func:`prompt_vocab`), ``lists_observation`` (against the observations up to the step), ``narration``, ``think_misaligned`` and ``think_unrelated``
-    (:func:`pipeline.quality.alignment.think_violations`), ``cut_off`` at ``max_chars`` (the
-    schema bound of an LLM think; ``None`` for a recorded thought), then ``off_topic`` against
-    the step (observation as shown + action) and the task."""
-    named = [(f"think for step {t['step_index']}", str(t.get("think") or "")) for t in thinks]
-    out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
-    pairs = [(t["step_index"], str(t.get("think") or "")) for t in thinks]
-    out += text.reused_with(pairs, others, traj.task)  # with no others: text.reused
-    out += [v for i, t in pairs for v in grounding.future_leak(t, traj, i)]
-    out += [v for _, t in pairs for v in grounding.false_comparisons(t)]
-    if traj.env == "alfworld":
-        out += [v for name, t in named for v in gamefacts.false_fact_violations(name, t)]
-    out += [v for i, t in pairs
-            for v in grounding.ungrounded_think(t, traj, i, entries[i]["action"], entries[i]["admissible"])]
-    # a think that only restates what the prompt says the action does is a restated action too
-    out += echo.think_violations(pairs, {i: (e["action"], [*e["admissible"], e.get("effect") or ""])
-                                         for i, e in entries.items()},
-                                 [s.action or "" for s in traj.steps[1:]])
-    out += echo.think_echo_violations(pairs, prompt_vocab(traj.env))
-    seen = [s.observation or "" for s in traj.steps]
-    out += echo.list_violations(pairs, {i: " ".join(seen[:i + 1]) for i in entries}, traj.task)
-    out += alignment.think_violations(pairs, traj, {i: e["action"] for i, e in entries.items()})
-    out += echo.example_violations(named, _templates.example_texts(TEMPLATE, traj.env))
-    if max_chars:
-        out += [v for i, t in pairs for v in text.cut_off(f"think for step {i}", t, max_chars)]
-    sources = [[f"{_templates.clip_middle(entries[t['step_index']]['observation'], OBS_CHARS)} "
-                f"{entries[t['step_index']]['action']}", traj.task] for t in thinks]
-    return out + topic.off_topic(named, sources, qcfg.off_topic_threshold, encoder)
+    entries (:func:`step_entries`) are keyed by step index: the checks of target ``think`` of
+    ``registry`` (default :data:`pipeline.quality.rulebook.REGISTRY`; their list and order:
+    ``docs/content_rules.md``), with ``others`` (``(step_index, think)`` the trajectory already
+    has from other calls or its recorded thoughts: ``reused_think``), the template's words
+    (:func:`prompt_vocab`) and worked examples (``echo_prompt``), and ``max_chars`` (the schema
+    bound of an LLM think; ``None`` for a recorded thought: no ``cut_off``)."""
+    subject = Thinks(thinks, entries, traj, qcfg, prompt_vocab(traj.env), _templates.example_texts(TEMPLATE, traj.env),
+                     encoder, max_chars, others)
+    return (registry or REGISTRY).run("think", subject)
+
+
+def repeats(thinks: list[tuple[int, str]], task: str, env: str, others: tuple[tuple[int, str], ...] = ()
+            ) -> list[quality.Violation]:
+    """The checks of target ``episode_thinks`` (``reused_think``) of a trajectory's ``thinks``
+    (``(step_index, think)``) judged with ``others`` it already has: only repeats that involve one
+    of ``thinks`` are reported."""
+    return REGISTRY.run("episode_thinks", ThinkSequence(thinks, task, env, others))
 
 
 @lru_cache(maxsize=16)
@@ -165,12 +151,13 @@ def prompt_vocab(env: str) -> frozenset[str]:
 
 
 def content_check(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally,
-                  max_chars: int | None = None, others: tuple[tuple[int, str], ...] = ()):
+                  max_chars: int | None = None, others: tuple[tuple[int, str], ...] = (),
+                  registry: Registry | None = None):
     """The ``content`` callable of :func:`check_thinks` for one chunk: :func:`think_violations`
-    (with ``others``) gated by ``tally`` (policy and counts)."""
+    (with ``others``, the rules of ``registry``) gated by ``tally`` (policy and counts)."""
     by_index = {e["step_index"]: e for e in entries}
     return lambda thinks: tally.gate(think_violations(thinks, by_index, traj, qcfg, max_chars=max_chars,
-                                                      others=others))
+                                                      others=others, registry=registry))
 
 
 def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: QualityConfig, tally: quality.Tally
@@ -188,7 +175,7 @@ def recorded_thinks(entries: list[dict[str, Any]], traj: Trajectory, qcfg: Quali
         hint = " ".join(e["hint"].split())
         if not hint or rules.has_tag(hint) or rules.has_cjk(hint):
             continue
-        if text.reused([*out.items(), (e["step_index"], hint)], traj.task):
+        if repeats([*out.items(), (e["step_index"], hint)], traj.task, traj.env):
             continue  # a thought the agent already wrote for an earlier step: the LLM writes this one
         think = [{"step_index": e["step_index"], "think": hint}]
         if tally.gate(think_violations(think, by_index, traj, qcfg)) is None:
@@ -428,7 +415,7 @@ def reject_repeats(job: Job, others: tuple[tuple[int, str], ...], tally: quality
         if not r.ok:
             continue
         mine = [(int(t["step_index"]), t["think"]) for t in r.value["thinks"]]
-        if err := tally.gate(text.reused_with(mine, seen, task)):
+        if err := tally.gate(repeats(mine, task, job.item.traj.env, tuple(seen))):
             job.results[n] = JSONResult(r.key, False, raw=r.raw, error="check_failed", detail=err,
                                         attempts=r.attempts, cached=r.cached, usage=r.usage)
         else:
@@ -570,7 +557,7 @@ class DistillStage(LLMStage):
                         + [{"step_index": i, "think": v} for i, v in item.given.items()],
                         key=lambda x: x["step_index"])
         if (len(values) > 1 or item.given) and (
-                err := run.tally.gate(text.reused([(x["step_index"], x["think"]) for x in thinks], t.task))):
+                err := run.tally.gate(repeats([(x["step_index"], x["think"]) for x in thinks], t.task, t.env))):
             return _reject(t, "reused_think", f"across calls: {err}", json.dumps(thinks))
         return [{"trajectory_id": t.trajectory_id, "env": t.env, "category": t.category,
                  "thinks": thinks, "synthetic_done": item.synthetic, "skill_ids_used": item.skill_ids,

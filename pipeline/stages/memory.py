@@ -28,12 +28,14 @@ from pipeline.stage.stage import StageContext, StageOutput
 from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema
 from pipeline.llm.types import JSONRequest
-from pipeline.quality import echo, grounding, text, topic
+from pipeline.quality import grounding, topic
+from pipeline.quality.registry import Registry
+from pipeline.quality.rulebook import REGISTRY
+from pipeline.quality.targets.memory import MISTAKE_FIELDS, MemoryAnswer
 
 TEMPLATE = "memory"      # pipeline/templates/memory*.txt
 SCHEMA_FILE = "memory"   # schemas/memory.schema.json: every field and bound of the answer
 REFINED_FIELDS = ("action", "critical_observation", "reasoning")
-MISTAKE_FIELDS = ("trigger_condition", "bad_action")
 
 
 def memory_schema(outcome: str, n_actions: int | None) -> dict[str, Any]:
@@ -121,54 +123,15 @@ def schema_bounds(schema: dict[str, Any] | None) -> dict[str, int]:
 
 
 def content_violations(value: dict[str, Any], traj: Trajectory, qcfg: QualityConfig,
-                       encoder: topic.Encoder | None = None, bounds: dict[str, int] | None = None
-                       ) -> list[quality.Violation]:
-    """Content rules of one memory answer for ``traj`` (``pipeline.quality``), in this order:
-    degenerate text (``no_words``, ``ngram_loop``) of every text field, ``cut_off`` against
-    ``bounds`` (:func:`schema_bounds`), ``echo_prompt`` of a field copied from the template's
-    worked examples, grounding of the refined steps (``ungrounded_step``,
-    ``ungrounded_observation``), ``missing_key_step`` of a success, then ``off_topic``: the
-    description, the planning pattern and each mistake against the trajectory (its task, and its
-    actions)."""
-    named = [("contextual_description", str(value.get("contextual_description") or "")),
-             ("planning_pattern", str(value.get("planning_pattern") or ""))]
-    for j, s in enumerate(value.get("refined_trajectory") or []):
-        named.append((f"refined_trajectory[{j}].reasoning", str(s.get("reasoning") or "")))
-    for j, m in enumerate(value.get("mistakes_to_avoid") or []):
-        named.append((f"mistakes_to_avoid[{j}]", mistake_text(m)))
-    out = [v for name, t in named for v in text.field_violations(name, t, qcfg)]
-    out += [v for name, t in _bounded_fields(value) for v in text.cut_off(name, t, (bounds or {}).get(_bound_key(name)))]
-    out += echo.example_violations(_bounded_fields(value), _templates.example_texts(TEMPLATE, traj.env))
-    out += grounding.memory_step_violations(value.get("refined_trajectory") or [], traj, qcfg.min_observation_overlap)
-    if traj.success:
-        out += grounding.missing_key_step(value.get("refined_trajectory") or [], traj)
-    sources = [traj.task, "; ".join(s.action or "" for s in traj.steps[1:])]
-    topical = [(n, t) for n, t in named if not n.startswith("refined_trajectory")]
-    return out + topic.off_topic(topical, [sources] * len(topical), qcfg.off_topic_threshold, encoder)
-
-
-def _bounded_fields(value: dict[str, Any]) -> list[tuple[str, str]]:
-    """Every free-text field of a memory answer that ``cut_off`` judges, as ``(name, text)``:
-    ``contextual_description``, ``planning_pattern``, ``refined_trajectory[j].reasoning``,
-    ``mistakes_to_avoid[j].<f>``. A critical observation is a quote of the record (checked, or
-    replaced by it, before): a quote that stops at the bound is still true."""
-    out = [(k, str(value.get(k) or "")) for k in ("contextual_description", "planning_pattern")]
-    for j, s in enumerate(value.get("refined_trajectory") or []):
-        out.append((f"refined_trajectory[{j}].reasoning", str(s.get("reasoning") or "")))
-    for j, m in enumerate(value.get("mistakes_to_avoid") or []):
-        out += [(f"mistakes_to_avoid[{j}].{f}", str(m.get(f) or "")) for f in MISTAKE_FIELDS]
-    return out
-
-
-def _bound_key(name: str) -> str:
-    """``refined_trajectory[2].reasoning`` -> ``refined_trajectory.reasoning`` (a :func:`schema_bounds` key)."""
-    head, _, tail = name.partition("[")
-    return f"{head}.{tail.split('.', 1)[1]}" if tail else head
-
-
-def mistake_text(m: dict[str, Any]) -> str:
-    """``"<trigger_condition>: <bad_action>"`` of one mistake (what the content rules read)."""
-    return f"{str(m.get('trigger_condition') or '').strip()}: {str(m.get('bad_action') or '').strip()}"
+                       encoder: topic.Encoder | None = None, bounds: dict[str, int] | None = None,
+                       registry: Registry | None = None) -> list[quality.Violation]:
+    """Content rules of one memory answer for ``traj``: the checks of target ``memory`` of
+    ``registry`` (default :data:`pipeline.quality.rulebook.REGISTRY`; their list and order:
+    ``docs/content_rules.md``): degenerate text, ``cut_off`` against ``bounds``
+    (:func:`schema_bounds`), ``echo_prompt`` of a field copied from the template's worked
+    examples, grounding of the refined steps, ``missing_key_step`` of a success, ``off_topic``."""
+    subject = MemoryAnswer(value, traj, qcfg, bounds or {}, _templates.example_texts(TEMPLATE, traj.env), encoder)
+    return (registry or REGISTRY).run("memory", subject)
 
 
 def render_trajectory(traj: Trajectory, max_chars: int) -> str:

@@ -57,7 +57,9 @@ from pipeline.llm import templates as _templates
 from pipeline.llm.schemas import load_schema, wrap
 from pipeline.llm.types import JSONRequest
 from pipeline.prompts import category_label
-from pipeline.quality import echo, grounding, topic
+from pipeline.quality import echo, topic
+from pipeline.quality.rulebook import REGISTRY
+from pipeline.quality.targets.rows import SkillSources
 
 NAME = "skills"          # stage name, and pipeline/templates/skills*.txt
 
@@ -179,12 +181,13 @@ def memory_sources(memories: list[dict[str, Any]]) -> list[str]:
 
 def source_check(rows: list[dict[str, Any]], memories: list[dict[str, Any]], tally: quality.Tally
                  ) -> tuple[list[dict[str, Any]], list[QuarantineRow]]:
-    """Skill rows whose sources hold (``grounding.skill_source_violations`` against every memory of
-    the run), and a quarantine row (item = skill id, raw = the skill as JSON) for each other one."""
+    """Skill rows whose sources hold (the checks of target ``skill_row`` of the content-rule
+    registry, against every memory of the run), and a quarantine row (item = skill id, raw = the
+    skill as JSON) for each other one."""
     by_id = {m["memory_id"]: m for m in memories}
     kept, dropped = [], []
     for r in rows:
-        err = tally.gate(grounding.skill_source_violations(r, by_id))
+        err = tally.gate(REGISTRY.run("skill_row", SkillSources(r, by_id)))
         if err is None:
             kept.append(r)
         else:

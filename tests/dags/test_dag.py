@@ -13,7 +13,7 @@ import yaml
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.bank.store import BankStore
-from pipeline.core.config import QUALITY_RULES
+from pipeline.quality import QUALITY_RULES
 from pipeline.inspect import lineage_report
 from pipeline.engine.runner import STAGES
 from tests.helpers.paths import REPO

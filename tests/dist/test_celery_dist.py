@@ -37,7 +37,7 @@ import yaml
 from bench.reliability_common import cache_keys, classify_calls, request_key
 from bench.reliability_stub import SchemaStub
 from bench.reliability_taskkill import remote_cache_keys
-from pipeline.core.config import QUALITY_RULES
+from pipeline.quality import QUALITY_RULES
 from pipeline.llm.cache import CACHE_FILE
 from pipeline.stages import STAGES
 from bench.cluster import Cluster, tail

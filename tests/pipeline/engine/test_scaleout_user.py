@@ -183,7 +183,8 @@ def test_forced_sharded_llm_stage_reports_this_runs_llm_use(tmp_path):
     the summary (the stage manifest the collect step writes) must say 0 calls and the cache hits,
     not the calls of the first run (it kept the old stage manifest: same shard outputs)."""
     from bench.reliability_stub import SchemaStub
-    from pipeline.core.config import QUALITY_RULES, PipelineConfig
+    from pipeline.core.config import PipelineConfig
+    from pipeline.quality import QUALITY_RULES
     from pipeline.engine.runner import run_pipeline
     src = tmp_path / "in"
     for name in ("eto-alfworld", "react-alfworld"):  # two folders: two shards, 7 trajectories

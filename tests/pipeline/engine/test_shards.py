@@ -175,7 +175,7 @@ def test_every_stage_sharded_gives_the_export_of_one_shard(tree, tmp_path):
     request): 3 shards export the same rows in the same order as 1, asking the same number of
     LLM calls, and every sharded stage's counts reconcile in total."""
     from bench.reliability_stub import SchemaStub
-    from pipeline.core.config import QUALITY_RULES
+    from pipeline.quality import QUALITY_RULES
     with SchemaStub() as stub:
         cfg = PipelineConfig()
         cfg.llm.base_url, cfg.llm.model, cfg.llm.structured_output = stub.base_url, "stub-model", "json_schema"

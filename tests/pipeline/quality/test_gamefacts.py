@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from pipeline.bank.judge import ItemJudge
+from pipeline.core.config import QualityConfig
 from pipeline.quality import gamefacts
 from tests.helpers.paths import FIXTURES
 
@@ -36,19 +38,14 @@ def bank_items(env: str) -> list[tuple[str, str, dict]]:
             + [("mistake", m["description"], m) for m in bank["common_mistakes"]])
 
 
+#: The rules of pipeline.quality.gamefacts that judge a skill or fix (the others need a category or games).
+GAME_FACTS = {"self_target", "missing_control", "not_portable", "false_game_fact", "instance_number", "feeling_reason"}
+
+
 def verdicts(env: str, kind: str, item: dict) -> list:
-    """The six rules as the skills stage runs them on one item (pipeline.bank.judge)."""
-    field = "how_to_avoid" if kind == "mistake" else "principle"
-    out = gamefacts.self_target_violations(field, item[field], item.get("title", ""))
-    if env == "webshop":
-        out += gamefacts.control_violations(field, item[field])
-    elif env == "alfworld":
-        out += gamefacts.fixed_violations(field, item[field])
-        out += gamefacts.false_fact_violations(field, item[field])
-        out += gamefacts.instance_violations(field, item[field])
-    for f in ("principle", "when_to_apply", "how_to_avoid"):
-        out += gamefacts.feeling_violations(f, item.get(f, ""))
-    return out
+    """Those rules' violations of one item, as the skills stage judges it (pipeline.bank.judge.ItemJudge)."""
+    judge = ItemJudge("mistake" if kind == "mistake" else "general", QualityConfig(off_topic_threshold=-1), env=env)
+    return [v for v in judge.judge([item])[0] if v.reason in GAME_FACTS]
 
 
 def test_the_goal_object_put_in_itself():

@@ -8,19 +8,23 @@ import numpy as np
 import pytest
 
 from pipeline import quality
-from pipeline.core.config import QUALITY_RULES, ConfigError, QualityConfig, from_dict
-from pipeline.quality import Tally, Violation, grounding, text, topic
+from pipeline.core.config import ConfigError, QualityConfig, from_dict
+from pipeline.quality import QUALITY_RULES, Tally, Violation, grounding, text, topic
 from tests.helpers.llm_stage_data import cool_apple
 from tests.helpers.quality_data import parsed_sample
 
 Q = QualityConfig()
 
 
-def test_reason_list_is_the_config_list():
-    assert tuple(quality.REASONS) == QUALITY_RULES
+def test_flag_rules_are_checked_against_the_registry():
+    """The config may name every registered rule and no other (checked where a run reads its config)."""
+    from pipeline.quality.rulebook import REGISTRY
+    from pipeline.runconfig import check_quality_rules
+    assert tuple(quality.REASONS) == QUALITY_RULES == REGISTRY.reasons()
+    check_quality_rules(from_dict({"quality": {"flag_rules": list(QUALITY_RULES)}}).quality)
     assert from_dict({"quality": {"flag_rules": ["off_topic"]}}).quality.flag_rules == ["off_topic"]
     with pytest.raises(ConfigError, match=r"quality.flag_rules: unknown rules \['offtopic'\]"):
-        from_dict({"quality": {"flag_rules": ["offtopic"]}})
+        check_quality_rules(from_dict({"quality": {"flag_rules": ["offtopic"]}}).quality)
 
 
 @pytest.mark.parametrize("value,bad", [

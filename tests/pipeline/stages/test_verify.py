@@ -171,7 +171,7 @@ def test_no_exported_pair_targets_a_refused_or_impossible_action(tmp_path):
     with the schema stub as LLM and every content rule only counting: each exported pair's target
     is a step verify found clean, of a trajectory that stayed a success; alfworld_9 gives none."""
     from bench.reliability_stub import SchemaStub
-    from pipeline.core.config import QUALITY_RULES
+    from pipeline.quality import QUALITY_RULES
     from pipeline.engine.runner import run_pipeline
     inp = tmp_path / "in"
     shutil.copytree(os.path.join(REPO, "data", "samples"), inp)
