@@ -333,7 +333,7 @@ def paired(tree: str, repeats: int, scripts: str = "") -> None:
     write_result("parse_dedupe", {"ours_wall_s": round(med["ours"]["wall_s"], 2), "reference_wall_s": round(med["ref"]["wall_s"], 2),
                                   "ratio_to_reference": round(med["ours"]["wall_s"] / med["ref"]["wall_s"], 3),
                                   "cpu_ratio_to_reference": round(med["ours"]["cpu_s"] / med["ref"]["cpu_s"], 3),
-                                  "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ours)), "load_after": os.getloadavg()[0]},
+                                  "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ours))},
                  {"tree": f"{len(os.listdir(tree))} envs", "pairs": repeats,
                   "reference": "real SkillRL scripts" if scripts else "reference model"})
 

@@ -46,7 +46,8 @@ def machine_text(doc: dict[str, Any]) -> str:
     """``2 cores, AMD EPYC (idle)``: cores, CPU model and the conditions note, where known."""
     m = doc.get("machine") or {}
     parts = [f"{m['cores']} cores" if m.get("cores") else "", m.get("cpu") or "",
-             f"{m['ram_gb']:g} GiB" if m.get("ram_gb") else ""]
+             f"{m['ram_gb']:g} GiB" if m.get("ram_gb") else "",
+             f"load average {m['load_avg_1m']:g}" if m.get("load_avg_1m") is not None else ""]
     text = ", ".join(p for p in parts if p) or "machine not recorded"
     return f"{text} ({m['note']})" if m.get("note") else text
 

@@ -7,7 +7,7 @@ writes is what ``docs/benchmarks.md`` and the results table of ``README.md`` are
     {"name": "soak",                          # the kind of benchmark (render_results.KINDS)
      "date": "2026-12-06T21:10:04+00:00",     # when the run ended (UTC); a day alone for old runs
      "commit": "c066c67",                     # HEAD of the checkout that ran it (+dirty: local changes)
-     "machine": {"cpu": "AMD EPYC", "cores": 2, "ram_gb": 23.4},
+     "machine": {"cpu": "AMD EPYC", "cores": 2, "ram_gb": 23.4, "load_avg_1m": 0.4},
      "command": "bench/soak.py --runs 100",   # what ran
      "budget": {...},                         # arguments and limits that shape the figures
      "figures": {...},                        # the measured values (JSON numbers and strings)
@@ -48,8 +48,9 @@ LLM_STAGES = ("memory", "skills", "distill")
 
 
 def machine() -> dict[str, Any]:
-    """The CPU model, the number of CPUs this process may use and the RAM in GiB (``None`` where
-    the system does not say)."""
+    """The CPU model, the number of CPUs this process may use, the RAM in GiB (``None`` where the
+    system does not say) and the 1-minute load average when the result is written (other work on a
+    shared machine moves every timing)."""
     cpu, ram = platform.processor() or platform.machine(), None
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -60,7 +61,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "ram_gb": ram}
+    return {"cpu": cpu, "cores": cores, "ram_gb": ram, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def commit(root: str = ROOT) -> str:

@@ -200,7 +200,7 @@ def main() -> None:
     p50, p99 = soak.percentile(0.5), soak.percentile(0.99)
     write_result("soak", {"runs": a.runs, "hangs": len(soak.hangs), "failures": len(soak.failures), "leftovers": soak.leftovers,
                           "p50_s": round(p50, 2), "p99_s": round(p99, 2), "max_s": round(max(soak.times, default=0.0), 2),
-                          "p99_over_p50": round(p99 / p50, 2) if p50 else None, "load_after": os.getloadavg()[0]},
+                          "p99_over_p50": round(p99 / p50, 2) if p50 else None},
                  {"tree": a.tree or f"{a.envs} envs, seed {a.seed}", "runs": a.runs, "workers": a.workers or "default",
                   "limit_s": a.limit_s})
 

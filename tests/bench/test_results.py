@@ -33,7 +33,7 @@ def test_a_result_file_names_its_date_commit_machine_and_figures(tmp_path):
     assert os.path.basename(path) == results.file_name(doc) and path.endswith("-soak.json")
     assert doc["name"] == "soak" and doc["figures"] == {"hangs": 0, "p50_s": 2.86} and doc["budget"] == {"runs": 100}
     assert doc["command"] == "bench/soak.py --runs 100" and doc["notes"] == ["calm host"]
-    assert doc["date"].endswith("+00:00") and set(doc["machine"]) == {"cpu", "cores", "ram_gb"}
+    assert doc["date"].endswith("+00:00") and set(doc["machine"]) == {"cpu", "cores", "ram_gb", "load_avg_1m"}
     assert doc["machine"]["cores"] >= 1
     (loaded,) = results.load_results(str(tmp_path))
     assert loaded["file"] == os.path.basename(path) and results.latest([loaded], "soak") == loaded
