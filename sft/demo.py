@@ -67,7 +67,7 @@ def demo_rows() -> list[dict]:
             "output": messages[2]["content"], "action": action, "think": think, "synthetic": False,
             "memory_ids": [], "skill_ids_used": [], "bank_version": BANK_VERSION,
             "source_uri": "sft/demo.py", "source_line": None, "model": "literal", "prompt_sha": "",
-            "flags": [], "split": "val" if task.startswith("look") else "train"})
+            "flags": [], "split": "val" if task.startswith("look") else "train", "usefulness": None})
     return rows
 
 

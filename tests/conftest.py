@@ -18,6 +18,9 @@ from tests.helpers.paths import REPO
 # and weak), not the default 1.5B teacher, unless a test names a model itself. Subprocesses
 # (the CLI, Airflow) inherit the variable.
 os.environ.setdefault("SKILLPIPE_LLM_MODEL", "smollm2-135m-instruct")
+# The usefulness gate loads a scorer model and scores every think and bank item (about a minute on
+# the sample): tests about other stages run without it; the usefulness tests name their policy.
+os.environ.setdefault("SKILLPIPE_USEFULNESS_POLICY", "off")
 
 
 @pytest.fixture()

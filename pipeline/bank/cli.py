@@ -64,7 +64,8 @@ def list_(root: str = ROOT) -> None:
 @app.command()
 def show(ref: str = typer.Argument("HEAD", help="version id, unique prefix or HEAD"), root: str = ROOT,
          as_json: bool = typer.Option(False, "--json", help="print the record and rows as JSON")) -> None:
-    """One version: its record, then its skills by kind and category."""
+    """One version: its record, then its skills by kind and category, each with its measured
+    usefulness (score, 95 % interval, held-out steps) when the skills stage scored it."""
     try:
         bank = _store(root).get(ref)
     except BankError as e:
@@ -77,8 +78,10 @@ def show(ref: str = typer.Argument("HEAD", help="version id, unique prefix or HE
                   f"{r['run_id']}/{r['stage']}  envs={','.join(r['envs'])}")
     for s in bank.rows:
         where = f"{s['kind']}/{s['category']}" if s["category"] else s["kind"]
+        u = s.get("usefulness")
+        score = f"  usefulness {u['score']:+.3f} [{u['lo']:+.3f}, {u['hi']:+.3f}] n={u['n']}" if u else ""
         console.print(f"  {s['skill_id']}  [{s.get('env') or '-'}] {where}: {label(s)}  "
-                      f"(memories: {len(s['source_memory_ids'])})", markup=False, highlight=False, soft_wrap=True)
+                      f"(memories: {len(s['source_memory_ids'])}){score}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("diff")

@@ -194,7 +194,7 @@ class Update:
 
 
 def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[str]], model: str,
-                  max_new: int, cap: int, step: int, qcfg: QualityConfig | None = None) -> Update:
+                  max_new: int, cap: int, step: int, qcfg: QualityConfig | None = None, gate=None) -> Update:
     """Apply the answers of :func:`update_request` calls to a copy of ``bank``.
 
     Args:
@@ -206,6 +206,8 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
             training step (in quarantine details); ``qcfg``: the content rules' thresholds and
             policy (:func:`item_judge`; default ``QualityConfig()``). A skill that breaks a rule
             is not added; it gets a quarantine record with its reason.
+        gate: ``rows -> (kept rows, quarantine rows)``, the usefulness gate of new skills
+            (:func:`pipeline.usefulness.gate.evolution_gate`); ``None`` = none.
     """
     new = bank.copy()
     out = Update(new, False, [], [], [], [])
@@ -233,6 +235,10 @@ def apply_updates(bank: SkillBank, results: list[Any], sources: dict[str, list[s
         rows = [skillbank.make_row("task_specific", c, s, (), sources[c], model=model, prompt_sha=PROMPT_SHA,
                                    env=bank.env) for s in kept]
         rows = [r for r in rows if r["skill_id"] not in {x["skill_id"] for x in new.rows}]
+        if gate is not None and rows:
+            rows, dropped = gate(rows)
+            out.quarantine += [{**q.__dict__, "detail": f"skill update for category {c} at step {step}: {q.detail}"}
+                               for q in dropped]
         new.rows, new.dynamic, evicted = insert_skills(new, c, rows, cap)
         out.added += [r["skill_id"] for r in rows if r["skill_id"] not in evicted]
         out.evicted += evicted

@@ -80,6 +80,11 @@ def skill_md(row: dict[str, Any], numbered_id: str, bank_version: str) -> str:
              "source_trajectory_ids": list(row.get("source_trajectory_ids") or []),
              "skill_id": row["skill_id"], "numbered_id": numbered_id, "kind": row["kind"],
              "category": row.get("category") or "", "env": row.get("env") or "", "bank_version": bank_version}
+    if row.get("usefulness"):
+        u = row["usefulness"]
+        front["usefulness"] = dict(u)
+        body += ["", f"**Measured usefulness:** {u['score']:+.3f} (95 % interval {u['lo']:+.3f} to {u['hi']:+.3f}, "
+                     f"{u['n']} held-out expert steps, {u['method']})"]
     head = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{head}---\n\n" + "\n".join(body) + "\n"
 

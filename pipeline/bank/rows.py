@@ -53,7 +53,7 @@ def make_row(kind: str, category: str, texts: dict[str, str], source_memory_ids=
     return {"skill_id": lineage.skill_id(kind, category, content), "env": env, "kind": kind, "category": category,
             **content, "source_memory_ids": sorted(set(source_memory_ids)),
             "source_trajectory_ids": sorted(set(source_trajectory_ids)),
-            "bank_version": bank, "model": model, "prompt_sha": prompt_sha}
+            "bank_version": bank, "model": model, "prompt_sha": prompt_sha, "usefulness": None}
 
 
 def to_skillrl_json(skill_rows: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
@@ -68,7 +68,9 @@ def to_skillrl_json(skill_rows: list[dict[str, Any]], metadata: dict[str, Any] |
 
     Returns a dict with ``general_skills``, ``task_specific_skills``, ``common_mistakes`` and
     ``metadata`` = {bank_version, counts {general, task_specific {cat: n}, mistakes},
-    lineage {numbered id: {skill_id, source_memory_ids, source_trajectory_ids}}, ...}.
+    lineage {numbered id: {skill_id, source_memory_ids, source_trajectory_ids}}, ...}. A scored
+    item also carries ``usefulness`` ({score, n, lo, hi, method, scorer, version}), which
+    SkillRL's loader ignores.
     Raises ``ValueError`` for an unknown ``kind``.
     """
     cats = list(categories or [])
@@ -86,7 +88,10 @@ def to_skillrl_json(skill_rows: list[dict[str, Any]], metadata: dict[str, Any] |
     def entry(r: dict[str, Any], num: str, id_key: str, fields: tuple[str, ...]) -> dict[str, Any]:
         lineage_map[num] = {"skill_id": r["skill_id"], "source_memory_ids": list(r["source_memory_ids"]),
                             "source_trajectory_ids": list(r["source_trajectory_ids"])}
-        return {id_key: num, **{k: r.get(k) or "" for k in fields}, "source_memory_ids": list(r["source_memory_ids"])}
+        item = {id_key: num, **{k: r.get(k) or "" for k in fields}, "source_memory_ids": list(r["source_memory_ids"])}
+        if r.get("usefulness"):  # measured usefulness: an extra key a SkillRL loader ignores
+            item["usefulness"] = dict(r["usefulness"])
+        return item
 
     general = [entry(r, f"gen_{i:03d}", "skill_id", SKILL_FIELDS) for i, r in enumerate(groups["general"], 1)]
     specific = {c: [entry(r, f"{category_prefix(c)}_{i:03d}", "skill_id", SKILL_FIELDS) for i, r in enumerate(rs, 1)]

@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.core.config_base import (ConfigError, PromptConfig, build_flat, check_fields,  # noqa: F401
                                        coerce, config_field)
+from pipeline.core.usefulness_config import UsefulnessConfig
 from pipeline.core.train_config import RUN_SET, SECTION_CLASSES, check_section, run_defaults, section_keys
 
 _f = config_field
@@ -294,6 +295,7 @@ class PipelineConfig:
     build_pairs: BuildPairsConfig = field(default_factory=BuildPairsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    usefulness: UsefulnessConfig = field(default_factory=UsefulnessConfig)
     # training steps after export (pipeline.core.train_config; no stage fingerprint covers them)
     sft: Any = field(default_factory=lambda: run_defaults("sft"))
     grpo: Any = field(default_factory=lambda: run_defaults("grpo"))

@@ -34,7 +34,8 @@ import os
 RUNS_DIR = "runs"
 #: The data stages, in run order: their folders under ``runs/<run_id>/`` (the registry
 #: :mod:`pipeline.stages` maps each name to its module).
-STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "export")
+STAGES = ("parse", "remove_loops", "verify", "split", "memory", "skills", "distill", "build_pairs", "usefulness",
+          "export")
 #: The manifest of every artifact folder (a stage, one shard of it, an eval, the rollout).
 ARTIFACT_MANIFEST = "_manifest.json"
 #: The manifest of the SFT output folder and of each of its checkpoints.

@@ -18,6 +18,9 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 TEXT = pa.large_string()
+#: Field metadata of a column a row may leave out (it is written as null): a column added later
+#: that the stages before the one that fills it do not know about (``usefulness``).
+OPTIONAL = {b"skillpipe.optional": b"1"}
 
 STEP_TYPE = pa.struct([
     ("index", pa.int32()),
@@ -124,6 +127,19 @@ MEMORY_SCHEMA = pa.schema([
     ("prompt_sha", pa.string()),
 ])
 
+#: A bank item's measured usefulness (:mod:`pipeline.usefulness.bank`): ``score`` = mean gain over
+#: ``n`` held-out expert steps, ``[lo, hi]`` its 95 % interval, ``method`` how it was measured,
+#: ``scorer`` the model id, ``version`` the score's code version. Null: not scored.
+SKILL_USEFULNESS_TYPE = pa.struct([
+    ("score", pa.float64()),
+    ("n", pa.int32()),
+    ("lo", pa.float64()),
+    ("hi", pa.float64()),
+    ("method", pa.string()),
+    ("scorer", pa.string()),
+    ("version", pa.string()),
+])
+
 SKILL_SCHEMA = pa.schema([
     ("skill_id", pa.string()),
     ("env", pa.string()),                   # environment whose bank holds the skill ("" = any)
@@ -140,6 +156,7 @@ SKILL_SCHEMA = pa.schema([
     ("bank_version", pa.string()),
     ("model", pa.string()),
     ("prompt_sha", pa.string()),
+    pa.field("usefulness", SKILL_USEFULNESS_TYPE, metadata=OPTIONAL),  # null until the skills stage scores it
 ])
 
 THINK_TYPE = pa.struct([("step_index", pa.int32()), ("think", TEXT)])
@@ -168,6 +185,19 @@ SPLIT_SCHEMA = pa.schema([
 
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", TEXT)])
 
+#: A think's measured usefulness (:mod:`pipeline.usefulness.score`): ``gain`` = ``share`` (the
+#: expert action's share among ``candidates`` actions with the masked think) - ``share_empty``
+#: (with an empty think); ``scorer`` the model id, ``version`` the score's code version. Null: not
+#: scored (an empty think, or the gate is off).
+THINK_USEFULNESS_TYPE = pa.struct([
+    ("gain", pa.float64()),
+    ("share", pa.float64()),
+    ("share_empty", pa.float64()),
+    ("candidates", pa.int32()),
+    ("scorer", pa.string()),
+    ("version", pa.string()),
+])
+
 SFT_PAIR_SCHEMA = pa.schema([
     ("pair_id", pa.string()),
     ("trajectory_id", pa.string()),
@@ -191,6 +221,7 @@ SFT_PAIR_SCHEMA = pa.schema([
     ("prompt_sha", pa.string()),
     ("flags", pa.list_(pa.string())),       # validation rules whose policy is "flag"
     ("split", pa.string()),                 # train | val (set by export)
+    pa.field("usefulness", THINK_USEFULNESS_TYPE, metadata=OPTIONAL),  # set by the usefulness stage
 ])
 
 QUARANTINE_SCHEMA = pa.schema([
@@ -243,9 +274,16 @@ def _is_nested(typ: pa.DataType) -> bool:
         or pa.types.is_fixed_size_list(typ)
 
 
+def _optional(fields: pa.StructType | pa.Schema) -> set[str]:
+    """Names of the :data:`OPTIONAL` fields of a schema (a struct type has none)."""
+    if not isinstance(fields, pa.Schema):
+        return set()
+    return {f.name for f in fields if f.metadata and f.metadata.get(b"skillpipe.optional") == b"1"}
+
+
 def _check_keys(row: dict[str, Any], fields: pa.StructType | pa.Schema, where: str) -> None:
     names = set(fields.names)
-    extra, missing = set(row) - names, names - set(row)
+    extra, missing = set(row) - names, names - set(row) - _optional(fields)
     if extra or missing:
         raise KeyError(f"{where + ': ' if where else ''}fields do not match schema: "
                        f"unknown={sorted(extra)} missing={sorted(missing)}")
@@ -254,12 +292,14 @@ def _check_keys(row: dict[str, Any], fields: pa.StructType | pa.Schema, where: s
 def to_table(rows: Iterable[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """Build a table with exactly ``schema``, strict at every level.
 
-    Raises ``KeyError`` on an unknown or missing field of a row or of any nested struct (e.g. a
+    A row may leave out an :data:`OPTIONAL` column (written as null). Raises ``KeyError`` on an
+    unknown or missing field of a row or of any nested struct (e.g. a
     key inside a ``steps`` item; Arrow alone would drop an unknown nested key and turn a missing
     one into null), ``ValueError`` on ``None`` in a non-nullable field, ``TypeError`` on a
     non-object where a struct is declared; Arrow's own errors for values of the wrong type.
     """
-    rows = list(rows)
+    optional = _optional(schema)
+    rows = [{**{k: None for k in optional if k not in r}, **r} for r in rows] if optional else list(rows)
     nested = [f for f in schema if _is_nested(f.type)]
     for n, r in enumerate(rows):
         _check_keys(r, schema, f"row {n}")

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.core.usefulness_config import POLICY_ENV, USEFULNESS_POLICIES, default_policy
 from pipeline.core.config_base import ConfigError, PromptConfig, build_flat, check_fields, config_field
 
 _f = config_field
@@ -146,6 +147,10 @@ class GRPOConfig:
     update_threshold: float = _f(0.4, "a category below this validation success rate gets new skills",
                                     min=0, max=1)
     max_new_skills: int = _f(3, "skills the updater may add per category and update", min=0)
+    skill_usefulness: str = field(default_factory=default_policy, metadata={
+        "help": "the usefulness gate on skills the updater adds, as the skills stage gates the bank "
+                "(usefulness.policy): quarantine | flag | off (default quarantine, or $" + POLICY_ENV + ")",
+        "choices": USEFULNESS_POLICIES})
     max_dynamic_skills: int = _f(6, "cap on evolved skills per category (oldest dropped first, D-R2)", min=0)
     max_failures: int = _f(5, "failed episodes shown to the updater per category", min=0)
     failure_steps: int = _f(5, "last steps of each failed episode shown to the updater", min=0)

@@ -6,21 +6,31 @@ light for either.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 from pipeline.core.config_base import config_field as _f
 
 #: What the gate does with an item whose score is at or below its threshold.
 USEFULNESS_POLICIES = ("off", "flag", "quarantine")
+#: Environment variable that sets the default of ``usefulness.policy`` when a config does not name
+#: one (the test suite sets ``off``: a test about another stage should not load the scorer).
+POLICY_ENV = "SKILLPIPE_USEFULNESS_POLICY"
+POLICY_HELP = ("what the gate does with a think or bank item that does not help: quarantine (reasons no_gain "
+               "for a think, no_measured_gain for a skill) | flag (keep it, count it, mark pairs with flag "
+               "no_gain) | off (no scoring at all). Default quarantine, or $" + POLICY_ENV + " when set")
+
+
+def default_policy() -> str:
+    """``$SKILLPIPE_USEFULNESS_POLICY`` when set, else ``quarantine`` (checked with the config)."""
+    return os.environ.get(POLICY_ENV, "").strip() or "quarantine"
 
 
 @dataclass
 class UsefulnessConfig:
     """YAML section ``usefulness:`` (field help: ``skillpipe config --show``)."""
-    policy: str = _f("quarantine", "what the gate does with a think or bank item that does not help: "
-                                   "quarantine (reasons no_gain for a think, no_measured_gain for a skill) | "
-                                   "flag (keep it, count it, mark pairs with flag no_gain) | off (no "
-                                   "scoring at all)", choices=USEFULNESS_POLICIES)
+    policy: str = field(default_factory=default_policy, metadata={"help": POLICY_HELP,
+                                                                  "choices": USEFULNESS_POLICIES})
     scorer: str = _f("", "causal LM that scores: '' = the student's base model (the embedded SmolLM2-135M, "
                          "converted once to a Hugging Face folder), or a local Hugging Face folder such as "
                          "an SFT checkpoint")

@@ -335,7 +335,7 @@ def check_pair(cand: Candidate, d: dict[str, Any], block: str, ctx: StageContext
         "synthetic": cand.synthetic, "memory_ids": list(d.get("memory_ids") or []),
         "skill_ids_used": list(d.get("skill_ids_used") or []), "bank_version": d.get("bank_version") or "",
         "source_uri": traj.source_uri, "source_line": line, "model": d.get("model") or "",
-        "prompt_sha": d.get("prompt_sha") or "", "flags": flags, "split": "",
+        "prompt_sha": d.get("prompt_sha") or "", "flags": flags, "split": "", "usefulness": None,
     }, None
 
 

@@ -35,6 +35,7 @@ from pipeline.core.records import SFT_PAIR_SCHEMA, Trajectory
 from pipeline.stage.stage import Stage, StageContext, StageOutput
 from pipeline.core.artifacts import ArtifactError
 from pipeline.verify import summary as verify_summary
+from pipeline.usefulness.card import usefulness_card
 
 TRAIN_FILE, VAL_FILE = "sft_train.jsonl", "sft_val.jsonl"
 #: Rows laid out per ``split`` value: (column, {value: split file name}); see ArtifactStore.write.
@@ -181,9 +182,9 @@ def skill_bank_files(bank_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
 class Export(Stage):
     """Split the pairs by instance and write the SFT files (module docstring)."""
     name = "export"
-    inputs = ("build_pairs", "skills", "split")
+    inputs = ("usefulness", "skills", "split")
     schema = SFT_PAIR_SCHEMA
-    config_sections = ("export", "quality")
+    config_sections = ("export", "quality", "usefulness")
     split_files = SPLIT_FILES
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
@@ -193,13 +194,13 @@ class Export(Stage):
 
     def run(self, ctx: StageContext) -> StageOutput:
         """The pairs with ``split`` set, and the files of the module docstring as extra files."""
-        pairs = ctx.upstream("build_pairs").read_rows()
+        pairs = ctx.upstream("usefulness").read_rows()
         skills = ctx.upstream("skills")
         bank_rows = skills.read_rows()
         split = ctx.upstream("split").read_rows()
         assignment = {r["env_instance"]: r["split"] for r in split}
         if missing := sorted({r["env_instance"] for r in pairs} - set(assignment)):
-            raise ArtifactError(f"instances {missing[:5]} of the build_pairs artifact are not in the split artifact")
+            raise ArtifactError(f"instances {missing[:5]} of the SFT pairs are not in the split artifact")
         rows = [dict(r, split=assignment[r["env_instance"]]) for r in pairs]
         # the draw's parameters as recorded (the config's only when the run has no instance)
         ecfg = ctx.config.export
@@ -215,6 +216,7 @@ class Export(Stage):
             **skill_bank_files(bank_rows, rows),
             "DATASET_CARD.md": dataset_card(rows, bank_rows, ctx.store.run_id, val_fraction, seed, record)
             + "\n" + quality_card(metrics, _counts(ctx, "build_pairs"), _counts(ctx, "distill"))
+            + "\n" + usefulness_card(rows, bank_rows, _counts(ctx, "usefulness"), ctx.config.usefulness)
             + "\n" + verify_summary.card_section(_verify_counters(ctx)),
         }
         split_counts = Counter(r["split"] for r in rows)

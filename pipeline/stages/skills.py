@@ -423,7 +423,7 @@ class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
     name = NAME
-    version = "21"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
+    version = "22"  # 3: items judged one by one, restated_action, contradicts_success, duplicate_mistake, cut_off,
     # echo of worked examples; 4: self_target, missing_control, feeling_reason, the look-in-light order and the
     # game's order in contradicts_success, duplicate_mistake over verb concepts; 5: wrong_category, one
     # principle under two titles merged; 6: missing_control knows price filters beside options, and images;
@@ -438,10 +438,17 @@ class SkillsStage(LLMStage):
     # void condition or order ("when instructed to do so", "after taking it") is restated_action; 18: "a better
     # understanding" is vague_instruction; 19: "its purpose", "intended location" (vague_instruction), a TextWorld
     # obstacle, colour or texture (false_game_fact); 20: a TextWorld door, key or lock no
-    # source game shows (false_game_fact); 21: a TextWorld path blocked by anything but a door (false_game_fact)
+    # source game shows (false_game_fact); 21: a TextWorld path blocked by anything but a door (false_game_fact);
+    # 22: items scored on held-out expert steps and gated (usefulness)
     inputs = ("verify", "memory", "split")  # verify: each memory's env_instance, and the successes
     schema = SKILL_SCHEMA
-    config_sections = ("skills", "quality")
+    config_sections = ("skills", "quality", "usefulness", "prompt")
+
+    def input_facts(self, ctx: StageContext) -> list[dict[str, Any]]:
+        """The upstream content hashes and, with the usefulness gate on, the scorer's identity."""
+        from pipeline.usefulness.load import scorer_id
+        cfg = ctx.config.usefulness
+        return super().input_facts(ctx) + ([{"scorer": scorer_id(cfg.scorer)}] if cfg.policy != "off" else [])
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
         """See :meth:`Stage.prompt_files`: ``pipeline/templates/skills*.txt`` and the ``skills`` and
@@ -493,10 +500,32 @@ class SkillsStage(LLMStage):
                         for r in self.format_output(j.item, j.values, run)]
             env_rows, env_merges = _skillmerge.merge_similar(env_rows, run.ctx.config.skills.merge_threshold)
             env_rows, dropped = source_check(env_rows, run.notes["all_memories"], run.tally)
-            rows, merges, bad_sources = rows + env_rows, merges + env_merges, bad_sources + dropped
+            env_rows, gated = self.usefulness_gate(run, env, env_rows)
+            rows, merges, bad_sources = rows + env_rows, merges + env_merges, bad_sources + dropped + gated
             banks[env] = (env_rows, mems)
         run.notes.update(merges=merges, bad_sources=bad_sources)
         return rows, banks
+
+    def usefulness_gate(self, run: LLMRun, env: str, rows: list[dict[str, Any]]
+                        ) -> tuple[list[dict[str, Any]], list[QuarantineRow]]:
+        """Score ``env``'s merged bank items on held-out expert steps and gate them
+        (:func:`pipeline.usefulness.gate.gate_bank`); the record goes to the counters."""
+        ctx, cfg = run.ctx, run.ctx.config.usefulness
+        if cfg.policy == "off" or not rows:
+            return rows, []
+        from pipeline.usefulness.gate import gate_bank
+        from pipeline.usefulness.load import open_scorer, scorer_id
+        from pipeline.usefulness.bank import step_messages
+        if "scorer" not in run.notes:
+            run.notes["scorer"] = None
+        def factory():
+            run.notes["scorer"] = run.notes["scorer"] or open_scorer(cfg)
+            return run.notes["scorer"]
+        own = [Trajectory.from_row(r) for r in ctx.upstream("verify").read_rows() if r["outcome"] == "success"]
+        kept, dropped, record = gate_bank(rows, own, cfg, lambda step: step_messages(step, ctx.config.prompt),
+                                          factory, scorer_id(cfg.scorer), NAME)
+        run.notes.setdefault("usefulness", {})[env] = record
+        return kept, dropped
 
     def collect(self, run: LLMRun) -> StageOutput:
         """Bank rows (versioned; registered after the commit), the SkillRL JSON files, one quarantine row per
@@ -549,6 +578,7 @@ class SkillsStage(LLMStage):
                 "merged": sum(not m["exact_duplicate"] for m in merges),
                 "exact_duplicates": sum(m["exact_duplicate"] for m in merges), "merges": merges,
                 "bank_version": run.notes["version"], "bank_parent": run.notes["parent"],
+                "usefulness": run.notes.get("usefulness", {}),
                 "sampled_retry": {"calls": len(run.notes.get("sampled", [])),
                                   "saved": len(run.notes.get("superseded", []))},
                 "quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.request_quarantine))}

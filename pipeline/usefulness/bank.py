@@ -146,22 +146,37 @@ class ItemScore:
     method: str
 
 
-def applies(item: dict[str, Any], step: HeldOutStep) -> bool:
-    """Whether ``item`` is scored on ``step``: a task-specific skill on steps of its own category,
-    general skills and mistakes on every step of their env."""
-    return item.get("kind") != "task_specific" or (item.get("category") or "") == (step.traj.category or "")
+def same_category(item_category: str, step_category: str) -> bool:
+    """Whether a task-specific item of ``item_category`` is about a step of ``step_category``: the
+    same key, or one the prompt falls back to for it (:data:`pipeline.prompts.CATEGORY_FALLBACKS`:
+    an ``examine`` skill is shown for ``look_at_obj_in_light`` tasks)."""
+    from pipeline.prompts import CATEGORY_FALLBACKS
+    return item_category == step_category or item_category in CATEGORY_FALLBACKS.get(step_category, ())
+
+
+def applies(item: dict[str, Any], step: HeldOutStep, categories: set[str] | None = None) -> bool:
+    """Whether ``item`` is scored on ``step``: general skills and mistakes on every step of their
+    env, a task-specific skill on steps of its category (:func:`same_category`), or on every step
+    when ``categories`` (the categories the held-out pool has) holds none of its own."""
+    if item.get("kind") != "task_specific":
+        return True
+    cat = item.get("category") or ""
+    if categories is not None and not any(same_category(cat, c) for c in categories):
+        return True
+    return same_category(cat, step.traj.category or "")
 
 
 def plan_steps(items: list[dict[str, Any]], pool: Sequence[Any], cap: int, max_candidates: int
                ) -> list[HeldOutStep]:
     """The held-out steps of one env's ``items``: up to ``cap`` over the whole ``pool`` (general
-    skills, mistakes) and up to ``cap`` of each category a task-specific item has, none from a
+    skills, mistakes, and task-specific items whose category the pool lacks) and up to ``cap`` of
+    each category a task-specific item has, none from a
     trajectory any of ``items`` was made from (the union of their sources); duplicates once."""
     exclude = {t for it in items for t in it.get("source_trajectory_ids") or []}
     env = items[0].get("env") or ""
     steps = pick_steps(pool, exclude, cap, f"{env}/all", max_candidates)
     for cat in sorted({it.get("category") or "" for it in items if it.get("kind") == "task_specific"}):
-        same = [t for t in pool if (t.category or "") == cat]
+        same = [t for t in pool if same_category(cat, t.category or "")]
         steps += pick_steps(same, exclude, cap, f"{env}/{cat}", max_candidates)
     seen, out = set(), []
     for s in steps:
@@ -179,8 +194,9 @@ def score_items(scorer: Any, items: list[dict[str, Any]], steps: list[HeldOutSte
     gets ``None``."""
     gains: list[list[float]] = [[] for _ in items]
     bank: list[float] = []
+    categories = {s.traj.category or "" for s in steps}
     for step in steps:
-        idx = [i for i, it in enumerate(items) if applies(it, step)]
+        idx = [i for i, it in enumerate(items) if applies(it, step, categories)]
         if not idx:
             continue
         block = block_of(step) if block_of else [items[i] for i in idx]

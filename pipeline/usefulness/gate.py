@@ -78,3 +78,26 @@ def gate_bank(items: list[dict[str, Any]], own: Sequence[Any], cfg: Any, message
               "bank_vs_none": {"gain": round(mean, 4), "lo": round(lo, 4), "hi": round(hi, 4), "n": len(bank),
                                "improved": sum(g > 0 for g in bank)}}
     return kept, dropped, record
+
+
+def evolution_gate(policy: str, pcfg: Any, cfg: Any = None) -> Callable:
+    """``rows -> (kept, quarantine rows)``: :func:`gate_bank` for the skills GRPO's updater adds
+    (stage ``skill_evolution``), with ``policy`` as ``usefulness.policy`` and the run's prompt
+    ``pcfg``; the held-out steps are the env's shipped probe set (the updater's failures are no
+    expert steps). The scorer is opened on the first call that has something to score."""
+    import dataclasses
+    from pipeline.core.usefulness_config import UsefulnessConfig
+    from pipeline.usefulness.bank import step_messages
+    from pipeline.usefulness.load import open_scorer, scorer_id
+    ucfg = dataclasses.replace(cfg or UsefulnessConfig(), policy=policy)
+    held: dict[str, Any] = {}
+
+    def factory():
+        held["scorer"] = held.get("scorer") or open_scorer(ucfg)
+        return held["scorer"]
+
+    def gate(rows: list[dict[str, Any]]):
+        kept, dropped, _ = gate_bank(rows, [], ucfg, lambda step: step_messages(step, pcfg), factory,
+                                     scorer_id(ucfg.scorer), "skill_evolution")
+        return kept, dropped
+    return gate

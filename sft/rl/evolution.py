@@ -88,10 +88,11 @@ def bank_diff(old: SkillBank, new: SkillBank) -> list[str]:
 
 
 def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Episode], client, cfg,
-           step: int) -> EvolutionResult:
+           step: int, gate=None) -> EvolutionResult:
     """One evolution round (module docstring). ``client`` follows ``pipeline.llm.types``'s contract
     (``complete_json_many``, ``model_id``); it is not called when no category is low or a low
-    category has no failed episode. ``cfg`` is a :class:`sft.rl.config.GRPOConfig`."""
+    category has no failed episode. ``cfg`` is a :class:`sft.rl.config.GRPOConfig`; ``gate`` the
+    usefulness gate of new skills (:func:`pipeline.usefulness.gate.evolution_gate`, ``None`` = none)."""
     rates = category_rates(val_episodes)
     low = [c for c, r in rates.items() if r["success_rate"] < cfg.update_threshold]
     pool = val_episodes if cfg.updates_from_validation else train_episodes
@@ -104,7 +105,7 @@ def evolve(bank: SkillBank, val_episodes: list[Episode], train_episodes: list[Ep
     send(client, jobs, "skill_update")  # one batch, as an LLM stage sends its requests
     model = client.model_id if jobs else ""
     up = apply_updates(bank, [r for j in jobs for r in j.results], sources, model, cfg.max_new_skills,
-                       cfg.max_dynamic_skills, step)
+                       cfg.max_dynamic_skills, step, gate=gate)
     record = {"step": step, "version": up.bank.version, "parent_version": bank.version, "rates": rates,
               "low_categories": low, "added": up.added, "evicted": up.evicted, "diff": bank_diff(bank, up.bank),
               "failure_trajectory_ids": sources,

@@ -229,6 +229,7 @@ class _Run:
     policy: Any = None
     val_policy: Any = None
     recent_train: list[Episode] = field(default_factory=list)
+    usefulness_gate: Any = None  # the skill updater's usefulness gate (opened on first use)
     client: Any = None
 
 
@@ -307,6 +308,17 @@ def slots_per_step(cfg: GRPOConfig) -> int:
     return cfg.tasks_per_step * cfg.num_generations
 
 
+def _usefulness_gate(run: _Run, cfg: GRPOConfig):
+    """The usefulness gate of the skills the updater adds (``skill_usefulness``), opened once per run;
+    ``None`` when it is off."""
+    if cfg.skill_usefulness == "off":
+        return None
+    if run.usefulness_gate is None:
+        from pipeline.usefulness.gate import evolution_gate
+        run.usefulness_gate = evolution_gate(cfg.skill_usefulness, cfg.prompt)
+    return run.usefulness_gate
+
+
 def _validate(run: _Run, step: int, envs: list[Any], val_tasks: list[Any], stack: contextlib.ExitStack) -> None:
     """Play the validation games, evolve the bank when configured (saving a changed one under
     ``banks/``) and log the validation."""
@@ -318,7 +330,7 @@ def _validate(run: _Run, step: int, envs: list[Any], val_tasks: list[Any], stack
     entry = {"kind": "validation", "step": step, "bank_version": run.bank.version, **episode_summary(val)}
     if cfg.evolve_skills:
         run.client = run.client or _updater(cfg, stack)
-        res = evolve(run.bank, val, run.recent_train, run.client, cfg, step)
+        res = evolve(run.bank, val, run.recent_train, run.client, cfg, step, gate=_usefulness_gate(run, cfg))
         entry["evolution"] = res.record
         for line in [f"[grpo] step {step}: skill bank {res.record['parent_version']} -> {res.record['version']}"
                      if res.record["diff"] else f"[grpo] step {step}: skill bank unchanged", *res.record["diff"]]:

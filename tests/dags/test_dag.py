@@ -64,13 +64,14 @@ def test_map_stages_are_mapped_tasks_and_reduces_single(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     overridden, tasks = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     mapped = [t for t, (kind, *_) in tasks.items() if "Mapped" in kind]
-    assert mapped == ["parse", "remove_loops", "verify", "memory", "distill", "build_pairs"]
+    assert mapped == ["parse", "remove_loops", "verify", "memory", "distill", "build_pairs", "usefulness"]
     for name in mapped:
         assert "plan" in tasks[name][1] and tasks[f"{name}_all"][1] == sorted([name, "start_llm"])
     assert tasks["remove_loops"][1] == ["parse_all", "plan", "start_llm"]  # after the cross-shard pass
     assert tasks["verify"][1] == ["plan", "remove_loops_all", "start_llm"]
     assert tasks["split"][1] == ["start_llm", "verify_all"] and tasks["skills"][1] == ["memory_all", "start_llm"]
-    assert tasks["export"][1] == ["build_pairs_all", "start_llm"] and "Mapped" not in tasks["export"][0]
+    assert tasks["usefulness"][1] == ["build_pairs_all", "plan", "start_llm"]
+    assert tasks["export"][1] == ["start_llm", "usefulness_all"] and "Mapped" not in tasks["export"][0]
     # stage and collect tasks retry after the object-storage lease of a killed worker has expired
     # (120 s), and none runs without a deadline (48 h by default)
     for name in [*mapped, *(f"{m}_all" for m in mapped), "split", "skills", "export"]:

@@ -10,7 +10,7 @@ from pipeline.core.config import load_config, to_dict
 
 cli = CliRunner()
 SECTIONS = ["llm", "parse", "remove_loops", "verify", "memory", "skills", "distill", "prompt", "build_pairs", "export",
-            "quality", "sft", "grpo", "eval"]
+            "quality", "usefulness", "sft", "grpo", "eval"]
 
 
 def _words(help_text: str) -> str:

@@ -46,7 +46,7 @@ def test_float_accepts_yaml_exponent_strings_but_not_nan():
 
 def test_non_mapping_top_level_and_sections_are_clear_errors():
     assert _err([1, 2]) == ("config: expected a mapping of sections (llm, parse, remove_loops, verify, memory, skills, "
-                            "distill, prompt, build_pairs, export, quality, sft, grpo, eval), got list")
+                            "distill, prompt, build_pairs, export, quality, usefulness, sft, grpo, eval), got list")
     assert _err({"parse": [1, 2]}) == "parse: expected a mapping of keys to values, got list [1, 2]"
     assert _err({"parse": {"per_env": 5}}) == "parse.per_env: expected a mapping, got 5 (int)"
     assert _err({"build_pairs": {"nope": 1}}).startswith("unknown config key build_pairs.nope;")

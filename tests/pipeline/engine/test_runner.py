@@ -153,7 +153,7 @@ def test_later_stage_refuses_a_stale_upstream(tmp_path):
     run_pipeline(str(tmp_path), "r", str(a), PipelineConfig(), stages=["parse", "remove_loops", "verify"], **quiet)
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["parse"], **quiet)
     with pytest.raises(ArtifactError, match=r"stage 'remove_loops' of run r is stale: it was built from 'parse' .* "
-                                            r"--stages remove_loops,verify,split,memory,skills,distill,build_pairs,export"):
+                                            r"--stages remove_loops,verify,split,memory,skills,distill,build_pairs,usefulness,export"):
         run_pipeline(str(tmp_path), "r", "", PipelineConfig(), stages=["memory"], **quiet)
     # rerunning from dedupe on brings it back in line
     run_pipeline(str(tmp_path), "r", str(b), PipelineConfig(), stages=["remove_loops"], **quiet)
@@ -172,9 +172,10 @@ def test_a_stage_fingerprints_only_the_config_sections_it_declares(ctx):
     ctx.config.export.val_fraction = 0.3  # the split artifact; skills sees it through its input
     after = fps()
     assert [n for n in names if before[n] != after[n]] == ["split", "export"]
-    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill and build_pairs
+    ctx.config.prompt.history_length = 5  # read when rendering prompts: distill, build_pairs, and the
+    # scorer's prompts of the usefulness gate (skills' held-out steps, usefulness' thinks)
     again = fps()
-    assert [n for n in names if again[n] != after[n]] == ["distill", "build_pairs"]
+    assert [n for n in names if again[n] != after[n]] == ["skills", "distill", "build_pairs", "usefulness"]
     ctx.config.llm.temperature = 0.3  # LLM stages only
     last = fps()
     assert [n for n in names if last[n] != again[n]] == ["memory", "skills", "distill"]

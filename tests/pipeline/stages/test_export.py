@@ -22,7 +22,7 @@ def write_split(store, instances, val_fraction=0.25):
 
 def run_export(tmp_path, pairs, val_fraction=0.25):
     store = ArtifactStore(str(tmp_path), "r1")
-    store.write("build_pairs", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
+    store.write("usefulness", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
     store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp"})
     write_split(store, [p["env_instance"] for p in pairs], val_fraction)
     res = run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
@@ -71,7 +71,7 @@ def test_val_is_exactly_the_instances_skills_held_out(tmp_path):
     assert held == ["mem-2"]  # mem-2 is of kitchen-4
     recorded = ["kitchen-4"]
     pairs = [pair(i, inst) for i, inst in enumerate(["kitchen-1", "kitchen-2", "kitchen-3", "kitchen-4", "kitchen-4"])]
-    store.write("build_pairs", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
+    store.write("usefulness", to_table(pairs, SFT_PAIR_SCHEMA), [], {"fingerprint": "v-fp"})
     # export.val_fraction changed after skills ran: a fresh draw at 0.5 would also send
     # kitchen-3 (.339) to val, an instance the bank has seen; the split artifact must win
     cfg = PipelineConfig()
@@ -94,11 +94,11 @@ def test_val_is_exactly_the_instances_skills_held_out(tmp_path):
 def test_an_instance_missing_from_the_split_is_an_error(tmp_path):
     """No fallback rule: a pair whose instance the split artifact lacks stops the stage."""
     store = ArtifactStore(str(tmp_path), "r1")
-    store.write("build_pairs", to_table([pair(n, f"env{n:03d}") for n in range(4)], SFT_PAIR_SCHEMA), [],
+    store.write("usefulness", to_table([pair(n, f"env{n:03d}") for n in range(4)], SFT_PAIR_SCHEMA), [],
                 {"fingerprint": "v-fp"})
     store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp"})
     write_split(store, ["env000", "env001", "env002"])
-    with pytest.raises(ArtifactError, match=r"instances \['env003'\] of the build_pairs artifact are not in the split"):
+    with pytest.raises(ArtifactError, match=r"instances \['env003'\] of the SFT pairs are not in the split"):
         run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
     assert store.load("export") is None
 

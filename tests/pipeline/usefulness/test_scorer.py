@@ -1,0 +1,61 @@
+"""The scorer against plain full-sequence log-probabilities, and the think score on hand-built
+states where the answer is known. Uses the real student base model (SmolLM2-135M, converted once)."""
+import math
+
+import pytest
+import torch
+
+from pipeline.core.usefulness_config import UsefulnessConfig
+from pipeline.usefulness.load import open_scorer
+from pipeline.usefulness.score import score_thinks, variant
+from pipeline.usefulness.scorer import prefix_tree
+
+TASK = "Your task is to: heat some egg and put it in garbagecan."
+OBS = ("You pick up the egg 1 from the countertop 1. Your admissible actions of the current situation are: "
+       "['go to microwave 1', 'go to fridge 1', 'go to garbagecan 1', 'go to cabinet 1', 'examine countertop 1'].")
+MESSAGES = [{"role": "system", "content": "You are an expert agent in the ALFRED household environment. " + TASK},
+            {"role": "user", "content": OBS + "\nNow it's your turn to take an action."}]
+CANDIDATES = ["go to microwave 1", "go to fridge 1", "go to garbagecan 1", "go to cabinet 1", "examine countertop 1"]
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    return open_scorer(UsefulnessConfig(threads=1))
+
+
+def test_prefix_tree_shares_prefixes_and_indexes_every_position():
+    nodes, parents, depths, index = prefix_tree([[1, 2, 3], [1, 2, 4], [5, 6]])
+    assert nodes == [1, 2, 5]          # "1 2" once; last tokens need no pass
+    assert parents == [-1, 0, -1] and depths == [0, 1, 0]
+    assert index == {(0, 0): 0, (0, 1): 1, (1, 0): 0, (1, 1): 1, (2, 0): 2}
+
+
+def test_tree_logprobs_equal_full_sequence_logprobs(scorer):
+    text = variant("The egg must be heated first.", "alfworld")
+    got = scorer.shares(MESSAGES, [text], CANDIDATES).logprobs[0]
+    prompt = scorer.prompt_ids(MESSAGES) + scorer._ids(text)
+    for cand, lp in zip(scorer.candidate_ids(CANDIDATES, "</action>"), got):
+        ids = torch.tensor([prompt + cand])
+        with torch.inference_mode():
+            logp = scorer.model(input_ids=ids).logits[0].float().log_softmax(-1)
+        want = sum(float(logp[len(prompt) + j - 1, cand[j]]) for j in range(len(cand)))
+        assert lp == pytest.approx(want, abs=2e-3)
+
+
+def test_shares_are_a_distribution(scorer):
+    result = scorer.shares(MESSAGES, [variant("", "alfworld"), variant("I go on.", "alfworld")], CANDIDATES)
+    for row in result.shares:
+        assert math.isclose(sum(row), 1.0, abs_tol=1e-9) and min(row) > 0
+
+
+def test_a_think_naming_the_right_goal_raises_the_expert_and_another_action_lowers_it(scorer):
+    right, other = score_thinks(scorer, MESSAGES, [
+        "I hold the egg now and it has to be heated before it goes in the garbagecan; the microwave heats food.",
+        "I should open the cabinet and look inside it for more eggs."], "go to microwave 1", "alfworld", CANDIDATES)
+    assert right.gain > 0 > other.gain
+    assert right.share_empty == other.share_empty  # one baseline per step
+
+
+def test_a_single_candidate_scores_zero(scorer):
+    (s,) = score_thinks(scorer, MESSAGES, ["anything"], "go to microwave 1", "alfworld", ["go to microwave 1"])
+    assert s.gain == 0.0 and s.candidates == 1
