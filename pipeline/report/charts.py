@@ -146,6 +146,20 @@ def bank(comp: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def usefulness(gains: list[float]) -> bytes | None:
+    """Histogram of the exported thinks' usefulness gains, with the gate's threshold 0 marked."""
+    if not gains:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    ax.hist(gains, bins=20, color="#5c6bc0")
+    ax.axvline(0.0, color="#c62828", linewidth=1)
+    ax.set_xlabel("gain of the expert action's share (think vs empty think)", fontsize=8)
+    ax.set_title(f"Think usefulness ({len(gains)} scored)", fontsize=10)
+    _integer(ax)
+    ax.tick_params(labelsize=8)
+    return _png(fig)
+
+
 def usage(rows: list[dict[str, Any]], top: int = 15) -> bytes | None:
     """Horizontal bars for the ``top`` most shown skills: times shown and times its language was used."""
     rows = [r for r in rows if r["shown"]][:top]

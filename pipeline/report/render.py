@@ -16,7 +16,7 @@ import jinja2
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.fsutil import atomic_write
-from pipeline.report import bankinfo, charts, explorer, runinfo, training
+from pipeline.report import bankinfo, charts, explorer, runinfo, training, usefulnessinfo
 
 #: The report's sections: (id of the <h2>, title). Tests and the nav bar use these ids.
 SECTIONS = (("funnel", "Funnel"), ("verify", "Environment rules"), ("llm", "LLM"), ("skill-bank", "Skill bank"),
@@ -87,6 +87,7 @@ def gather(root: str, run_id: str, price_prompt: float = runinfo.DEFAULT_PRICE_P
         "llm": runinfo.llm_usage(stages, price_prompt, price_completion, price_cached),
         "bank": _bank_facts(bank_root or root, run_id, run_dir, stages),
         "quality": training.quality_metrics(export),
+        "usefulness": usefulnessinfo.facts(run_dir, stages),
         "sft": training.sft_curve(run_dir), "grpo": training.grpo_steps(run_dir),
         "eval": training.eval_results(run_dir), "outcome": training.outcome_arms(store.root, run_id),
         "lineage": lineage, "lineage_note": lineage_note,
@@ -102,6 +103,7 @@ def draw(facts: dict[str, Any]) -> dict[str, bytes]:
         "llm": lambda: charts.llm(facts["llm"]),
         "bank": lambda: charts.bank(facts["bank"]["composition"]),
         "usage": lambda: charts.usage(facts["bank"]["usage"]),
+        "usefulness": lambda: charts.usefulness(facts["usefulness"]["gains"]),
         "sft_loss": lambda: charts.sft_loss(facts["sft"]),
         "grpo": lambda: charts.grpo(facts["grpo"]),
         "eval": lambda: charts.eval_rates(facts["eval"]["rows"]),
