@@ -45,10 +45,13 @@ def gate_bank(items: list[dict[str, Any]], own: Sequence[Any], cfg: Any, message
         stage: the stage name of the quarantine rows.
 
     Returns ``(kept items, quarantine rows, record)``; ``record`` holds the counts, the whole bank's
-    gain against no bank (mean, interval, steps) and the method.
+    gain against no bank (mean, interval, steps) and the scoring's wall time in seconds (``wall_s``,
+    the scorer's loading included).
     """
+    import time
     from pipeline.usefulness.bank import interval, plan_steps, score_items
 
+    t0 = time.monotonic()
     if cfg.policy == "off" or not items:
         return items, [], {"scored": 0}
     env = items[0].get("env") or ""
@@ -76,7 +79,8 @@ def gate_bank(items: list[dict[str, Any]], own: Sequence[Any], cfg: Any, message
     record = {"scored": sum(s is not None for s in scores), "unmeasured": sum(s is None for s in scores),
               "quarantined": len(dropped), "flagged": gated, "steps": len(steps),
               "bank_vs_none": {"gain": round(mean, 4), "lo": round(lo, 4), "hi": round(hi, 4), "n": len(bank),
-                               "improved": sum(g > 0 for g in bank)}}
+                               "improved": sum(g > 0 for g in bank)},
+              "wall_s": round(time.monotonic() - t0, 2)}
     return kept, dropped, record
 
 

@@ -47,6 +47,25 @@ def softmax(values: Sequence[float]) -> list[float]:
     return [e / total for e in exps]
 
 
+def load_causal_lm(model_dir: str):
+    """A float32 causal LM from ``model_dir``: a full Hugging Face model, or a LoRA adapter folder
+    (``adapter_config.json``, as ``skillpipe sft fit`` writes one) merged into the student's base
+    model (:func:`pipeline.llm.hfmodel.ensure_base_model`) when its recorded base folder is gone."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    if not os.path.isfile(os.path.join(model_dir, "adapter_config.json")):
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    import json
+    from peft import PeftModel
+    with open(os.path.join(model_dir, "adapter_config.json"), encoding="utf-8") as f:
+        base = json.load(f).get("base_model_name_or_path") or ""
+    if not os.path.isfile(os.path.join(base, "config.json")):
+        from pipeline.llm.hfmodel import ensure_base_model
+        base = str(ensure_base_model())
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    return PeftModel.from_pretrained(model, model_dir).merge_and_unload()
+
+
 class ActionScorer:
     """A causal LM that scores candidate actions after a prompt (module docstring).
 
@@ -63,14 +82,17 @@ class ActionScorer:
         if not os.path.isfile(os.path.join(model_dir, "config.json")):
             raise FileNotFoundError(f"scorer model {model_dir!r} is not a local Hugging Face folder with config.json")
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if threads:
             torch.set_num_threads(threads)
         self.torch = torch
         self.model_dir = model_dir
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        has_tokenizer = os.path.isfile(os.path.join(model_dir, "tokenizer_config.json"))
+        if not has_tokenizer:  # an adapter folder without its tokenizer: the student's base model's
+            from pipeline.llm.hfmodel import ensure_base_model
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir if has_tokenizer else str(ensure_base_model()))
+        self.model = load_causal_lm(model_dir)
         self.model.eval()
         self.max_prompt_tokens = max_prompt_tokens
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
