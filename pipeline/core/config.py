@@ -190,6 +190,9 @@ class DistillConfig:
                                  "rejection sampling, every answer judged by the same rules; 0 = off", min=0, max=8)
     retry_temperature: float = _f(0.7, "sampling temperature of those retries (greedy decoding repeats its "
                                         "mistake)", min=0.0, max=2.0)
+    best_of: int = _f(1, "best-of-n thinks: each answered call is asked n-1 more times, sampled at "
+                         "retry_temperature, and each step keeps the candidate think that passes the content "
+                         "rules with the highest usefulness gain (the usefulness.scorer); 1 = off", min=1, max=8)
     seed: int = _f(0, "seed for the synthetic-done admissible sample (per trajectory: hash(seed, id))")
     source_thoughts: str = _f("prefer", "a thought recorded by the source for a step (ReAct 'think:' lines, ETO "
                                         "thoughts): prefer = use it as that step's think when it passes the "

@@ -432,6 +432,25 @@ def kept_thinks(job: Job, split: list[tuple[int, tuple[list[dict[str, Any]], lis
     return tuple(sorted([*job.item.given.items(), *answered, *kept]))
 
 
+def score_entry(scorer: Any, ep: "Episode", i: int, thinks: list[str], ctx: StageContext) -> list[Any]:
+    """Usefulness scores (:func:`pipeline.usefulness.score.score_thinks`) of ``thinks`` for entry
+    ``i`` of ``ep`` (the think of action ``i + 1``): the step prompt without a skills block, the
+    candidates of :mod:`pipeline.usefulness.candidates`, as the usefulness stage scores a pair."""
+    from pipeline.usefulness.candidates import step_candidates
+    from pipeline.usefulness.score import score_thinks
+    traj, k = ep.traj, i + 1
+    entry = next(e for chunk in ep.chunks for e in chunk if e["step_index"] == i)
+    admissible = entry["admissible"] if k == len(traj.steps) else None  # the synthetic done turn's sample
+    rooms = None
+    if traj.env == "alfworld":
+        from pipeline.verify.alfworld import replay
+        rooms = replay(traj)
+    pcfg = dataclasses.replace(ctx.config.prompt, skills=False)
+    cands = step_candidates(traj, k, entry["action"], admissible, rooms, ctx.config.usefulness.max_candidates)
+    return score_thinks(scorer, prompts.render_step_messages(traj, k, "", pcfg, admissible), thinks,
+                        entry["action"], traj.env, cands)
+
+
 class DistillStage(LLMStage):
     """One row of thinks per successful trajectory of ``verify`` (module docstring)."""
     name = "distill"
@@ -461,7 +480,7 @@ class DistillStage(LLMStage):
     # in false_game_fact ("before putting it in the fridge, I need to heat it" is no fridge that heats)
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
-    config_sections = ("distill", "prompt", "quality")
+    config_sections = ("distill", "prompt", "quality")  # best_of's scorer: input_facts
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:
@@ -481,10 +500,56 @@ class DistillStage(LLMStage):
         return [episode_job(t, run, bank) for t in trajs]
 
     def ask(self, run: LLMRun) -> None:
-        """See :meth:`LLMStage.ask`; then, with ``distill.step_retry``, :meth:`retry_steps`."""
+        """See :meth:`LLMStage.ask`; then, with ``distill.step_retry``, :meth:`retry_steps`; then, with
+        ``distill.best_of > 1``, :meth:`best_of`."""
         super().ask(run)
         if run.ctx.config.distill.step_retry:
             self.retry_steps(run)
+        if run.ctx.config.distill.best_of > 1:
+            self.best_of(run)
+
+    def input_facts(self, ctx: StageContext) -> list[dict[str, Any]]:
+        """The upstream content hashes and, with best-of-n, the scorer that picks among the thinks."""
+        facts = super().input_facts(ctx)
+        if ctx.config.distill.best_of > 1:
+            from pipeline.usefulness.load import scorer_id
+            facts.append({"best_of_scorer": scorer_id(ctx.config.usefulness.scorer)})
+        return facts
+
+    def best_of(self, run: LLMRun) -> None:
+        """Best-of-n thinks (:mod:`pipeline.stages.distill_bestof`): sampled variants of every answered
+        chunk, each step's most useful passing think kept; counted in ``run.notes["best_of"]``."""
+        from pipeline.stages.distill_bestof import run_best_of
+        from pipeline.usefulness.load import open_scorer
+        cfg, qcfg = run.ctx.config.distill, run.ctx.config.quality
+        scorer = []
+
+        def request_for(job: Job, k: int, sampling: dict[str, Any]) -> JSONRequest:
+            ep, chunk = job.item, job.item.chunks[k]
+            req = chunk_request(ep.traj, f"{ep.traj.trajectory_id}#{k}~{sampling['seed']}", chunk,
+                                earlier_actions(ep.traj, chunk[0]["step_index"]), ep.skills_block, cfg.max_think_chars)
+            req.sampling = sampling
+            return req
+
+        def send_all(asked: list[list[JSONRequest]]) -> list[list[Any]]:
+            jobs = [Job(None, f"best-of {n}", reqs) for n, reqs in enumerate(asked)]
+            send(run.ctx.llm, jobs, f"{self.name} (best of {cfg.best_of})")
+            return [j.results for j in jobs]
+
+        def passes_for(job: Job, k: int):
+            by_index = {e["step_index"]: e for e in job.item.chunks[k]}
+            scratch = quality.Tally(qcfg.flag_rules)
+            return lambda t, _v: check_thinks([int(t["step_index"])], cfg.max_think_chars, content_check(
+                [by_index[int(t["step_index"])]], job.item.traj, qcfg, scratch, cfg.max_think_chars))(
+                {"thinks": [t]}) is None
+
+        def score_step(job: Job, i: int, thinks: list[str]) -> list[float]:
+            if not scorer:
+                scorer.append(open_scorer(run.ctx.config.usefulness))
+            return [s.gain for s in score_entry(scorer[0], job.item, i, thinks, run.ctx)]
+
+        run.notes["best_of"] = run_best_of(run.jobs, cfg.best_of, cfg.retry_temperature, request_for, send_all,
+                                           passes_for, score_step)
 
     def retry_steps(self, run: LLMRun) -> None:
         """Second round (``distill.step_retry``): for each job whose failed chunks were all
@@ -584,6 +649,7 @@ class DistillStage(LLMStage):
                                # rejection sampling after the greedy one-step calls
                                "sampled_calls": len(run.notes.get("sampled", [])),
                                "sampled_ok": sum(not j.failed for j in run.notes.get("sampled", []))},
+                "best_of": {"n": run.ctx.config.distill.best_of, **run.notes.get("best_of", {})},
                 **super().counters(run, out)}
 
 
