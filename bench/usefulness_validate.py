@@ -172,7 +172,11 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=os.path.join(ROOT, ".usefulness_cache"), help="raw shares cache folder")
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
-    a.tag = f"{os.path.basename(a.scorer.rstrip('/')) or 'base'}-s{a.steps}-c{a.max_candidates}"
+    import hashlib
+    data = b"".join(open(os.path.join(DATA, n), "rb").read() for n in ("skills.jsonl", "thinks.jsonl")
+                    if os.path.exists(os.path.join(DATA, n)))
+    a.tag = (f"{os.path.basename(a.scorer.rstrip('/')) or 'base'}-s{a.steps}-c{a.max_candidates}-"
+             f"{hashlib.sha256(data).hexdigest()[:8]}")
 
     def scorer():
         from pipeline.core.usefulness_config import UsefulnessConfig
