@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from pipeline.core.records import Trajectory  # noqa: E402
-from pipeline.engine.runner import TRANSPORT_REASONS  # noqa: E402
+from pipeline.stage.llmstage import TRANSPORT_REASONS  # noqa: E402
 
 ROUNDS = 6  # evolution rounds per env: up to 6 x (categories with a failure) requests
 

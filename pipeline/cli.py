@@ -451,9 +451,22 @@ def _llm_cell(llm: dict, skipped: bool) -> str:
     return cell + (f", batch ({llm.get('batches', 0)} jobs)" if llm.get("mode") == "batch" else "")
 
 
+def _status(result) -> str:
+    """The status cell of a stage in the run summary: ``incomplete`` when its manifest says a plain
+    rerun retries failed LLM requests (:func:`pipeline.core.manifest.request_failures`), else
+    ``ran`` or ``skipped (unchanged)``; ``(see below)`` when the sentence under the table says more."""
+    from pipeline.core.manifest import request_failures
+    f = request_failures(result.manifest)
+    status = "incomplete" if f.retried else "skipped (unchanged)" if result.skipped else "ran"
+    return f"{status} (see below)" if f.total else status
+
+
 def print_summary(results, wall: float, root: str = ".") -> None:
-    """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, and where
-    each artifact is (its URI under an object-storage ``root``, with the local mirror named once)."""
+    """Rich table: rows in/out/quarantined per stage with reasons, LLM use, wall time, status, and
+    under it what failed LLM requests mean (:func:`pipeline.core.manifest.failure_sentence`) and
+    where each artifact is (its URI under an object-storage ``root``, with the local mirror named
+    once)."""
+    from pipeline.core.manifest import failure_sentence
     t = Table(title="skillpipe run summary", show_lines=False)
     for col in ("stage", "in", "out", "quarantined (reasons)", "LLM calls / cache / tokens (cached)", "wall s",
                 "status"):
@@ -475,16 +488,12 @@ def print_summary(results, wall: float, root: str = ".") -> None:
         n_out = str(c.get("out", ""))
         if c.get("units_out") not in (None, c.get("out")):
             n_out += f" ({c['units_out']} used)"
-        n_failed = (r.manifest.get("failed_requests") or {}).get("total", 0)
-        status = "skipped (unchanged)" if r.skipped else "ran"
-        n_final = (r.manifest.get("failed_requests") or {}).get("final", 0)
-        if n_failed and r.manifest.get("fingerprint_complete"):  # incomplete: the next plain run retries them
-            status = f"incomplete ({n_failed - n_final} failed LLM request(s); a rerun retries them)"
-        elif n_final and not r.skipped:
-            status = f"ran ({n_final} failed answer(s), final)"
         t.add_row(r.stage, n_in, n_out, f"{c.get('quarantined', 0)} {reasons}".strip(),
-                  llm_s, f"{r.manifest.get('wall_s', 0):.1f}", status)
+                  llm_s, f"{r.manifest.get('wall_s', 0):.1f}", _status(r))
     console.print(t)
+    for r in results:  # what each manifest records about failed LLM requests, in every reader's words
+        if failure_sentence(r.manifest):
+            console.print(f"  stage {r.stage} {failure_sentence(r.manifest)}", highlight=False, soft_wrap=True)
     console.print("in (→N): the N units a stage expands its input into (build_pairs: candidate pairs); out (N used): "
                   "N inputs went into the output (skills: memories -> skills). Units in = used + quarantined.",
                   highlight=False)

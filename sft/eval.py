@@ -44,8 +44,9 @@ import typer
 from pipeline.core.config import build_flat
 from pipeline.core.layout import (ARTIFACT_MANIFEST, CHECKPOINT_MANIFEST, EVAL_SUMMARY, GRPO_MANIFEST, GRPO_STEP,
                                   ROLLOUT_STAGE, RUNS_DIR, SFT_MANIFEST, SFT_STEP, eval_stage, run_dir)
+from pipeline.core.recorder import counts
 from pipeline.engine.steps import run_step
-from pipeline.stage.step import TrainingStep
+from pipeline.stage.step import StepOutput, TrainingStep
 from pipeline.core.train_config import EvalConfig  # the `eval:` section of the run config
 
 
@@ -225,8 +226,9 @@ class EvalStep(TrainingStep):
         """Reuse only a named policy (same weights, bank and games: the same episodes)."""
         return bool(self.identity)
 
-    def run(self, store: Any, cfg: EvalConfig) -> dict[str, Any]:
-        """Refuse training games (:func:`check_held_out`), play (:func:`play`), write the artifact."""
+    def run(self, store: Any, cfg: EvalConfig) -> StepOutput:
+        """Refuse training games (:func:`check_held_out`), play (:func:`play`); returns the episode
+        rows, ``summary.json`` and the summary for the manifest (the step runner writes the artifact)."""
         from pipeline.core.records import to_table
         tasks = make_tasks(cfg)
         check_held_out(tasks, training_instances(store.root, store.run_id))
@@ -237,13 +239,10 @@ class EvalStep(TrainingStep):
             rows = play(policy, tasks, cfg, bank.rows, bank.version, self.progress)
         summary = {"label": self.label, "policy": policy.model_id, "bank_version": bank.version,
                    "config": dataclasses.asdict(cfg), **summarize(rows), "wall_s": round(time.monotonic() - t0, 1)}
-        counts = {"in": len(tasks), "units_in": len(tasks), "out": len(rows), "units_out": len(rows),
-                  "quarantined": 0, "quarantine_reasons": {}}
-        art = store.write(self.name, to_table(rows, EPISODE_SCHEMA), [],
-                          {"stage": self.name, "run_id": store.run_id, "counts": counts, "summary": summary,
-                           "identity": self.identity or {}},
-                          {EVAL_SUMMARY: json.dumps(summary, indent=2, sort_keys=True)})
-        return art.manifest
+        return StepOutput({"stage": self.name, "run_id": store.run_id, "summary": summary,
+                           "identity": self.identity or {}}, counts(len(tasks), len(rows), where=self.name),
+                          rows=to_table(rows, EPISODE_SCHEMA),
+                          extra_files={EVAL_SUMMARY: json.dumps(summary, indent=2, sort_keys=True)})
 
     def rows(self, manifest: dict[str, Any]) -> int:
         """Episodes played."""

@@ -3,7 +3,11 @@
 Every checkpoint folder (``<output_dir>/checkpoint-<step>/``) and the final model folder get a
 ``skillpipe_sft_manifest.json`` saying exactly what made them: the export artifact fingerprint,
 the skill-bank version(s) of the pairs, the base model and tokenizer content hashes, the full
-config, world size, ZeRO stage, steps and final loss.
+config, world size, ZeRO stage, steps and final loss. A checkpoint's is its own metadata, written
+here (:func:`write_checkpoint_manifest`: a resumable state, not finished work); the final model
+folder's is the fit's manifest, written once by the recorder (:func:`pipeline.core.recorder.record`:
+by the ``sft_fit`` step of a run, or by ``python -m sft.train`` on its own) with the counts
+(:func:`fit_counts`) and a content hash of the model files (:func:`model_files`).
 
 Resuming an optimizer state sharded for another world size or ZeRO stage either crashes deep
 inside DeepSpeed or silently mis-loads; :func:`check_resume` refuses it *before launch* with a
@@ -15,14 +19,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import yaml
 
 from pipeline.core.fsutil import atomic_write_json
 from pipeline.core.layout import SFT_MANIFEST
+from pipeline.core.recorder import QuarantineTally, counts
 
 MANIFEST_NAME = SFT_MANIFEST  # the name is declared in pipeline.core.layout
+QUARANTINE_FILE = "quarantine.parquet"  # the rows a fit refused, in its output folder
 SCHEMA_VERSION = 1
 
 
@@ -44,10 +51,30 @@ def build_manifest(*, export: dict[str, Any], base_model: dict[str, str], config
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
 
 
-def write_manifest(folder: str, manifest: dict[str, Any]) -> str:
-    """Write ``manifest`` into ``folder`` atomically (temp file + rename); returns its path."""
+def write_checkpoint_manifest(folder: str, manifest: dict[str, Any]) -> str:
+    """Write ``manifest`` into the checkpoint folder ``folder`` (``checkpoint-<step>``) atomically
+    (temp file + rename); returns its path. The final model folder's manifest is the recorder's."""
     os.makedirs(folder, exist_ok=True)
     return atomic_write_json(os.path.join(folder, MANIFEST_NAME), manifest)
+
+
+def fit_counts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The ``counts`` of a fit from its manifest's ``export.rows`` (:func:`sft.train.load_pairs`):
+    in = the pairs of the split it used or quarantined, out = used, quarantined by reason
+    (``quarantine_reasons``)."""
+    rows = (manifest.get("export") or {}).get("rows") or {}
+    used, refused = int(rows.get("used") or 0), int(rows.get("quarantined") or 0)
+    tally = QuarantineTally(Counter({"unit": refused}), Counter(manifest.get("quarantine_reasons") or {}))
+    return counts(used + refused, used, tally, where="sft_fit")
+
+
+def model_files(folder: str) -> list[str]:
+    """The files of the final model in an SFT output folder (weights, config, tokenizer...): its
+    top-level files but the manifest and :data:`QUARANTINE_FILE`, sorted."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f))
+                  and f not in (MANIFEST_NAME, QUARANTINE_FILE) and ".tmp-" not in f)
 
 
 def read_manifest(folder: str) -> dict[str, Any] | None:

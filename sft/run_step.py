@@ -12,8 +12,9 @@ from typing import Any, Callable
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.layout import SFT_MANIFEST, SFT_STEP
 from pipeline.engine.steps import run_step
-from pipeline.stage.step import TrainingStep
+from pipeline.stage.step import StepOutput, TrainingStep
 
+from sft import manifest as sft_manifest
 from sft.config import SFTFitConfig
 
 
@@ -31,10 +32,12 @@ class SFTFitStep(TrainingStep):
         return dataclasses.replace(cfg or SFTFitConfig(), pairs=store.require("export").path,
                                    output_dir=self.output_dir(store))
 
-    def run(self, store: ArtifactStore, cfg: SFTFitConfig) -> dict[str, Any]:
-        """Train (:func:`sft.train.fit`); returns its checkpoint manifest."""
+    def run(self, store: ArtifactStore, cfg: SFTFitConfig) -> StepOutput:
+        """Train (:func:`sft.train.fit`); returns its manifest, the pairs it trained on and refused
+        (:func:`sft.manifest.fit_counts`) and the files of the final model."""
         from sft.train import fit
-        return fit(cfg.pairs, cfg.output_dir, cfg)
+        m = fit(cfg.pairs, cfg.output_dir, cfg)
+        return StepOutput(m, sft_manifest.fit_counts(m), files=sft_manifest.model_files(cfg.output_dir))
 
     def rows(self, manifest: dict[str, Any]) -> int:
         """SFT pairs trained on."""

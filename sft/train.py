@@ -23,8 +23,10 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from typing import Any, Sequence
 
+from pipeline.core import recorder
 from pipeline.core.artifacts import MANIFEST, read_parquet_dir
 from pipeline.core.fsutil import sha256_file
 from pipeline.core.layout import SFT_STEP
@@ -204,14 +206,15 @@ def _write_quarantine(output_dir: str, quarantine: list[QuarantineRow]) -> None:
     import pyarrow.parquet as pq
     os.makedirs(output_dir, exist_ok=True)
     pq.write_table(to_table([q.__dict__ for q in quarantine], QUARANTINE_SCHEMA),
-                   os.path.join(output_dir, "quarantine.parquet"))
+                   os.path.join(output_dir, mf.QUARANTINE_FILE))
 
 
 def run(cfg: SFTFitConfig) -> dict[str, Any]:
     """Load pairs, check resume compatibility, build the trainer, pre-flight, train, save.
 
-    Returns the final manifest (also written to ``output_dir`` and, by a callback, into every
-    ``checkpoint-<step>/``). Rows longer than ``max_length`` tokens are quarantined
+    Returns the final manifest, for the caller to record (:func:`main`, or the ``sft_fit`` step:
+    :func:`pipeline.core.recorder.record`); a callback writes each ``checkpoint-<step>/``'s own.
+    Rows longer than ``max_length`` tokens are quarantined
     (:func:`drop_too_long`) with the rows :func:`load_pairs` refused, in
     ``output_dir/quarantine.parquet``. Raises ``ResumeError`` before loading the model when the checkpoint
     does not fit the launch topology, ``PreflightError`` before step 1 when a label invariant fails,
@@ -234,7 +237,8 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
                              f"({len(too_long)} too long)")
         quarantine += too_long
         export["rows"].update(used=len(rows), quarantined=len(quarantine))
-    extra: dict[str, Any] = {"resumed": {"from": ckpt, "mode": mode}, "quarantined_rows": len(quarantine)}
+    extra: dict[str, Any] = {"resumed": {"from": ckpt, "mode": mode}, "quarantined_rows": len(quarantine),
+                             "quarantine_reasons": dict(sorted(Counter(q.reason for q in quarantine).items()))}
 
     def manifest_at(state) -> dict[str, Any]:
         hist = state.log_history
@@ -245,7 +249,8 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
     class ManifestCallback(TrainerCallback):
         def on_save(self, args, state, control, **kw):  # after the checkpoint folder is complete
             if state.is_world_process_zero:
-                mf.write_manifest(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), manifest_at(state))
+                mf.write_checkpoint_manifest(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"),
+                                             manifest_at(state))
 
     trainer = make_trainer(cfg, rows, model_dir, ckpt if mode == "weights_only" else None, [ManifestCallback()])
     if cfg.preflight:
@@ -260,10 +265,7 @@ def run(cfg: SFTFitConfig) -> dict[str, Any]:
                            "num_tokens": _last(trainer.state.log_history, "num_tokens"),
                            "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None}
     extra["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    final = manifest_at(trainer.state)
-    if trainer.is_world_process_zero():
-        mf.write_manifest(cfg.output_dir, final)
-    return final
+    return manifest_at(trainer.state)
 
 
 def fit(pairs_path: str, output_dir: str, cfg: SFTFitConfig | None = None) -> dict[str, Any]:
@@ -290,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = run(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0:  # a fit outside a run: no fingerprint, nothing reuses it
+        recorder.record(cfg.output_dir, {**out, "counts": mf.fit_counts(out)}, mf.model_files(cfg.output_dir),
+                        name=mf.MANIFEST_NAME)
         print(json.dumps({"output_dir": out["config"]["output_dir"], "global_step": out["global_step"],
                           "final_loss": out["final_loss"], "losses": out["losses"],
                           "export_fingerprint": out["export"]["fingerprint"]}))

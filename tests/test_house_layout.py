@@ -117,8 +117,9 @@ def test_paths_follow_the_declared_tree(tmp_path):
 
 
 #: The steps of the fingerprint recipe of a step after the data stages (pipeline.core.manifest):
-#: only the one step runner (pipeline.engine.steps.run_step) may call them.
-RECIPE = {"reusable", "record", "step_fingerprint", "upstream_facts"}
+#: only the one step runner (pipeline.engine.steps.run_step) may call them. Its manifest is written
+#: by the recorder (tests/test_house_manifests.py).
+RECIPE = {"reusable", "step_fingerprint", "upstream_facts"}
 STEP_RUNNER = os.path.join(REPO, "pipeline", "engine", "steps.py")
 
 
@@ -147,9 +148,9 @@ def recipe_calls(source: str, where: str) -> list[str]:
 
 
 def test_recipe_scanner_sees_both_import_forms():
-    src = ("from pipeline.core import manifest as m\nfrom pipeline.core.manifest import record\n"
-           "m.reusable('p', 'f')\nrecord('p', {}, 'f', {})\nother.record(1)\n")
-    assert recipe_calls(src, "x.py") == ["x.py:3 reusable", "x.py:4 record"]
+    src = ("from pipeline.core import manifest as m\nfrom pipeline.core.manifest import upstream_facts\n"
+           "m.reusable('p', 'f')\nupstream_facts(s, [])\nother.upstream_facts(1)\n")
+    assert recipe_calls(src, "x.py") == ["x.py:3 reusable", "x.py:4 upstream_facts"]
 
 
 def test_one_step_runner_fingerprints_reuses_and_records():

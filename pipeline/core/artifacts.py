@@ -5,7 +5,7 @@ Layout::
     <root>/runs/<run_id>/<stage>/part-00000.parquet
     <root>/runs/<run_id>/<stage>/_quarantine/part-00000.parquet
     <root>/runs/<run_id>/<stage>/<extra files>           (e.g. export's llamafactory/*.jsonl)
-    <root>/runs/<run_id>/<stage>/_manifest.json
+    <root>/runs/<run_id>/<stage>/_manifest.json   (written last, by pipeline.core.recorder)
 
 Quarantine parts and the manifest sit under ``_``-prefixed names, which Parquet dataset readers
 (``pyarrow.dataset``, ``pandas.read_parquet``, Spark, DuckDB's hive reader) skip by convention, so
@@ -32,11 +32,9 @@ one. ``<root>`` is a local folder: an object-storage root (``s3://...``) is mirr
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -45,13 +43,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.core.fsutil import atomic_write, atomic_write_json, sha256_file
+from pipeline.core.fsutil import atomic_write
 from pipeline.core.layout import ARTIFACT_MANIFEST, is_shard_id, run_dir
+from pipeline.core.recorder import QUARANTINE_DIRS, QuarantineTally, content_sha256, record
 from pipeline.core.records import QUARANTINE_SCHEMA, QuarantineRow, to_table
 
 MANIFEST = ARTIFACT_MANIFEST  # the name is declared in pipeline.core.layout
-QUARANTINE_DIR = "_quarantine"  # "_": skipped by Parquet dataset readers (see module docstring)
-LEGACY_QUARANTINE_DIR = "quarantine"  # runs written before the rename
+# "_quarantine": skipped by Parquet dataset readers (see module docstring); "quarantine": runs written
+# before the rename (declared with the recorder, which leaves both out of the content hash)
+QUARANTINE_DIR, LEGACY_QUARANTINE_DIR = QUARANTINE_DIRS
 SPLIT_DATA_DIR = "data"  # per-split parts: data/<split>-NNNNN-of-MMMMM.parquet (Hugging Face Hub naming)
 PART_ROWS = 50_000  # rows per Parquet part
 ZSTD_LEVEL = 1  # measured: same file size as the default level on trajectory text, ~15 % less CPU
@@ -86,22 +86,6 @@ class StageArtifact:
     def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
         """:meth:`read_table` as a list of row dicts (column -> value); raises :class:`ArtifactError`."""
         return self.read_table(quarantine).to_pylist()
-
-
-def content_sha256(folder: str, manifest: dict[str, Any]) -> str:
-    """SHA-256 of an artifact's content as downstream stages see it: each file the manifest
-    lists except the quarantine (relative name and the file's SHA-256, in name order), plus the
-    manifest's ``counters`` (a stage's figures, e.g. the bank version, are part of what it hands
-    on). It names no location, so a moved run folder or another ``--root`` keeps every
-    fingerprint built on it.
-    Raises ``OSError`` when a listed file cannot be read."""
-    h = hashlib.sha256()
-    for name in sorted(manifest.get("files", [])):
-        if {QUARANTINE_DIR, LEGACY_QUARANTINE_DIR} & set(name.split("/")[:-1]):  # also shard-N/_quarantine/
-            continue
-        h.update(f"{name}\0{sha256_file(os.path.join(folder, name))}\n".encode())
-    h.update(json.dumps(manifest.get("counters") or {}, sort_keys=True, ensure_ascii=False, default=str).encode())
-    return h.hexdigest()
 
 
 def quarantine_dir(stage_dir: str) -> str:
@@ -208,11 +192,13 @@ class EncodedPart:
     Attributes:
         data: the Parquet file's bytes.
         rows: its number of rows.
-        reasons: for a quarantine part, ``{reason: rows}`` (the runner counts reasons from it).
+        reasons: for a quarantine part, ``{reason: rows}`` of its ``unit`` rows, and
+        kinds: ``{kind: rows}`` of all its rows (the store counts the quarantine from them).
     """
     data: bytes
     rows: int
     reasons: dict[str, int] | None = None
+    kinds: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return self.rows
@@ -230,7 +216,7 @@ class PartEncoder:
         self.parts: list[EncodedPart] = []
         self._sink = self._writer = None
         self._rows = 0
-        self._reasons: dict[str, int] | None = {} if schema.equals(QUARANTINE_SCHEMA) else None
+        self._tally: QuarantineTally | None = QuarantineTally() if schema.equals(QUARANTINE_SCHEMA) else None
 
     def write(self, table: pa.Table) -> None:
         """Append ``table``'s rows, starting a new part each ``PART_ROWS`` rows; raises
@@ -247,19 +233,22 @@ class PartEncoder:
             n = min(PART_ROWS - self._rows, table.num_rows - offset)
             piece = table.slice(offset, n)
             self._writer.write_table(piece)
-            if self._reasons is not None:  # a quarantine part: count its reasons for the manifest
-                for reason in piece.column("reason").to_pylist():
-                    self._reasons[reason] = self._reasons.get(reason, 0) + 1
+            if self._tally is not None:  # a quarantine part: count its kinds and reasons for the manifest
+                kinds = piece.column("kind").to_pylist() if "kind" in piece.column_names else ["unit"] * n
+                for kind, reason in zip(kinds, piece.column("reason").to_pylist()):
+                    self._tally.add(kind, reason)
             self._rows += n
             offset += n
 
     def _flush(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self.parts.append(EncodedPart(self._sink.getvalue().to_pybytes(), self._rows, self._reasons))
+            tally = self._tally
+            self.parts.append(EncodedPart(self._sink.getvalue().to_pybytes(), self._rows,
+                                          *((dict(tally.reasons), dict(tally.kinds)) if tally else (None, None))))
         self._sink = self._writer = None
         self._rows = 0
-        self._reasons = None if self._reasons is None else {}
+        self._tally = None if self._tally is None else QuarantineTally()
 
     def finish(self) -> list[EncodedPart]:
         """The encoded parts, in order (none if nothing was written)."""
@@ -405,7 +394,8 @@ class ArtifactStore:
               manifest: dict[str, Any], extra_files: dict[str, bytes | str] | None = None,
               split_files: tuple[str, dict[str, str]] | None = None, shard: str | None = None) -> StageArtifact:
         """Write a stage (or its shard ``shard``) atomically: temp folder, then rename over any
-        previous version.
+        previous version. ``manifest``: what the work reports (``fingerprint``, ``counts`` built by
+        :func:`pipeline.core.recorder.counts`...); :func:`pipeline.core.recorder.record` writes it last.
 
         ``split_files``: ``(column, {value: split file name})`` lays the rows out per split
         (``data/<name>-NNNNN-of-MMMMM.parquet``, see the module docstring) instead of ``part-*``.
@@ -420,23 +410,29 @@ class ArtifactStore:
     def write_stream(self, stage: str, schema: pa.Schema,
                      batches: Iterable[tuple[list[dict[str, Any]] | pa.Table | EncodedPart,
                                              list[QuarantineRow] | EncodedPart]],
-                     finish: Callable[[int, int], tuple[dict[str, Any], dict[str, bytes | str]]],
+                     finish: Callable[[int, QuarantineTally], tuple[dict[str, Any], dict[str, bytes | str]]],
                      shard: str | None = None) -> StageArtifact:
         """Stream ``(rows, quarantine_rows)`` batches to Parquet parts with bounded memory, then
-        call ``finish(n_rows, n_quarantined) -> (manifest, extra_files)``; atomic like :meth:`write`.
+        call ``finish(n_rows, quarantine tally) -> (manifest, extra_files)`` (the tally counts the
+        quarantine rows by kind and the units' reasons); atomic like :meth:`write`.
         ``rows`` may be dicts, a table of ``schema`` or an :class:`EncodedPart`; quarantine rows
         may be :class:`QuarantineRow` objects or an encoded part of ``QUARANTINE_SCHEMA``."""
         def body(tmp: str):
             out, qout = _PartWriter(tmp, schema), _PartWriter(os.path.join(tmp, QUARANTINE_DIR), QUARANTINE_SCHEMA)
+            tally = QuarantineTally()
             try:
                 for rows, qrows in batches:
                     if len(rows):
                         out.write(rows)
-                    if qrows:
-                        qout.write(qrows if isinstance(qrows, EncodedPart) else [q.__dict__ for q in qrows])
+                    if isinstance(qrows, EncodedPart):  # encoded by a worker: it counted its rows
+                        tally.merge(qrows.kinds if qrows.kinds is not None else {"unit": qrows.rows}, qrows.reasons)
+                        qout.write(qrows)
+                    elif qrows:
+                        tally.add_rows(qrows)
+                        qout.write([q.__dict__ for q in qrows])
             finally:
                 files = out.close() + [f"{QUARANTINE_DIR}/{n}" for n in qout.close()]
-            manifest, extra = finish(out.rows, qout.rows)
+            manifest, extra = finish(out.rows, tally)
             return files, manifest, extra
         return self._transaction(stage, body, shard)
 
@@ -455,10 +451,7 @@ class ArtifactStore:
                 os.makedirs(os.path.dirname(p), exist_ok=True)
                 atomic_write(p, data)
                 files.append(name)
-            manifest = dict(manifest, status="complete", files=sorted(files),
-                            written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            manifest["content_sha256"] = content_sha256(tmp, manifest)
-            atomic_write_json(os.path.join(tmp, MANIFEST), manifest)
+            manifest = record(tmp, manifest, files)  # the manifest last: status, files, content hash
             old = None
             if os.path.exists(final):
                 old = os.path.join(self.run_dir, f".{label}.old-{uuid.uuid4().hex[:8]}")

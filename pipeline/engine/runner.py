@@ -10,62 +10,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections import Counter
 from typing import Any, Callable, Iterator
 
 from pipeline import __version__
-from pipeline.core.artifacts import ArtifactError, ArtifactStore, EncodedPart
+from pipeline.core import recorder
+from pipeline.core.artifacts import ArtifactError, ArtifactStore  # noqa: F401 - raised to callers
 from pipeline.core.config import PipelineConfig, to_dict
 from pipeline.core.freshness import check_fresh
 from pipeline.core.fsutil import sha256_file
 from pipeline.core.lineage import content_hash
+from pipeline.core.manifest import failure_sentence
 from pipeline.core.records import to_table
 from pipeline.llm.accounting import stage_figures
 from pipeline.stage.stage import (CountMismatch, Stage, StageContext, StageFailed, StageOutput,  # noqa: F401
                                  StageResult)
 from pipeline.stages import STAGES, get_stage
-
-#: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
-TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
-MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
-
-
-def answers_repeat(llm: Any) -> bool:
-    """True when the same request gets the same answer: the embedded llama.cpp server
-    (:func:`pipeline.llm.provider.uses_embedded`: started by the run, or the Airflow DAG's
-    detached one) sampling greedily (``llm.temperature == 0``, fixed ``llm.seed``).
-    Then a request whose *answer* failed (cut at max_tokens, not JSON, schema or content rules)
-    would only fail again, and only transport failures are worth a retry."""
-    from pipeline.llm.provider import uses_embedded
-    return uses_embedded(llm) and llm.temperature == 0
-
-
-def failed_request_facts(out: "StageOutput", fp: str, retry: bool = True, only_transport: bool = False
-                         ) -> dict[str, Any]:
-    """The manifest entries that record a stage's failed LLM requests.
-
-    Returns ``{"fingerprint": fp}`` when every request succeeded. Otherwise the recorded
-    fingerprint is a hash of ``fp`` and the failed ``(key, reason)`` pairs, so that (a) the next
-    plain run finds no match and reruns the stage, sending only the failed requests again (the
-    client caches successful answers only), and (b) a later stage built on this incomplete
-    artifact is stale once the rerun changes it. Then also ``fingerprint_complete`` (``fp``) and
-    ``failed_requests``: ``{total, by_reason, keys (first MAX_LISTED_FAILED, sorted),
-    quarantine_rows (request rows beyond the units' own rows)}``. ``out.failed_requests`` holds
-    ``JSONResult`` objects (``key``, ``error``). ``retry=False`` (``llm.retry_failed``) records
-    the failures but keeps ``fp``: the stage counts as complete. ``only_transport``
-    (:func:`answers_repeat`): only failures of :data:`TRANSPORT_REASONS` make the stage
-    incomplete; the others are final (``summary["final"]`` counts them).
-    """
-    failed = sorted((r.key, r.error or "llm_failed") for r in out.failed_requests)
-    retried = [f for f in failed if f[1] in TRANSPORT_REASONS] if only_transport else failed
-    summary = {"total": len(failed), "by_reason": dict(sorted(Counter(e for _, e in failed).items())),
-               "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]], "quarantine_rows": len(out.request_quarantine),
-               "final": len(failed) - len(retried) if retry else len(failed)}
-    if not retried or not retry:
-        return {"fingerprint": fp, "failed_requests": summary}
-    return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": retried}, n=32),
-            "fingerprint_complete": fp, "failed_requests": summary}
-
 
 def fingerprint(ctx: StageContext, name: str, model_id: str = "",
                 inputs: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
@@ -147,52 +106,23 @@ def _reusable(stage: Stage, ctx: StageContext, model_id: str, force: bool,
     return None, fp, facts
 
 
-def _check_endpoint(stage: Stage, ctx: StageContext, out: StageOutput, units_in: int) -> None:
-    """Raise :class:`StageFailed` when more LLM items failed at the endpoint (connection,
-    timeout, HTTP) than ``llm.max_endpoint_failure_rate`` allows: the data is not to blame."""
-    transport = {r: out.reasons[r] for r in TRANSPORT_REASONS if out.reasons.get(r)}
-    if stage.uses_llm and sum(transport.values()) > ctx.config.llm.max_endpoint_failure_rate * max(units_in, 1):
-        raise StageFailed(
-            f"[{stage.name}] {sum(transport.values())} of {units_in} items failed at the LLM endpoint after "
-            f"retries ({', '.join(f'{k}={v}' for k, v in transport.items())}): is "
-            f"{ctx.config.llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
-            f"was not written; rerun it (answers already received are cached).")
-
-
 def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts: dict[str, Any],
-              counts: tuple[int, int], llm_stats: dict[str, int], wall_s: float) -> dict[str, Any]:
-    """The stage manifest (without the keys the store adds: status, files, written_at,
-    content_sha256). ``counts``: ``(rows written, quarantine rows)``. Raises
-    :class:`CountMismatch` when units in != units out + quarantined, :class:`StageFailed` when
-    the LLM endpoint failed too often."""
-    n_rows, n_quarantined = counts
-    units_in = out.rows_in if out.units_in is None else out.units_in
-    units_out = n_rows if out.units_out is None else out.units_out
-    if units_in != units_out + n_quarantined:
-        raise CountMismatch(f"[{stage.name}] units in {units_in} != out {units_out} + quarantined {n_quarantined}")
-    _check_endpoint(stage, ctx, out, units_in)
+              rows: int, quarantine: recorder.QuarantineTally, llm_stats: dict[str, int],
+              wall_s: float) -> dict[str, Any]:
+    """The stage manifest as the stage reports it (the recorder adds status, files, written_at,
+    content_sha256): the fingerprint facts, the counts of ``rows`` written and the ``quarantine``
+    (:func:`pipeline.core.recorder.counts`), what failed (:meth:`Stage.failure_facts`), counters,
+    wall time and LLM figures. Raises :class:`CountMismatch` when units in != units out +
+    quarantined, :class:`StageFailed` when the stage refuses its output."""
+    counts = recorder.counts(out.rows_in, rows, quarantine, units_in=out.units_in, units_out=out.units_out,
+                             where=stage.name)
     return {
         "stage": stage.name, "run_id": ctx.store.run_id, **facts,
-        # answers_repeat only matters for failed requests (and imports the LLM client modules)
-        **failed_request_facts(out, fp, ctx.config.llm.retry_failed,
-                               bool(out.failed_requests) and answers_repeat(ctx.config.llm)),
+        **stage.failure_facts(ctx, out, fp, counts),
         "input_path": ctx.input_path if not stage.inputs else "",
-        "counts": {"in": out.rows_in, "units_in": units_in, "units_out": units_out,
-                   "out": n_rows, "quarantined": n_quarantined,
-                   "quarantine_reasons": dict(sorted(out.reasons.items()))},
-        "counters": out.counters, "wall_s": wall_s,
-        "llm": stage_figures(llm_stats, n_rows, ctx.config.llm) if llm_stats else llm_stats,
+        "counts": counts, "counters": out.counters, "wall_s": wall_s,
+        "llm": stage_figures(llm_stats, rows, ctx.config.llm) if llm_stats else llm_stats,
     }
-
-
-def _counted(out: StageOutput) -> Iterator[tuple[Any, Any]]:
-    """``out.stream`` with each batch's quarantine reasons added to ``out.reasons``."""
-    for rows, qrows in out.stream:
-        if isinstance(qrows, EncodedPart):  # encoded by a worker: it counted its reasons
-            out.reasons.update(qrows.reasons or {})
-        else:
-            out.reasons.update(q.reason for q in qrows)
-        yield rows, qrows
 
 
 def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = False,
@@ -221,20 +151,19 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     llm_before = ctx.llm_snapshot()
     out: StageOutput = stage.run(ctx)
 
-    def finish(n_rows: int, n_quarantined: int) -> tuple[dict[str, Any], dict[str, bytes | str]]:
+    def finish(n_rows: int, quarantine: recorder.QuarantineTally) -> tuple[dict[str, Any], dict[str, bytes | str]]:
         nonlocal fp, facts
         if not fp:  # nothing could be reused: fingerprinted now, from what the stage reports
-            fp, facts = fingerprint(ctx, stage.name, model_id, inputs=out.input_facts)
+            fp, facts = fingerprint(ctx, stage.name, model_id, inputs=stage.facts_after_run(ctx, out))
         llm_stats = ctx.llm_stats(llm_before) if stage.uses_llm else {}
-        manifest = _manifest(stage, ctx, out, fp, facts, (n_rows, n_quarantined), llm_stats,
+        manifest = _manifest(stage, ctx, out, fp, facts, n_rows, quarantine, llm_stats,
                              round(time.monotonic() - t0, 3))
         return manifest, out.extra_files
 
     if out.stream is not None:  # large stages: bounded memory, rows never all in memory
-        art = ctx.store.write_stream(stage.name, stage.schema, _counted(out), finish, shard=ctx.shard)
+        art = ctx.store.write_stream(stage.name, stage.schema, out.stream, finish, shard=ctx.shard)
     else:
-        out.reasons.update(q.reason for q in out.quarantine)
-        manifest, extra = finish(len(out.rows), len(out.quarantine))
+        manifest, extra = finish(len(out.rows), recorder.QuarantineTally().add_rows(out.quarantine))
         art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine + out.demoted,
                               manifest, extra, split_files=stage.split_files, shard=ctx.shard)
     _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
@@ -256,16 +185,9 @@ def _log_written(name: str, manifest: dict[str, Any], log: Callable[[str], None]
     units = f" (units={c['units_in']})" if c.get("units_in") not in (None, c["in"]) else ""  # e.g. split: instances
     log(f"[{name}] in={c['in']}{units} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''} ({manifest['wall_s']:.1f}s)")
-    failed = manifest.get("failed_requests") or {}
-    final = failed.get("final", 0)
-    if failed.get("total") and manifest.get("fingerprint_complete"):
-        log(f"[{name}] {failed['total']} LLM request(s) failed {failed['by_reason']}: raw output quarantined; "
-            "the stage is recorded as incomplete and a plain rerun retries "
-            + (f"the {failed['total'] - final} that failed in transport ({final} whose answer failed are final)"
-               if final else "exactly those requests"))
-    elif final:
-        log(f"[{name}] {final} LLM request(s) failed {failed['by_reason']}: raw output quarantined; final (a "
-            "greedy embedded model, or llm.retry_failed false, would answer them the same way again)")
+    sentence = failure_sentence(manifest)
+    if sentence:
+        log(f"[{name}] {sentence} (each one's raw output is quarantined)")
 
 
 def stage_is_sharded(name: str) -> bool:

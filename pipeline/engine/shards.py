@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 
+from pipeline.core import recorder
 from pipeline.core.artifacts import MANIFEST, StageArtifact
 from pipeline.core.fsutil import atomic_write, atomic_write_json
 from pipeline.core.layout import is_shard_id, shard_id
 from pipeline.core.lineage import content_hash
+from pipeline.core.manifest import failure_sentence
 from pipeline.formats.discover import file_groups, input_root, list_input_files
 
 PLAN_DIR = "_plan"  # "_": not a stage folder (inspect and the report skip it)
@@ -186,7 +189,8 @@ def _failed_facts(ids: list[str], arts: list) -> dict:
     failed = [a.manifest["failed_requests"] for a in arts if (a.manifest.get("failed_requests") or {}).get("total")]
     if failed:
         out["failed_requests"] = {"total": sum(f["total"] for f in failed),
-                                  "by_reason": _sum([f.get("by_reason") or {} for f in failed])}
+                                  "by_reason": _sum([f.get("by_reason") or {} for f in failed]),
+                                  "final": sum(f.get("final", 0) for f in failed)}
     incomplete = [s for s, a in zip(ids, arts) if a.manifest.get("fingerprint_complete")]
     if incomplete:
         out["incomplete_shards"] = incomplete
@@ -195,14 +199,26 @@ def _failed_facts(ids: list[str], arts: list) -> dict:
     return out
 
 
+def _counts(name: str, arts: list) -> dict:
+    """The shards' counts added up, built again by :func:`pipeline.core.recorder.counts` (so units
+    in = out + quarantined is checked in total too). A shard recorded before quarantine kinds
+    were counted has only units."""
+    c = _sum([a.manifest["counts"] for a in arts])
+    kinds = c.get("quarantine_kinds") or ({"unit": c["quarantined"]} if c.get("quarantined") else {})
+    tally = recorder.QuarantineTally(Counter(kinds), Counter(c.get("quarantine_reasons") or {}))
+    return recorder.counts(c["in"], c["out"], tally, units_in=c.get("units_in"), units_out=c.get("units_out"),
+                           where=name)
+
+
 def collect(ctx, name: str, log=print):
     """Write (or keep) the stage manifest of sharded stage ``name`` from its shards' manifests:
     ``shards`` (id, fingerprint, content_sha256, counts, llm per shard), the counts and counters
     summed (in = out + quarantined holds in total since it holds per shard), ``files`` (the
-    shards' files as ``shard-NNNNN/<name>`` plus the stage's :meth:`Stage.reduce_shards` files)
-    and a ``content_sha256`` over the shards' content hashes and those files. Idempotent: an
-    existing stage manifest built from the same shard manifests is kept. Shard folders the plan no longer
-    has are removed. Failed LLM requests of the shards are summed (``failed_requests``); shards
+    shards' files as ``shard-NNNNN/<name>`` plus the stage's :meth:`Stage.reduce_shards` files),
+    written by the recorder (:func:`pipeline.core.recorder.record`) with a ``content_sha256`` over
+    the shards' content hashes and those files. Idempotent: an existing stage manifest built from
+    the same shard manifests is kept. Shard folders the plan no longer has are removed. Failed LLM
+    requests of the shards are summed (``failed_requests``: total, by reason, final); shards
     recorded as incomplete are listed (``incomplete_shards``), and then ``fingerprint_complete``
     is set, as for an unsharded stage. Returns the stage's
     :class:`~pipeline.core.artifacts.StageArtifact`.
@@ -211,7 +227,6 @@ def collect(ctx, name: str, log=print):
     ``ArtifactError`` when a shard has no complete artifact."""
     import hashlib
     import shutil
-    import time
     from pipeline.stages import get_stage
     store, plan = ctx.store, ctx.plan
     arts = [store.require(name, sid) for sid in plan.ids]
@@ -226,32 +241,30 @@ def collect(ctx, name: str, log=print):
         if is_shard_id(d) and d not in set(plan.ids):  # left by an earlier plan with more shards
             shutil.rmtree(os.path.join(folder, d), ignore_errors=True)
     extra = get_stage(name).reduce_shards(ctx, arts)
-    h = hashlib.sha256()
-    for s in listing:
-        h.update(f"{s['id']}\0{s['content_sha256']}\n".encode())
+    content = [(s["id"], s["content_sha256"]) for s in listing]
     for fname in sorted(extra):
         data = extra[fname] if isinstance(extra[fname], bytes) else extra[fname].encode("utf-8")
         os.makedirs(os.path.dirname(os.path.join(folder, fname)), exist_ok=True)
         atomic_write(os.path.join(folder, fname), data)
-        h.update(f"{fname}\0{hashlib.sha256(data).hexdigest()}\n".encode())
+        content.append((fname, hashlib.sha256(data).hexdigest()))
     manifest = {
-        "stage": name, "run_id": store.run_id, "status": "complete", "shards": listing,
+        "stage": name, "run_id": store.run_id, "shards": listing,
         "plan_fingerprint": plan.fingerprint, "collect_key": key,
         "input_path": ctx.input_path if not get_stage(name).inputs else "",
         "fingerprint": content_hash([s["fingerprint"] for s in listing], n=32), "inputs": [],
-        "counts": _sum([a.manifest["counts"] for a in arts]),
+        "counts": _counts(name, arts),
         "counters": _sum([a.manifest.get("counters") or {} for a in arts]),
         "llm": _llm_sum([a.manifest.get("llm") or {} for a in arts]),
         "wall_s": round(sum(a.manifest.get("wall_s", 0.0) for a in arts), 3),
-        "files": sorted([f"{sid}/{f}" for sid, a in zip(plan.ids, arts) for f in a.manifest.get("files", [])]
-                        + list(extra)),
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "content_sha256": h.hexdigest(),
+        **_failed_facts(plan.ids, arts),
     }
-    manifest.update(_failed_facts(plan.ids, arts))
-    atomic_write_json(os.path.join(folder, MANIFEST), manifest)
+    files = [f"{sid}/{f}" for sid, a in zip(plan.ids, arts) for f in a.manifest.get("files", [])] + list(extra)
+    manifest = recorder.record(folder, manifest, files, content=content)
     c = manifest["counts"]
     log(f"[{name}] {len(arts)} shards: in={c['in']} out={c['out']} quarantined={c['quarantined']} "
         f"{c['quarantine_reasons'] or ''}")
+    if failure_sentence(manifest):
+        log(f"[{name}] {failure_sentence(manifest)}")
     return StageArtifact(folder, manifest)
 
 

@@ -7,8 +7,9 @@ import os
 from typing import Any, Callable
 
 from pipeline.core import manifest as step_manifest
+from pipeline.core import recorder
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.stage.step import TrainingStep
+from pipeline.stage.step import StepOutput, TrainingStep
 
 
 def run_step(step: TrainingStep, root: str, run_id: str, cfg: Any, force: bool = False,
@@ -26,17 +27,28 @@ def run_step(step: TrainingStep, root: str, run_id: str, cfg: Any, force: bool =
     inputs = step_manifest.upstream_facts(store, [*step.inputs, *present]) + step.input_facts(store, cfg)
     fp, facts = step_manifest.step_fingerprint(step.name, inputs, step.config_facts(cfg), step.version)
     out = step.output_dir(store)
-    path = os.path.join(out, step.manifest_name)
-    prev = None if force else step_manifest.reusable(path, fp)
+    prev = None if force else step_manifest.reusable(os.path.join(out, step.manifest_name), fp)
     if prev is not None and step.still_valid(store, cfg, prev):
         step.after_record(root, store, cfg, prev, reused=True)
         log(f"[{step.name}] unchanged (fingerprint {fp[:12]}): skipped")
         return _result(step, prev, out, skipped=True)
-    m = step_manifest.record(path, step.run(store, cfg), fp, facts)
+    m = record_step(step, store, step.run(store, cfg), fp, facts)
     step.after_record(root, store, cfg, m, reused=False)
     for line in step.describe(m):
         log(f"[{step.name}] {line}")
     return _result(step, m, out, skipped=False)
+
+
+def record_step(step: TrainingStep, store: ArtifactStore, produced: StepOutput, fp: str,
+                facts: dict[str, Any]) -> dict[str, Any]:
+    """Record what ``step`` produced, once: its manifest plus ``fingerprint``, ``fingerprint_facts``
+    and ``counts``, written by :func:`pipeline.core.recorder.record` into the step folder; for a
+    step whose output is an artifact (``produced.rows``), with its rows and extra files in one
+    atomic write of ``store``. Returns the manifest written. Raises ``OSError``."""
+    manifest = {**produced.manifest, "fingerprint": fp, "fingerprint_facts": facts, "counts": produced.counts}
+    if produced.rows is not None:
+        return store.write(step.name, produced.rows, [], manifest, produced.extra_files).manifest
+    return recorder.record(step.output_dir(store), manifest, produced.files, name=step.manifest_name)
 
 
 def _result(step: TrainingStep, m: dict[str, Any], out: str, skipped: bool) -> dict[str, Any]:

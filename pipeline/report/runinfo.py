@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from pipeline.core.artifacts import MANIFEST, parquet_parts, quarantine_dir
 from pipeline.core.config import LLMConfig
+from pipeline.core.manifest import failure_sentence, request_failures
 from pipeline.llm.accounting import cost_usd
 from pipeline.stages import STAGES
 
@@ -75,10 +76,12 @@ def _shard_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _failed(manifest: dict[str, Any]) -> dict[str, Any]:
-    """``{"total", "by_reason"}`` of the manifest's ``failed_requests`` (LLM requests that failed
-    after retries; the stage is then recorded incomplete and a plain rerun retries them)."""
-    f = manifest.get("failed_requests") if isinstance(manifest.get("failed_requests"), dict) else {}
-    return {"total": int(f.get("total") or 0), "by_reason": dict(f.get("by_reason") or {})}
+    """``{"total", "retried", "final", "by_reason", "sentence"}`` of the manifest's failed LLM
+    requests (:func:`pipeline.core.manifest.request_failures`), with what they mean in the words
+    every reader uses (:func:`pipeline.core.manifest.failure_sentence`)."""
+    f = request_failures(manifest)
+    return {"total": f.total, "retried": f.retried, "final": f.final, "by_reason": f.by_reason,
+            "sentence": failure_sentence(manifest)}
 
 
 def funnel(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,9 +34,16 @@ What :meth:`LLMStage.run` does with them:
    (the first failed request: reason from :func:`pipeline.quality.reason_of`, raw output kept)
    plus one request row per further failed request (not units: ``StageOutput.request_quarantine``).
 4. The :class:`~pipeline.stage.stage.StageOutput` has ``rows_in`` = number of jobs, every failed
-   result in ``failed_requests`` (the runner records the stage incomplete, so a plain rerun
-   resends them) and the counters of :meth:`LLMStage.counters` (by default the content-rule
-   record of ``run.tally``).
+   result in ``failed_requests`` and the counters of :meth:`LLMStage.counters` (by default the
+   content-rule record of ``run.tally``).
+
+**Failure policy** (:meth:`LLMStage.failure_facts`, called by the runner once the counts
+reconcile): when more units failed at the endpoint (:data:`TRANSPORT_REASONS`) than
+``llm.max_endpoint_failure_rate`` allows, the stage fails (:class:`~pipeline.stage.stage.StageFailed`,
+nothing written: the endpoint is to blame, not the data). Otherwise every failed request is
+recorded (:func:`failed_request_facts`), and the stage is recorded incomplete (a plain rerun
+resends exactly those) unless the answers would only fail again (:func:`answers_repeat`: then only
+transport failures are retried) or ``llm.retry_failed`` is false (then none is).
 
 A stage whose units are not its jobs (skills: one call is fed by many memories) overrides
 :meth:`LLMStage.collect` and keeps the rest. Code that is not a stage (RL skill evolution) can
@@ -49,10 +56,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import quality
+from pipeline.core.lineage import content_hash
 from pipeline.core.records import QuarantineRow
-from pipeline.stage.stage import Stage, StageContext, StageOutput, reject
+from pipeline.stage.stage import Stage, StageContext, StageFailed, StageOutput, reject
 from pipeline.llm.types import JSONRequest, JSONResult
 from pipeline.quality import topic
+
+
+#: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
+TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
+MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
 
 
 @dataclass
@@ -149,6 +162,57 @@ def failure_row(stage: str, result: JSONResult, detail: str, item_id: str, sourc
                   source_uri=source_uri, line=line)
 
 
+def answers_repeat(llm: Any) -> bool:
+    """True when the same request gets the same answer: the embedded llama.cpp server
+    (:func:`pipeline.llm.provider.uses_embedded`: started by the run, or the Airflow DAG's
+    detached one) sampling greedily (``llm.temperature == 0``, fixed ``llm.seed``).
+    Then a request whose *answer* failed (cut at max_tokens, not JSON, schema or content rules)
+    would only fail again, and only transport failures are worth a retry."""
+    from pipeline.llm.provider import uses_embedded
+    return uses_embedded(llm) and llm.temperature == 0
+
+
+def failed_request_facts(failed_requests: list[JSONResult], fp: str, retry: bool = True,
+                         only_transport: bool = False) -> dict[str, Any]:
+    """The manifest entries that record a stage's failed LLM requests (``JSONResult`` objects).
+
+    Returns ``{"fingerprint": fp, "failed_requests": {...}}`` when the stage counts as complete.
+    Otherwise the recorded fingerprint is a hash of ``fp`` and the retried ``(key, reason)`` pairs,
+    so that (a) the next plain run finds no match and reruns the stage, sending only the failed
+    requests again (the client caches successful answers only), and (b) a later stage built on this
+    incomplete artifact is stale once the rerun changes it; then also ``fingerprint_complete``
+    (``fp``). ``failed_requests``: ``{total, by_reason, keys (first MAX_LISTED_FAILED, sorted),
+    final}``. ``retry=False`` (``llm.retry_failed``) records the failures but keeps ``fp``: the
+    stage counts as complete and every failure is final. ``only_transport`` (:func:`answers_repeat`):
+    only failures of :data:`TRANSPORT_REASONS` make the stage incomplete; the others are final.
+    What a reader says about them: :func:`pipeline.core.manifest.failure_sentence`.
+    """
+    failed = sorted((r.key, r.error or "llm_failed") for r in failed_requests)
+    retried = [f for f in failed if f[1] in TRANSPORT_REASONS] if only_transport else failed
+    summary = {"total": len(failed), "by_reason": dict(sorted(Counter(e for _, e in failed).items())),
+               "keys": [k for k, _ in failed[:MAX_LISTED_FAILED]],
+               "final": len(failed) - len(retried) if retry else len(failed)}
+    if not retried or not retry:
+        return {"fingerprint": fp, "failed_requests": summary}
+    return {"fingerprint": content_hash({"fingerprint": fp, "failed_requests": retried}, n=32),
+            "fingerprint_complete": fp, "failed_requests": summary}
+
+
+def check_endpoint(stage: str, llm: Any, counts: dict[str, Any]) -> None:
+    """Raise :class:`~pipeline.stage.stage.StageFailed` when more units of ``counts``
+    (:func:`pipeline.core.recorder.counts`) were quarantined for an endpoint failure (connection,
+    timeout, HTTP: :data:`TRANSPORT_REASONS`) than ``llm.max_endpoint_failure_rate`` allows: the data
+    is not to blame, and nothing is written. ``llm``: the run's ``LLMConfig``."""
+    reasons, units_in = counts["quarantine_reasons"], counts["units_in"]
+    transport = {r: reasons[r] for r in TRANSPORT_REASONS if reasons.get(r)}
+    if sum(transport.values()) > llm.max_endpoint_failure_rate * max(units_in, 1):
+        raise StageFailed(
+            f"[{stage}] {sum(transport.values())} of {units_in} items failed at the LLM endpoint after "
+            f"retries ({', '.join(f'{k}={v}' for k, v in transport.items())}): is "
+            f"{llm.base_url or 'the embedded server'} reachable and the model/key right? The stage "
+            f"was not written; rerun it (answers already received are cached).")
+
+
 class LLMStage(Stage):
     """Base of the stages that ask an LLM (module docstring). Implement :meth:`requests` and
     :meth:`format_output`; override :meth:`counters`, :meth:`unit_detail` or :meth:`collect`
@@ -175,6 +239,17 @@ class LLMStage(Stage):
         """Manifest counters; by default ``{"quality": ...}``, the content-rule record of
         ``run.tally`` over the jobs and the unit quarantine (:meth:`pipeline.quality.Tally.record`)."""
         return {"quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine))}
+
+    def failure_facts(self, ctx: StageContext, out: StageOutput, fingerprint: str,
+                      counts: dict[str, Any]) -> dict[str, Any]:
+        """The LLM failure policy (module docstring): :func:`check_endpoint`, then the failed
+        requests of ``out`` recorded by :func:`failed_request_facts` (see
+        :meth:`pipeline.stage.stage.Stage.failure_facts`)."""
+        llm = ctx.config.llm
+        check_endpoint(self.name, llm, counts)
+        # answers_repeat only matters for failed requests (and imports the LLM client modules)
+        return failed_request_facts(out.failed_requests, fingerprint, llm.retry_failed,
+                                    bool(out.failed_requests) and answers_repeat(llm))
 
     def run(self, ctx: StageContext) -> StageOutput:
         """:meth:`requests`, :meth:`ask`, :meth:`collect`, then ``failed_requests`` and

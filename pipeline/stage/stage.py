@@ -31,13 +31,16 @@ put it in ``pipeline/stages/shorten.py`` and add its name to ``STAGES`` in ``pip
   and of every stage upstream of it (bump it when the meaning of the stage's output changes:
   the stage and everything downstream rerun, nothing upstream does). When a complete artifact
   exists it is computed before running, and an artifact with the same fingerprint is reused
-  (the stage is skipped); otherwise it is computed after running, and a stage that learned its
-  input facts while reading (parse hashes its files as it reads them) hands them back in
-  :attr:`StageOutput.input_facts` so nothing is read twice;
-* **count invariant** after running: units in = units out + quarantined (``StageOutput``), else
-  :class:`CountMismatch` and nothing is written;
-* **atomic write** of the Parquet parts, the quarantine and the manifest (a killed process leaves
-  the previous artifact or none, never half of one);
+  (the stage is skipped); otherwise it is computed after running, from
+  :meth:`Stage.facts_after_run` (a stage that learned its input facts while reading, as parse
+  hashes its files as it reads them, hands those back so nothing is read twice);
+* **count invariant** after running: units in = units out + quarantined (``StageOutput``, counted
+  by :func:`pipeline.core.recorder.counts`), else :class:`CountMismatch` and nothing is written;
+  :meth:`Stage.failure_facts` then records what failed (an LLM stage: its failed requests) or
+  refuses the output (:class:`StageFailed`);
+* **atomic write** of the Parquet parts and the quarantine, then the manifest, written last by the
+  one recorder (:func:`pipeline.core.recorder.record`; a killed process leaves the previous
+  artifact or none, never half of one);
 * **after the commit** (the atomic write, and on object storage the publication of the manifest):
   :meth:`Stage.after_commit`, where a stage writes what lives outside its run folder (skills: its
   bank as a version of ``<root>/banks``), so nothing is registered for an artifact that was never
@@ -52,7 +55,6 @@ the whole artifact of a global one. The others (*reduces*) run once and read eve
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator
 
@@ -60,11 +62,8 @@ import pyarrow as pa
 
 from pipeline.core.artifacts import ArtifactStore, StageArtifact
 from pipeline.core.config import PipelineConfig
+from pipeline.core.recorder import CountMismatch  # noqa: F401 - raised by the counts of every stage
 from pipeline.core.records import QuarantineRow
-
-
-class CountMismatch(RuntimeError):
-    """A stage lost or invented rows: units in != units out + quarantined."""
 
 
 class StageFailed(RuntimeError):
@@ -117,9 +116,25 @@ class Stage:
         """What the stage reads, as fingerprint facts (JSON-ready dicts): by default the content
         hash of each upstream artifact (never its location, so a moved run folder reruns
         nothing). A stage that reads input files overrides it; if it can compute the same facts
-        more cheaply while running, it also sets :attr:`StageOutput.input_facts`."""
+        more cheaply while running, it also overrides :meth:`facts_after_run`."""
         return [{"stage": s, **({"shard": ctx.shard} if ctx.reads_shard(s) else {}),
                  "content_sha256": ctx.upstream(s).content_sha256} for s in self.inputs]
+
+    def facts_after_run(self, ctx: "StageContext", out: "StageOutput") -> list[dict[str, Any]]:
+        """The input facts of the fingerprint once the stage has run (when no artifact could be
+        reused, the fingerprint is computed after the run). Default :meth:`input_facts`; a stage
+        that learned them while reading (parse hashes its files as it reads them) returns those
+        instead, so nothing is read twice."""
+        return self.input_facts(ctx)
+
+    def failure_facts(self, ctx: "StageContext", out: "StageOutput", fingerprint: str,
+                      counts: dict[str, Any]) -> dict[str, Any]:
+        """The manifest entries that record what failed in this run, given the run's
+        ``fingerprint`` and ``counts`` (:func:`pipeline.core.recorder.counts`). Default
+        ``{"fingerprint": fingerprint}``: nothing fails without raising. An LLM stage records its
+        failed requests (:meth:`pipeline.stage.llmstage.LLMStage.failure_facts`). Raise
+        :class:`StageFailed` when the output must not be written at all."""
+        return {"fingerprint": fingerprint}
 
     def reduce_shards(self, ctx: "StageContext", shards: list[StageArtifact]) -> dict[str, bytes | str]:
         """Cross-shard work of a sharded stage, done once all its shards are written (``shards``
@@ -151,8 +166,6 @@ class StageOutput:
     ``units_in`` counts what the stage consumed after any expansion (e.g. build_pairs expands
     trajectories into candidate pairs); ``units_out`` counts how many of those ended up used
     (defaults to ``len(rows)``; skills reports memories used, since its rows are skills).
-    ``input_facts``: the stage's :meth:`Stage.input_facts`, when it computed them while running
-    (set it before the last batch of a stream); ``None`` = the runner calls ``input_facts``.
     """
     rows: list[dict[str, Any]]
     quarantine: list[QuarantineRow]
@@ -166,8 +179,6 @@ class StageOutput:
     # stage may update rows_in/units_in/units_out/counters while it is consumed; the runner
     # reads them only after the last batch.
     stream: Iterator[tuple[Any, Any]] | None = None
-    reasons: Counter = field(default_factory=Counter)
-    input_facts: list[dict[str, Any]] | None = None
     # Every LLM request of this run that failed (``JSONResult`` with ``ok=False``), and one
     # quarantine row for each failed request whose raw output no unit's row in ``quarantine``
     # keeps (e.g. skills' mistakes call when its memories also fed a successful call).

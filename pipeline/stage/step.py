@@ -13,16 +13,21 @@ Subclass :class:`TrainingStep`::
         version = "1"                         # bump when the meaning of the output changes
 
         def run(self, store, cfg):
-            return train(store.require("export").path, self.output_dir(store), cfg)
+            m = train(store.require("export").path, self.output_dir(store), cfg)
+            return StepOutput(m, counts(m["pairs"], m["pairs"]), files=["model.safetensors"])
 
 :func:`pipeline.engine.steps.run_step` does the rest, the same way for every step: **freshness** (every upstream
 artifact was built from the current version of its own upstreams, else ``ArtifactError``),
 **fingerprint** (:func:`pipeline.core.manifest.step_fingerprint`: upstream content hashes, the
 step's other input facts, the config without the places, the step version and the package
-version), **reuse** (a manifest that recorded the same fingerprint: skipped), **run**,
-**record** (the manifest plus fingerprint, written atomically: its presence with a fingerprint
-is the "complete" mark), :meth:`TrainingStep.after_record` (what lives outside the step folder,
-idempotent), and the small reference a DAG task returns (:func:`pipeline.core.manifest.xcom`).
+version), **reuse** (a manifest that recorded the same fingerprint: skipped), **run** (the step
+returns what it produced, a :class:`StepOutput`, and writes no manifest), **record** (the one
+recorder, :func:`pipeline.core.recorder.record`, writes the manifest once, with the fingerprint,
+the counts and a content hash: its presence with a fingerprint is the "complete" mark; a step
+whose output is an artifact, eval and rollout, is written with it through the
+:class:`~pipeline.core.artifacts.ArtifactStore`), :meth:`TrainingStep.after_record` (what lives
+outside the step folder, idempotent), and the small reference a DAG task returns
+(:func:`pipeline.core.manifest.xcom`).
 """
 from __future__ import annotations
 
@@ -30,7 +35,30 @@ import dataclasses
 import os
 from typing import Any, Callable, ClassVar
 
+import pyarrow as pa
+
 from pipeline.core.artifacts import ArtifactStore
+
+
+@dataclasses.dataclass
+class StepOutput:
+    """What a step produced, handed to the step runner, which records it once.
+
+    Attributes:
+        manifest: what the step reports (JSON-ready): its manifest without the fingerprint, counts
+            and what the recorder adds.
+        counts: the counts of its data (:func:`pipeline.core.recorder.counts`: pairs trained on,
+            episodes played).
+        files: a step that writes its own folder (``sft_fit``, ``grpo``): the files of that folder,
+            relative to it, whose content the manifest hashes.
+        rows: a step whose output is an artifact (``eval_*``, ``rollout``): its rows, written with
+            ``extra_files`` and the manifest in one atomic write of the artifact store.
+    """
+    manifest: dict[str, Any]
+    counts: dict[str, Any]
+    files: list[str] = dataclasses.field(default_factory=list)
+    rows: pa.Table | None = None
+    extra_files: dict[str, bytes | str] = dataclasses.field(default_factory=dict)
 
 
 class TrainingStep:
@@ -78,9 +106,9 @@ class TrainingStep:
         step folder is still there). Default: yes."""
         return True
 
-    def run(self, store: ArtifactStore, cfg: Any) -> dict[str, Any]:
-        """Do the work into :meth:`output_dir`; return the manifest to record (JSON-ready). Must not
-        write :attr:`manifest_name` itself: the step runner records it once, with the fingerprint."""
+    def run(self, store: ArtifactStore, cfg: Any) -> StepOutput:
+        """Do the work into :meth:`output_dir`; return what it produced. Must not write
+        :attr:`manifest_name` (nor an artifact of its own): the step runner records it once."""
         raise NotImplementedError
 
     def rows(self, manifest: dict[str, Any]) -> int:

@@ -214,6 +214,7 @@ def grpo(
     (--output-dir, or output_dir in a flat --config): a bare `grpo` must not start a full default run.
     """
     from sft.rl.grpo import train
+    from sft.rl.step import record_standalone
 
     data = _config_file(config) if config else {}
     flat = not is_run_config(data)
@@ -241,7 +242,7 @@ def grpo(
             raise typer.Exit(1)
         typer.echo(json.dumps({k: m[k] for k in ("uri", "steps", "checkpoint", "bank_version", "log", "skipped")}))
         return
-    typer.echo(json.dumps(train(cfg), indent=2))
+    typer.echo(json.dumps(record_standalone(cfg.output_dir, train(cfg)), indent=2))
 
 
 if __name__ == "__main__":  # pragma: no cover

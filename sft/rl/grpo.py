@@ -31,7 +31,8 @@ grouping are ours, and the update is built from TRL/transformers/torch parts.
 
 Outputs in ``output_dir``: ``grpo_log.jsonl`` (one line per step: per-group rewards and
 advantages, KL, loss; one line per validation), ``checkpoints/step-N/``, ``banks/<version>.json``,
-``grpo_manifest.json`` (final checkpoint, bank version, summary).
+``grpo_manifest.json`` (final checkpoint, bank version, summary; written by the recorder once the
+run is over).
 """
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.config import LLMConfig
-from pipeline.core.fsutil import atomic_write_json
 from pipeline.core.layout import GRPO_LOG, GRPO_MANIFEST
 from pipeline.progress import bar as progress_bar
 from sft.rl.rollout import Episode, episode_summary, run_episodes
@@ -366,9 +366,10 @@ def _loop(run: _Run) -> tuple[int, str | None]:
     return step, last_ckpt
 
 
-def train(cfg: GRPOConfig, write_manifest: bool = True) -> dict[str, Any]:
-    """Run (or resume) GRPO as configured; returns the summary, also written to ``grpo_manifest.json``
-    unless ``write_manifest`` is False (the ``grpo`` step of a run records it once, with its fingerprint):
+def train(cfg: GRPOConfig) -> dict[str, Any]:
+    """Run (or resume) GRPO as configured; returns the summary, which the caller records as
+    ``grpo_manifest.json`` (the ``grpo`` step of a run, with its fingerprint, or ``skillpipe rl
+    grpo --output-dir``: :func:`pipeline.core.recorder.record` of :func:`sft.rl.step.grpo_output`):
     ``output_dir``, ``steps`` (last step), ``started_at_step``, ``checkpoint`` (last checkpoint
     folder), ``bank_version``, ``bank_file`` (the bank of that checkpoint), ``log``, ``wall_s``, ``model``.
 
@@ -382,6 +383,4 @@ def train(cfg: GRPOConfig, write_manifest: bool = True) -> dict[str, Any]:
                "checkpoint": last_ckpt, "bank_version": run.bank.version,
                "bank_file": os.path.join(last_ckpt, "skill_bank.json") if last_ckpt else "",
                "log": run.log.path, "wall_s": round(time.monotonic() - t_start, 1), "model": run.model_dir}
-    if write_manifest:
-        atomic_write_json(os.path.join(cfg.output_dir, GRPO_MANIFEST), summary)
     return summary

@@ -32,7 +32,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import ConfigError, PromptConfig
 from pipeline.core.fsutil import atomic_write
 from pipeline.core.layout import ARTIFACT_MANIFEST, ROLLOUT_STAGE
-from pipeline.stage.step import TrainingStep
+from pipeline.core.recorder import counts
+from pipeline.stage.step import StepOutput, TrainingStep
 from pipeline.prompts import render_step_messages
 from pipeline.core.records import TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import Episode
@@ -111,15 +112,12 @@ def write_txt_tree(out_dir: str, episodes: list[Episode], prompt_cfg: PromptConf
     return paths
 
 
-def write_parquet(store: ArtifactStore, episodes: list[Episode], manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write the episodes as the ``rollout`` artifact of run ``store`` with the extra ``manifest``
-    fields; returns the artifact's manifest."""
+def rollout_output(store: ArtifactStore, episodes: list[Episode], manifest: dict[str, Any]) -> StepOutput:
+    """The episodes as what the ``rollout`` step of run ``store`` produced: one trajectory row per
+    episode, counted, with the extra ``manifest`` fields (the step runner writes the artifact)."""
     rows = [ep.trajectory.to_row() for ep in episodes]
-    table = to_table(rows, TRAJECTORY_SCHEMA)
-    counts = {"in": len(rows), "units_in": len(rows), "units_out": len(rows), "out": len(rows),
-              "quarantined": 0, "quarantine_reasons": {}}
-    art = store.write(STAGE, table, [], {"stage": STAGE, "run_id": store.run_id, "counts": counts, **manifest})
-    return art.manifest
+    return StepOutput({"stage": STAGE, "run_id": store.run_id, **manifest}, counts(len(rows), len(rows), where=STAGE),
+                      rows=to_table(rows, TRAJECTORY_SCHEMA))
 
 
 def tree_files(out: str) -> list[str]:
@@ -154,8 +152,8 @@ class RolloutStep(TrainingStep):
         return prev.get("txt_tree") == os.path.abspath(self.out) and \
             [os.path.relpath(f, self.out) for f in tree_files(self.out)] == prev.get("txt_files")
 
-    def run(self, store: ArtifactStore, cfg: RolloutConfig) -> dict[str, Any]:
-        """Play (:func:`play_rollouts`), write the txt tree and the artifact; returns its manifest.
+    def run(self, store: ArtifactStore, cfg: RolloutConfig) -> StepOutput:
+        """Play (:func:`play_rollouts`), write the txt tree; returns the episodes (:func:`rollout_output`).
         Raises ``ConfigError`` when ``out`` holds another tree (unless ``replace_tree``)."""
         old = tree_files(self.out)
         if old and not self.replace_tree:
@@ -166,7 +164,7 @@ class RolloutStep(TrainingStep):
             os.remove(f)
         files = write_txt_tree(self.out, episodes, PromptConfig(history_length=cfg.history_length))
         from sft.rl.rollout import episode_summary
-        return write_parquet(store, episodes, {
+        return rollout_output(store, episodes, {
             "policy": model_id, "env": cfg.env, "bank_version": bank_version,
             "txt_tree": os.path.abspath(self.out), "txt_files": [os.path.relpath(f, self.out) for f in files],
             "summary": episode_summary(episodes)})

@@ -13,9 +13,11 @@ import os
 from typing import Any, Callable
 
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.core.layout import GRPO_MANIFEST, GRPO_STEP, SFT_STEP
+from pipeline.core.layout import CHECKPOINT_MANIFEST, GRPO_MANIFEST, GRPO_STEP, SFT_STEP
+from pipeline.core import recorder
+from pipeline.core.recorder import counts
 from pipeline.engine.steps import run_step
-from pipeline.stage.step import TrainingStep
+from pipeline.stage.step import StepOutput, TrainingStep
 
 from sft import manifest as sft_manifest
 from sft.rl.config import GRPOConfig, run_prompt_config, smoke
@@ -57,11 +59,11 @@ class GRPOStep(TrainingStep):
                                     f"{store.run_id}` first")
         return [{"stage": SFT_STEP, **{k: sft.get(k) for k in ("fingerprint", "global_step", "final_loss")}}]
 
-    def run(self, store: ArtifactStore, cfg: GRPOConfig) -> dict[str, Any]:
-        """Train (:func:`sft.rl.grpo.train`); returns its summary with ``train_episodes``."""
+    def run(self, store: ArtifactStore, cfg: GRPOConfig) -> StepOutput:
+        """Train (:func:`sft.rl.grpo.train`); returns its summary with ``train_episodes``
+        (:func:`grpo_output`)."""
         from sft.rl.grpo import train
-        m = train(cfg, write_manifest=False)
-        return dict(m, train_episodes=train_episodes(m["log"]))
+        return grpo_output(cfg.output_dir, train(cfg))
 
     def rows(self, manifest: dict[str, Any]) -> int:
         """Training episodes played."""
@@ -88,6 +90,26 @@ def grpo_for_run(root: str, run_id: str, cfg: GRPOConfig | None = None, force: b
     ``ArtifactError`` without an export or build_pairs artifact and ``FileNotFoundError`` without
     an SFT checkpoint (run ``skillpipe sft fit`` first)."""
     return run_step(GRPO, root, run_id, cfg, force=force, log=log)
+
+
+def grpo_output(output_dir: str, summary: dict[str, Any]) -> StepOutput:
+    """What a GRPO run into ``output_dir`` produced (:func:`sft.rl.grpo.train`'s ``summary``): the
+    summary with ``train_episodes``, those episodes as its counts, and as its content the log and
+    the final checkpoint's ``checkpoint.json`` (which holds the policy's content hashes)."""
+    m = dict(summary, train_episodes=train_episodes(summary["log"]))
+    files = [summary["log"]] + ([os.path.join(summary["checkpoint"], CHECKPOINT_MANIFEST)]
+                                if summary.get("checkpoint") else [])
+    inside = [os.path.relpath(f, output_dir) for f in files if os.path.isfile(f)]
+    return StepOutput(m, counts(m["train_episodes"], m["train_episodes"], where=STEP),
+                      files=[f for f in inside if not f.startswith("..")])
+
+
+def record_standalone(output_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Record a GRPO run outside a pipeline run (``skillpipe rl grpo --output-dir``) in
+    ``output_dir``: :func:`grpo_output` written by :func:`pipeline.core.recorder.record`, without a
+    fingerprint (nothing reuses it). Returns the manifest."""
+    out = grpo_output(output_dir, summary)
+    return recorder.record(output_dir, {**out.manifest, "counts": out.counts}, out.files, name=MANIFEST_NAME)
 
 
 def train_episodes(log_path: str) -> int:

@@ -57,7 +57,7 @@ def run(tmp_path, monkeypatch):
         return {"export": {"rows": {"used": 2}, "fingerprint": "ex"}, "global_step": cfg.max_steps, "final_loss": 1.0, "losses": [1.0],
                 "config": dataclasses.asdict(cfg)}
 
-    def grpo_train(cfg, write_manifest=True):
+    def grpo_train(cfg):
         os.makedirs(cfg.output_dir, exist_ok=True)
         trained.append(cfg)
         log = os.path.join(cfg.output_dir, "grpo_log.jsonl")

@@ -104,7 +104,8 @@ def _write_data_stages(root: str, store: ArtifactStore) -> list[dict]:
                            "rollouts/env002/test1.txt", 1, "")
     store.write("memory", to_table([mem], MEMORY_SCHEMA), [failed],
                 _manifest("memory", 2, 1, {"http_error": 1}, _llm(2, 0, failures=1),
-                          failed_requests={"total": 1, "by_reason": {"http_error": 1}, "keys": ["k1"]}))
+                          failed_requests={"total": 1, "by_reason": {"http_error": 1}, "keys": ["k1"], "final": 0},
+                          fingerprint_complete="fp-memory-complete"))  # a transport failure: retried
     skills = _skills("mem-cool")
     bank = skillbank.bank_version(skills)
     skills = [dict(s, bank_version=bank) for s in skills]

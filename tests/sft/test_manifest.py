@@ -34,7 +34,7 @@ def test_other_export_or_missing_manifest_fails():
 
 def test_manifest_roundtrip_and_latest_checkpoint(tmp_path):
     for step in (2, 10):
-        mf.write_manifest(str(tmp_path / f"checkpoint-{step}"), _saved(step=step))
+        mf.write_checkpoint_manifest(str(tmp_path / f"checkpoint-{step}"), _saved(step=step))
     assert mf.find_checkpoint(str(tmp_path), "auto") == str(tmp_path / "checkpoint-10")
     assert mf.read_manifest(str(tmp_path / "checkpoint-2"))["global_step"] == 2
     assert mf.read_manifest(str(tmp_path)) is None

@@ -70,8 +70,7 @@ def test_grpo_step_uses_the_runs_prompt_config_and_skips_when_unchanged(tmp_path
     run_step.fit_for_run(str(tmp_path), "r", log=lambda m: None)
     trained = []
 
-    def train(cfg, write_manifest=True):
-        assert write_manifest is False  # the step records the manifest once, with its fingerprint
+    def train(cfg):
         trained.append(cfg)
         log = os.path.join(cfg.output_dir, "grpo_log.jsonl")
         os.makedirs(cfg.output_dir, exist_ok=True)

@@ -35,7 +35,7 @@ def run(tmp_path, monkeypatch):
         return {"export": {"rows": {"used": 2}}, "global_step": cfg.max_steps, "final_loss": 1.0 + len(calls),
                 "losses": [1.0], "config": {"output_dir": out}}
 
-    def train(cfg, write_manifest=True):
+    def train(cfg):
         calls.append("grpo")
         os.makedirs(cfg.output_dir, exist_ok=True)
         log = os.path.join(cfg.output_dir, "grpo_log.jsonl")

@@ -75,7 +75,7 @@ def test_k8s_manifest_is_indexed_job_with_headless_service():
 
 def test_resume_with_other_topology_fails_before_launch(export, tmp_path):
     out = tmp_path / "out"
-    mf.write_manifest(str(out / "checkpoint-4"), {"export": {"fingerprint": export.fingerprint},
+    mf.write_checkpoint_manifest(str(out / "checkpoint-4"), {"export": {"fingerprint": export.fingerprint},
                                                   "world_size": 1, "zero_stage": 2, "global_step": 4})
     res = runner.invoke(app, ["submit", "--pairs", export.path, "--config", "zero3", "--num-processes", "1",
                               "--output", str(out), "--resume", "auto"])

@@ -63,11 +63,11 @@ def test_stream_splits_parts_and_counts(tmp_path, monkeypatch):
     batches = [(rows(0, 3), []), (rows(3, 10), [QuarantineRow("s", "x")]), ([], [])]
     seen = {}
 
-    def finish(n_rows, n_q):
-        seen.update(n_rows=n_rows, n_q=n_q)
+    def finish(n_rows, tally):
+        seen.update(n_rows=n_rows, kinds=dict(tally.kinds), reasons=dict(tally.reasons))
         return {"fingerprint": "f"}, {}
     art = store.write_stream("s", SCHEMA, iter(batches), finish)
-    assert seen == {"n_rows": 10, "n_q": 1}
+    assert seen == {"n_rows": 10, "kinds": {"unit": 1}, "reasons": {"x": 1}}
     assert [f for f in art.manifest["files"] if not f.startswith("_quarantine/")] == \
         ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert art.read_rows() == rows(0, 10)
@@ -94,8 +94,9 @@ def test_stream_mixes_encoded_parts_with_row_batches_in_order(tmp_path):
     enc.write(to_table(rows(2, 5), SCHEMA))
     qenc.write(to_table([QuarantineRow("s", "late").__dict__], QUARANTINE_SCHEMA))
     batches = [(rows(0, 2), [QuarantineRow("s", "early")]), (enc.finish()[0], qenc.finish()[0]), (rows(5, 6), [])]
-    art = store.write_stream("s", SCHEMA, iter(batches), lambda n, q: ({"fingerprint": "m", "n": [n, q]}, {}))
-    assert art.manifest["n"] == [6, 2] and art.read_rows() == rows(0, 6)
+    art = store.write_stream("s", SCHEMA, iter(batches),
+                             lambda n, q: ({"fingerprint": "m", "n": [n, q.units, sorted(q.reasons)]}, {}))
+    assert art.manifest["n"] == [6, 2, ["early", "late"]] and art.read_rows() == rows(0, 6)
     assert [f for f in art.manifest["files"] if not f.startswith("_quarantine/")] == \
         ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # an encoded part stays whole
     assert [q["reason"] for q in art.read_rows(quarantine=True)] == ["early", "late"]

@@ -14,7 +14,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.cli import print_summary
 from pipeline.core.config import PipelineConfig
 from pipeline.core.records import MEMORY_SCHEMA, SKILL_SCHEMA
-from pipeline.engine.runner import answers_repeat, failed_request_facts, run_stage
+from pipeline.engine.runner import run_stage
+from pipeline.stage.llmstage import answers_repeat, failed_request_facts
 from tests.helpers.llm_stage_data import heat_mug, write_trajectories, write_upstream
 from bench.chat_stub import ChatStub
 from tests.helpers.skills_data import MEMORIES, write_dedupe
@@ -93,7 +94,7 @@ def test_every_failed_distill_chunk_keeps_its_raw_output(tmp_path):
                                                                      ("traj-A#1", "not_json", "no3")]
     assert res.manifest["counts"]["quarantined"] == 1  # units: trajectories
     assert res.manifest["failed_requests"] == {"total": 2, "by_reason": {"not_json": 2},
-                                               "keys": ["traj-A#0", "traj-A#1"], "quarantine_rows": 1, "final": 0}
+                                               "keys": ["traj-A#0", "traj-A#1"], "final": 0}
 
 
 def test_retry_failed_off_records_the_stage_complete(tmp_path):
@@ -119,22 +120,19 @@ def test_with_a_greedy_embedded_model_only_transport_failures_are_retried():
     stage is incomplete only for transport failures (a rerun of make run used to re-send 28
     such requests, ~13 min, to get the same failures)."""
     from pipeline.core.config import LLMConfig
-    from pipeline.stage.stage import StageOutput
     from pipeline.llm.types import JSONResult
     assert answers_repeat(LLMConfig()) and not answers_repeat(LLMConfig(temperature=0.7))
     assert not answers_repeat(LLMConfig(base_url="http://127.0.0.1:1/v1"))
     from pipeline.llm.server import EMBEDDED_MODEL_ALIAS  # the DAG's detached embedded server
     assert answers_repeat(LLMConfig(base_url="http://127.0.0.1:1/v1", model=EMBEDDED_MODEL_ALIAS))
-    out = StageOutput(rows=[], quarantine=[], rows_in=0)
-    out.failed_requests = [JSONResult("a", False, error="check_failed"), JSONResult("b", False, error="length")]
-    final = failed_request_facts(out, "fp", retry=True, only_transport=True)
+    failed = [JSONResult("a", False, error="check_failed"), JSONResult("b", False, error="length")]
+    final = failed_request_facts(failed, "fp", retry=True, only_transport=True)
     assert final == {"fingerprint": "fp", "failed_requests": {
-        "total": 2, "by_reason": {"check_failed": 1, "length": 1}, "keys": ["a", "b"], "quarantine_rows": 0,
-        "final": 2}}
-    out.failed_requests.append(JSONResult("c", False, error="timeout"))
-    partly = failed_request_facts(out, "fp", retry=True, only_transport=True)
+        "total": 2, "by_reason": {"check_failed": 1, "length": 1}, "keys": ["a", "b"], "final": 2}}
+    failed.append(JSONResult("c", False, error="timeout"))
+    partly = failed_request_facts(failed, "fp", retry=True, only_transport=True)
     assert partly["fingerprint_complete"] == "fp" and partly["fingerprint"] != "fp"
     assert partly["failed_requests"]["final"] == 2 and partly["failed_requests"]["total"] == 3
     # a hosted endpoint (or temperature > 0): every failure is retried, as before
-    every = failed_request_facts(out, "fp", retry=True)
+    every = failed_request_facts(failed, "fp", retry=True)
     assert every["failed_requests"]["final"] == 0 and every["fingerprint"] not in ("fp", partly["fingerprint"])

@@ -125,8 +125,11 @@ def test_a_stage_that_reports_its_input_facts_is_not_hashed_twice(ctx, monkeypat
             asked.append(1)
             return INPUTS
 
+        def facts_after_run(self, ctx, out):
+            return out.counters["read"]
+
     def make():
-        return StageOutput(rows=[{"id": "a"}], quarantine=[], rows_in=1, input_facts=INPUTS)
+        return StageOutput(rows=[{"id": "a"}], quarantine=[], rows_in=1, counters={"read": INPUTS})
     use(monkeypatch, Reporting([], make))
     first = run_stage("remove_loops", ctx, log=lambda m: None)
     assert asked == [] and first.manifest["inputs"] == INPUTS

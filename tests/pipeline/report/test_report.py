@@ -100,7 +100,7 @@ def test_report_shows_quarantine_failed_call_and_two_bank_versions(rendered):
     text = re.sub(r"\s+", " ", text)
     assert "2 rows quarantined across 2 stage(s)" in text
     assert "1 failed LLM call(s)" in text
-    assert "stage memory is incomplete: 1 LLM request(s) failed (http_error 1)" in text
+    assert "stage memory incomplete: 1 LLM request(s) failed (http_error 1); a plain rerun retries them" in text
     assert "unreadable_file 1" in text and "http_error 1" in text
     assert "HTTP 503 after 3 retries" in dom  # a sample row of the failed call
     assert re.search(r'class="card bad"><b>1</b>failed calls', dom)

@@ -13,7 +13,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.config import MemoryConfig, PipelineConfig
 from pipeline.llm.schemas import grammar_schema, load_schema
 from pipeline.llm.types import JSONResult
-from pipeline.engine.runner import TRANSPORT_REASONS, run_stage
+from pipeline.engine.runner import run_stage
+from pipeline.stage.llmstage import TRANSPORT_REASONS
 from pipeline.stage.stage import StageContext
 from pipeline.stages import memory
 from pipeline.llm import templates as _templates
@@ -149,7 +150,7 @@ def test_empty_input_needs_no_llm(tmp_path):
         raise AssertionError("the LLM must not be started for an empty input")
     res = run_stage("memory", StageContext(store, PipelineConfig(), llm_factory=no_llm), log=lambda s: None)
     assert res.manifest["counts"] == {"in": 0, "units_in": 0, "units_out": 0, "out": 0, "quarantined": 0,
-                                      "quarantine_reasons": {}}
+                                      "quarantine_reasons": {}, "quarantine_kinds": {}}
 
 
 @pytest.mark.slow

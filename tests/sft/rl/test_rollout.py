@@ -9,7 +9,7 @@ from pipeline.core.config import ParseConfig, PipelineConfig, PromptConfig
 from pipeline.envs.sim.textworld import EnvTask, TextWorldExpressEnv
 from pipeline.core.records import DISTILLED_SCHEMA, SKILL_SCHEMA, TRAJECTORY_SCHEMA, to_table
 from sft.rl.rollout import project_action, run_episodes
-from sft.rl.rollout_io import write_parquet, write_txt_tree
+from sft.rl.rollout_io import rollout_output, write_txt_tree
 from pipeline.engine.runner import run_stage
 from pipeline.stage.stage import StageContext
 from tests.helpers.rollout_policies import ScriptedPolicy
@@ -161,7 +161,7 @@ def test_txt_tree_parses_back_with_identical_steps(tmp_path, episodes):
 
 
 def test_parquet_artifact_round_trips(tmp_path, episodes):
-    written = write_parquet(ArtifactStore(str(tmp_path), "r"), episodes, {"policy": "scripted"})
-    art = ArtifactStore(str(tmp_path), "r").require("rollout")
-    assert art.manifest == written and art.manifest["counts"]["out"] == 2 and art.manifest["policy"] == "scripted"
-    assert art.read_rows() == [e.trajectory.to_row() for e in episodes]
+    out = rollout_output(ArtifactStore(str(tmp_path), "r"), episodes, {"policy": "scripted"})
+    assert out.manifest == {"stage": "rollout", "run_id": "r", "policy": "scripted"}
+    assert (out.counts["in"], out.counts["out"], out.counts["quarantined"]) == (2, 2, 0)
+    assert out.rows.to_pylist() == [e.trajectory.to_row() for e in episodes]
