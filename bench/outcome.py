@@ -1,61 +1,77 @@
-"""Outcome experiment: do distilled reasoning and a skill bank make a better agent than plain demonstrations?
+"""Outcome experiment: do distilled reasoning and a skill bank, gated by measured usefulness or not,
+make a better agent than plain demonstrations?
 
-    .venv/bin/python bench/outcome.py                 # the four arms, CPU budget below
+    .venv/bin/python bench/outcome.py --dry-run       # the plan and its estimated minutes; runs nothing
+    .venv/bin/python bench/outcome.py                 # the five arms, CPU budget below
+    .venv/bin/python bench/outcome.py --seeds 5       # five SFT seeds for each deciding arm
+    .venv/bin/python bench/outcome.py --arms actions,skills,gated   # the deciding arms alone
     .venv/bin/python bench/outcome.py --grpo          # also a few GRPO steps from the best SFT arm
-    .venv/bin/python bench/outcome.py --arms base,actions   # a subset of the arms
     make outcome
 
-Four arms on the same trajectories, memories and skill bank, the same student, SFT steps and
-evaluation seeds (``bench/outcome_arms.py`` defines them and what each changes):
+Five arms on the same trajectories and memories, the same student, SFT steps and held-out games
+(``bench/outcome_arms.py`` defines them and what each changes):
 
-* ``base``: the base model, not trained, prompted with the skill bank;
+* ``base``: the base model, not trained, prompted with the ungated skill bank;
 * ``actions``: SFT on the expert actions with empty thinks (``distill.reasoning: none``);
-* ``thinks``: SFT on distilled thinks written without the bank (``prompt.skills: false`` in the
-  distill prompt, the SFT prompts and the evaluation prompts);
-* ``skills``: SFT on distilled thinks written with the bank, the bank in every prompt (SkillRL).
+* ``thinks``: SFT on distilled thinks written without the bank (``prompt.skills: false``);
+* ``skills``: SFT on distilled thinks written with the bank, the bank in every prompt (SkillRL),
+  usefulness gate off (the ungated bank);
+* ``gated``: the same with ``usefulness.policy: quarantine``: the skills stage drops bank items
+  with no measured gain before distill writes thinks with the bank, the usefulness stage drops
+  thinks with no gain.
+
+actions, skills and gated decide the question: each trains with ``--seeds`` SFT seeds (default 3;
+the seed changes data order and LoRA init), base and thinks once. The other arms run with the gate
+off (``bench/outcome_arms.py`` says why).
 
 Steps (all real components, nothing stubbed):
 
 1. expert traces: ``skillpipe rl rollout --policy gold --noise NOISE`` on ``--train-tasks`` seeds of
    the TextWorld Express *train* fold (real engine observations; no model, no API key);
 2. the data pipeline of the skills arm with the embedded LLM (or ``--llm-base-url``), run id
-   ``<run-id>``: parse -> remove_loops -> verify -> split -> memory -> skills -> distill ->
-   build_pairs -> export;
-2b. each other trained arm under run id ``<run-id><suffix>``: the skills arm's artifacts up to
-   the skill bank are copied (same trajectories, memories and bank; fingerprints match), then
-   distill -> build_pairs -> export with the arm's config (the actions arm makes no LLM call);
-3. SFT (TRL ``SFTTrainer``, LoRA) of the base model on each trained arm's export that has pairs;
-4. ``skillpipe eval`` of the base model and of each SFT checkpoint on ``--eval-episodes`` seeds of
-   the *dev* fold from ``--eval-seed0`` (no training data came from there), greedy, the prompts
-   the arm trained with (``pipeline.prompts``, the run's recorded ``prompt`` section);
-5. with ``--grpo``: GRPO from the best SFT arm's checkpoint, then the same evaluation.
+   ``<run-id>``, every stage, usefulness gate off;
+2b. each other trained arm under run id ``<run-id><suffix>``: the skills arm's artifacts before
+   its own stages are copied (same trajectories and memories; fingerprints match), then its own
+   stages with its config: actions and thinks distill -> build_pairs -> usefulness -> export on the
+   ungated bank (the actions arm makes no LLM call); gated skills -> distill -> build_pairs ->
+   usefulness -> export with the gate on. The gated run also gets the skills arm's teacher answers
+   (its LLM response cache), so its skills stage reads the same answers and its bank is the
+   ungated bank less what the gate drops; distill then asks anew wherever the gated bank changed
+   the prompt;
+3-4. one **unit** per arm and SFT seed, ``--jobs`` at a time in worker processes: SFT (TRL
+   ``SFTTrainer``, LoRA) of the base model on the arm's export with that seed, then ``skillpipe
+   eval`` of the checkpoint on ``--eval-episodes`` seeds of the *dev* fold from ``--eval-seed0``
+   (no training data came from there; every arm and seed plays the same games), greedy, the prompts
+   the arm trained with; the base model's evaluation is one more unit. Each SFT and each evaluation
+   is a fingerprinted step (``bench/outcome_steps.py``), so an interrupted run resumes at the first
+   unfinished one and a finished run reruns in seconds;
+5. with ``--grpo``: GRPO from the best arm's seed-0 checkpoint, then the same evaluation.
 
-It prints one table: per arm the success with its 95 % Wilson interval, valid-action and
-format-error rates, mean steps, and the data figures (exported pairs, skill-use rate of the
-pairs' thinks against the bank, mean think length in words, share of trajectories quarantined by
-distill and of pairs quarantined by build_pairs); then where the skills arm's thinks cite the
-bank during evaluation (share of steps; success of episodes with and without a citation;
-descriptive, not causal); the wall time of each step; and ``outcome:`` lines naming the best
-arm and whether its interval separates from each other arm's. The same figures go to
-``<root>/outcome.json``, which ``skillpipe report`` of any of the arms' runs shows in its
-Training section.
+It prints the plan and its estimated minutes first, one progress line per phase and unit started
+and finished (elapsed time, ETA), then: the data-quality metrics; one table with per arm the
+pooled success over seeds x games with its 95 % bootstrap interval over games, valid-action and
+format-error rates, mean steps and the data figures; each seed's result; the paired comparisons
+gated vs actions, gated vs skills and skills vs actions, game by game (``bench/outcome_stats.py``:
+the per-game difference of win shares pooled over seeds, its mean and a seeded 95 % paired
+bootstrap interval over games, and whether that interval excludes 0); where the skills and gated
+arms' thinks cite their bank during evaluation (descriptive); the wall time of each step. The
+same figures go to ``<root>/outcome.json`` (``skillpipe report`` of any arm's run shows it) and a
+dated result file in ``bench/results/`` (not for ``--quick``).
 
 CPU budget (defaults): game ``coin`` with four rooms, no doors and no distractors (picked by
-``bench/outcome_pilot.py``: action-only SFT won 16 of 30 held-out games there, 30 of 30 with two
-rooms, 0 of 30 on ``twc`` with two items), 12 training games at noise 0.1, LLM calls capped at
-400 completion tokens, skills calls sampled again up to twice, one observation/action pair of
-history in every prompt, SFT 24 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16
-LoRA), 60 evaluation games per arm of at most 8 actions and 96 new tokens (room for a think of
-``distill.max_think_chars``) in bfloat16, one torch thread per job and four jobs at once
-(``--jobs``: every arm's SFT and evaluation in its own worker process, the base model's
-evaluation beside the three trainings). On 2 cores a run took 51 minutes (data stages 24, arms
-27), within the 60-minute target; measured phases are in README -> Benchmarks.
-``--arms`` runs a subset; ``--quick`` shrinks every budget (a smoke run of a few minutes; fewer
-than 60 games).
+``bench/outcome_pilot.py``), 12 training games at noise 0.1, LLM calls capped at 400 completion
+tokens, skills calls sampled again up to twice, one observation/action pair of history in every
+prompt, SFT 24 steps of batch 2 at lr 5e-4 in bf16 autocast (cosine, rank-16 LoRA), 60 evaluation
+games per arm and seed of at most 8 actions and 96 new tokens in bfloat16, one torch thread per
+worker and four workers at once. The target is 150 minutes on 2 cores; the plan estimates it
+from the phase times of the newest full run in ``bench/results/`` (``bench/outcome_plan.py``).
+When a budget must shrink, cut training games or SFT steps, never held-out games or seeds.
+``--quick`` shrinks every budget (a smoke run of a few minutes; 2 games, 2 seeds).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -70,7 +86,9 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench import outcome_plan as plan, outcome_stats as stats, outcome_steps as steps  # noqa: E402
 from bench.outcome_arms import ARMS, Arm, arm, arm_config, pair_steps, skill_use, where_skills_used  # noqa: E402
+from bench.outcome_plan import Unit  # noqa: E402
 from pipeline.core import layout  # noqa: E402
 
 #: Keys of the export manifest (or its counters) that may hold data-quality metrics.
@@ -95,12 +113,23 @@ def _data_options(p: argparse.ArgumentParser) -> None:
                         "repeating each other (reused_think)")
 
 
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    """The plan's options: smoke run, dry run, the budget it is checked against, the bootstrap."""
+    p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes (2 games, "
+                                                        "2 seeds; no result file in bench/results)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated minutes, run nothing")
+    p.add_argument("--budget-minutes", type=float, default=plan.TARGET_MIN,
+                   help="the plan's target: it says OVER when its estimate exceeds this")
+    p.add_argument("--bootstrap", type=int, default=stats.N_BOOT,
+                   help="bootstrap resamples of every interval over games (seeded: the same on a rerun)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's options (``--help``)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "outcome_root"), help="folder for runs/ and traces")
     p.add_argument("--run-id", default="outcome", help="run id of the skills arm (the others: <run-id>-actions, "
-                                                       "<run-id>-noskills)")
+                                                       "<run-id>-noskills, <run-id>-gated)")
     p.add_argument("--arms", default=",".join(a.name for a in ARMS),
                    help="comma-separated arms to run (the skills arm's data are always built: the others copy them)")
     p.add_argument("--game", default="coin", help="TextWorld Express game for training and evaluation")
@@ -124,7 +153,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="observation/action pairs of history in every prompt of every arm (prompt.history_length; "
                         "SkillRL's RL default is 2): each one adds about 140 tokens to every step an arm trains on "
                         "and plays")
-    p.add_argument("--eval-episodes", type=int, default=60, help="held-out games per arm")
+    p.add_argument("--seeds", type=int, default=3, help="SFT seeds of each deciding arm (actions, skills, gated; "
+                                                         "base and thinks run once): data order and LoRA init")
+    p.add_argument("--eval-episodes", type=int, default=60, help="held-out games per arm and seed (the same games "
+                                                                  "for all)")
     p.add_argument("--eval-seed0", type=int, default=100, help="first dev-fold seed of the evaluation")
     p.add_argument("--eval-max-steps", type=int, default=8, help="actions per evaluation game")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens the policy may generate per action")
@@ -137,21 +169,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--base-model", default="", help="HF model folder to fine-tune ('' = embedded SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default; 1 is fastest on "
                                                           "shared cores, see GRPOConfig.torch_threads)")
-    p.add_argument("--jobs", type=int, default=4, help="arms trained and evaluated at once, each in its own process "
-                                                        "with --threads torch threads (1 = one after the other; "
-                                                        "4 starts the base model's evaluation beside the three "
-                                                        "trainings, so no core idles while one job finishes)")
-    p.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run of a few minutes")
-    a = p.parse_args(argv)
+    p.add_argument("--jobs", type=int, default=4, help="units (an arm and SFT seed: SFT then eval) run at once, "
+                                                        "each in its own process with --threads torch threads "
+                                                        "(1 = one after the other in this process; 4 on 2 cores "
+                                                        "keeps a core busy while one unit finishes)")
+    _plan_options(p)
+    return _checked(p, p.parse_args(argv))
+
+
+def _checked(p: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` with ``--arms`` as a list of known names and the ``--quick`` budgets; ``p.error`` for a bad value."""
     try:
         a.arms = [arm(n.strip()).name for n in a.arms.split(",") if n.strip()]
     except ValueError as e:
         p.error(f"--arms: {e}")
     if not a.arms:
         p.error("--arms names no arm")
+    if a.seeds < 1:
+        p.error("--seeds must be at least 1")
     if a.quick:
         a.train_tasks, a.sft_steps, a.sft_batch, a.eval_episodes, a.eval_max_steps = 4, 2, 1, 2, 2
-        a.max_new_tokens, a.grpo_steps = 24, 1
+        a.max_new_tokens, a.grpo_steps, a.seeds, a.bootstrap = 24, 1, 2, 1000
     return a
 
 
@@ -210,26 +248,52 @@ def pipeline(a: argparse.Namespace) -> list:
                         log=lambda m: print(m, flush=True))
 
 
-#: Artifacts every arm shares with the skills arm (copied, so its fingerprints match).
-SHARED_STAGES = ("_plan", "parse", "remove_loops", "verify", "split", "memory", "skills")
-#: The stages each arm runs on its own config.
-ARM_STAGES = ("distill", "build_pairs", "export")
+def shared_stages(which: Arm) -> tuple[str, ...]:
+    """The folders arm ``which`` copies from the skills arm's run: the run plan and every data stage
+    before its first own stage (:attr:`Arm.own_stages`; none for the skills arm)."""
+    first = layout.STAGES.index(which.own_stages[0])
+    return ("_plan", *layout.STAGES[:first]) if first else ()
+
+
+def share_teacher_answers(src: str, dst: str) -> int:
+    """Add the validated LLM answers cached in run folder ``src`` to those of ``dst``
+    (:class:`pipeline.llm.cache.ResponseCache`; an answer already there is kept); returns how many
+    were added. A stage of ``dst`` that sends the same request then reads the same answer."""
+    from pipeline.llm.cache import CACHE_FILE, ResponseCache
+    if not os.path.isfile(os.path.join(src, CACHE_FILE)):
+        return 0
+    source = ResponseCache(os.path.join(src, CACHE_FILE))
+    try:
+        entries, _ = source.entries_after(0)
+    finally:
+        source.close()
+    target = ResponseCache(os.path.join(dst, CACHE_FILE))
+    try:
+        return target.import_entries(entries)
+    finally:
+        target.close()
 
 
 def arm_data(a: argparse.Namespace, which: Arm) -> list:
     """Step 2b: the data of a trained arm other than skills under its run id: the skills arm's
-    artifacts up to the skill bank, then :data:`ARM_STAGES` with :func:`arm_config`."""
+    artifacts of :func:`shared_stages` copied, then the arm's own stages with :func:`arm_config`
+    (an arm that reruns ``skills`` also gets the skills arm's teacher answers:
+    :func:`share_teacher_answers`)."""
     from pipeline.engine.runner import run_pipeline
     run_id = which.run_id(a.run_id)
     if run_id == a.run_id:
         raise ValueError(f"arm {which.name} shares the skills arm's run; it has no data of its own")
     src, dst = (layout.run_dir(a.root, r) for r in (a.run_id, run_id))
-    for stage in SHARED_STAGES:
+    for stage in shared_stages(which):
         shutil.rmtree(os.path.join(dst, stage), ignore_errors=True)
         if os.path.exists(os.path.join(src, stage)):
             shutil.copytree(os.path.join(src, stage), os.path.join(dst, stage))
+    if "skills" in which.own_stages:
+        os.makedirs(dst, exist_ok=True)
+        print(f"    {share_teacher_answers(src, dst)} teacher answers of {a.run_id} added to {run_id}'s cache",
+              flush=True)
     return run_pipeline(a.root, run_id, os.path.join(a.root, "traces", a.run_id), arm_config(which, base_config(a)),
-                        env="textworld", stages=ARM_STAGES, log=lambda m: print(m, flush=True))
+                        env="textworld", stages=which.own_stages, log=lambda m: print(m, flush=True))
 
 
 def actions_baseline(a: argparse.Namespace) -> list:
@@ -237,25 +301,33 @@ def actions_baseline(a: argparse.Namespace) -> list:
     return arm_data(a, arm("actions"))
 
 
-def sft(a: argparse.Namespace, run_id: str = "") -> dict:
-    """Step 3: LoRA SFT of the base model on the export of ``run_id`` (default the main run)."""
+def sft(a: argparse.Namespace, run_id: str, seed: int = 0) -> dict:
+    """Step 3: LoRA SFT of the base model on the export of ``run_id`` with SFT seed ``seed``
+    (:func:`bench.outcome_steps.fit_seed`: skipped when unchanged)."""
     from sft.config import SFTFitConfig
-    from sft.run_step import fit_for_run
     cfg = SFTFitConfig(max_steps=a.sft_steps, per_device_train_batch_size=a.sft_batch, learning_rate=a.sft_lr,
                        lora_r=a.lora_r, lora_alpha=2 * a.lora_r, lr_scheduler_type="cosine",
                        warmup_steps=min(10, a.sft_steps // 10), base_model=a.base_model,
                        precision=a.sft_precision)
-    return fit_for_run(a.root, run_id or a.run_id, cfg)
+    return steps.fit_seed(a.root, run_id, cfg, seed)
 
 
-def evaluate(a: argparse.Namespace, which: str, run_id: str = "") -> dict:
-    """Step 4: held-out dev-fold games, greedy, of checkpoint ``which`` of ``run_id`` (default the
-    main run)."""
-    from sft.eval import eval_config, eval_for_run
-    cfg = eval_config(games=a.game, game_params=a.game_params, fold="dev", seed0=a.eval_seed0,
-                      episodes=a.eval_episodes, max_steps=a.eval_max_steps, max_new_tokens=a.max_new_tokens,
-                      torch_threads=a.threads, batch_size=a.eval_batch, dtype=a.eval_dtype)
-    return eval_for_run(a.root, run_id or a.run_id, which, cfg, base_model=a.base_model)
+def eval_cfg(a: argparse.Namespace):
+    """The held-out games and decoding every arm and seed is evaluated with."""
+    from sft.eval import eval_config
+    return eval_config(games=a.game, game_params=a.game_params, fold="dev", seed0=a.eval_seed0,
+                       episodes=a.eval_episodes, max_steps=a.eval_max_steps, max_new_tokens=a.max_new_tokens,
+                       torch_threads=a.threads, batch_size=a.eval_batch, dtype=a.eval_dtype)
+
+
+def evaluate(a: argparse.Namespace, which: str, run_id: str = "", seed: int = 0) -> dict:
+    """Step 4: the held-out games, greedy, of checkpoint ``which`` of ``run_id`` (default the main
+    run): ``base``, ``grpo`` (:func:`sft.eval.eval_for_run`) or ``sft_fit`` with SFT seed ``seed``
+    (:func:`bench.outcome_steps.eval_seed`). Skipped when unchanged."""
+    from sft.eval import eval_for_run
+    if which == layout.SFT_STEP:
+        return steps.eval_seed(a.root, run_id or a.run_id, seed, eval_cfg(a), base_model=a.base_model)
+    return eval_for_run(a.root, run_id or a.run_id, which, eval_cfg(a), progress=False, base_model=a.base_model)
 
 
 def grpo(a: argparse.Namespace, run_id: str = "") -> dict:
@@ -302,94 +374,81 @@ def data_figures(root: str, run_id: str, bank_rows: list[dict], min_shared: int 
     """The data figures of one trained arm's run: ``pairs`` exported, ``skill_use`` of their
     thinks against ``bank_rows`` (the skills arm's bank: :func:`bench.outcome_arms.skill_use`),
     ``think_words`` (mean words per think, empty thinks included), ``quarantine_distill`` (share
-    of distill's input trajectories it quarantined) and ``quarantine_pairs`` (share of candidate
-    pairs build_pairs quarantined); ``None`` for what the run has no artifact of."""
+    of distill's input trajectories it quarantined), ``quarantine_pairs`` (share of candidate
+    pairs build_pairs quarantined), ``quarantine_useful`` (share of pairs the usefulness stage
+    quarantined), ``bank_items`` (the run's own bank) and ``bank_gated`` (bank items its skills
+    stage quarantined for no measured gain); ``None`` for what the run has no artifact of."""
     from pipeline.core.artifacts import ArtifactStore
     from pipeline.core.records import Trajectory
     store = ArtifactStore(root, run_id)
-    export, verify = store.load("export"), store.load("verify")
+    export, verify, bank = store.load("export"), store.load("verify"), store.load("skills")
     pairs = export.read_rows() if export else []
     trajs = {t.trajectory_id: t for t in (Trajectory.from_row(r) for r in (verify.read_rows() if verify else []))}
     use = skill_use(pair_steps(pairs, trajs), bank_rows, "textworld", min_shared)
-    q = {s: (art.manifest.get("counts") or {}) if (art := store.load(s)) else {} for s in ("distill", "build_pairs")}
+    arts = {s: store.load(s) for s in ("distill", "build_pairs", "usefulness")}
+    q = {s: (art.manifest.get("counts") or {}) if art else {} for s, art in arts.items()}
+    gate = ((bank.manifest.get("counters") or {}).get("usefulness") or {}) if bank else {}
     return {"pairs": len(pairs), "skill_use": use["rate"], "skill_use_detail": use,
             "think_words": round(sum(len((p.get("think") or "").split()) for p in pairs) / len(pairs), 2)
             if pairs else None,
             "quarantine_distill": _rate(q["distill"]),
             "quarantine_distill_reasons": q["distill"].get("quarantine_reasons"),
             "quarantine_pairs": _rate(q["build_pairs"]),
-            "quarantine_pairs_reasons": q["build_pairs"].get("quarantine_reasons")}
+            "quarantine_pairs_reasons": q["build_pairs"].get("quarantine_reasons"),
+            "quarantine_useful": _rate(q["usefulness"]),
+            "bank_items": bank.manifest.get("counts", {}).get("out") if bank else None,
+            "bank_gated": sum(int(r.get("quarantined") or 0) for r in gate.values() if isinstance(r, dict))
+            if bank else None}
 
 
 def _fmt(v, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-#: Columns of the four-arm table: (heading, width).
-COLUMNS = (("arm", 38), ("success", 12), ("95% Wilson CI", 13), ("valid", 6), ("fmt err", 7), ("steps", 5),
-           ("pairs", 5), ("skill use", 9), ("think w", 7), ("q distill", 9), ("q pairs", 7))
+#: Columns of the arms' table: (heading, width).
+COLUMNS = (("arm", 38), ("seeds", 5), ("success", 13), ("95% CI", 11), ("valid", 6), ("fmt err", 7), ("steps", 5),
+           ("pairs", 5), ("skill use", 9), ("think w", 7), ("q distill", 9), ("q pairs", 7), ("q useful", 8),
+           ("bank", 4), ("gated", 5))
 
 
 def arm_table(rows: list[dict]) -> list[str]:
-    """The four-arm table as text lines: one row per ``{"name", "label", "eval": summary | None,
-    "data": data_figures | None}`` (an arm without an eval shows why in its success cell)."""
+    """The arms' table as text lines: one row per ``{"name", "label", "seeds", "eval": summary |
+    None, "data": data_figures | None}`` (the summary pooled over the arm's seeds: its
+    ``success_ci95`` is the bootstrap interval over games; an arm without an eval shows why in its
+    success cell)."""
     head = " ".join(f"{h:<{w}s}" if i == 0 else f"{h:>{w}s}" for i, (h, w) in enumerate(COLUMNS))
     out = [head]
     for r in rows:
         s, d = r.get("eval"), r.get("data") or {}
+        cells = [str(len(r.get("seeds") or [])) if r.get("trained") else "-"]
         if s:
             lo, hi = s["success_ci95"]
-            cells = [f"{s['wins']}/{s['episodes']}={s['success_rate']:.3f}", f"{lo:.3f}-{hi:.3f}",
-                     f"{s['valid_action_rate']:.3f}", f"{s['format_error_rate']:.3f}", f"{s['mean_steps']:.2f}"]
+            cells += [f"{s['wins']}/{s['episodes']}={s['success_rate']:.3f}", f"{lo:.3f}-{hi:.3f}",
+                      f"{s['valid_action_rate']:.3f}", f"{s['format_error_rate']:.3f}", f"{s['mean_steps']:.2f}"]
         else:
-            cells = [r.get("why") or "not run", "-", "-", "-", "-"]
+            cells += [r.get("why") or "not run", "-", "-", "-", "-"]
         cells += [_fmt(d.get("pairs"), "d"), _fmt(d.get("skill_use")), _fmt(d.get("think_words"), ".1f"),
-                  _fmt(d.get("quarantine_distill")), _fmt(d.get("quarantine_pairs"))]
+                  _fmt(d.get("quarantine_distill")), _fmt(d.get("quarantine_pairs")),
+                  _fmt(d.get("quarantine_useful")), _fmt(d.get("bank_items"), "d"), _fmt(d.get("bank_gated"), "d")]
         label = f"{r['name']}: {r['label']}"
         out.append(" ".join([f"{label:<{COLUMNS[0][1]}s}"] + [f"{c:>{w}s}" for c, (_, w) in zip(cells, COLUMNS[1:])]))
     return out
 
 
-def compare(x: str, sx: dict, y: str, sy: dict) -> str:
-    """``x <rate> [lo, hi] vs y <rate> [lo, hi]: difference +d; 95% intervals separate (x better) |
-    separate (y better) | overlap``."""
-    d = sx["success_rate"] - sy["success_rate"]
-    if sx["success_ci95"][0] > sy["success_ci95"][1]:
-        how = f"separate ({x} better)"
-    elif sy["success_ci95"][0] > sx["success_ci95"][1]:
-        how = f"separate ({y} better)"
-    else:
-        how = "overlap"
-    return (f"{x} {sx['success_rate']:.3f} {list(sx['success_ci95'])} vs {y} {sy['success_rate']:.3f} "
-            f"{list(sy['success_ci95'])}: difference {d:+.3f}; 95% intervals {how}")
+#: Eval summary keys kept in the result file (pooled over seeds and per seed).
+EVAL_KEYS = ("episodes", "wins", "success_rate", "success_ci95", "valid_action_rate", "format_error_rate",
+             "inadmissible_rate", "mean_steps", "mean_reward", "mean_score")
 
 
-#: The comparisons each isolate one switch: (arm, arm it is compared with, what the difference measures).
-CONTRASTS = (("actions", "base", "SFT on the expert actions"), ("skills", "actions", "the distilled think"),
-             ("skills", "thinks", "the skill bank"), ("thinks", "actions", "a think written without the bank"))
-
-
-def verdict(game: str, evals: dict[str, dict | None]) -> list[str]:
-    """The ``outcome:`` lines: the best arm (highest success; ties named together) and whether its
-    interval separates from each other evaluated arm's, then each :data:`CONTRASTS` pair whose
-    arms both have an eval. An arm whose eval is ``None`` had no SFT pair."""
-    done = {k: v for k, v in evals.items() if v is not None}
-    lines = [f"outcome: {game} {k}: no SFT pair survived the quality rules, nothing to train"
-             for k, v in evals.items() if v is None]
-    if not done:
-        return lines + [f"outcome: {game}: no arm was evaluated"]
-    top = max(v["success_rate"] for v in done.values())
-    best = [k for k, v in done.items() if v["success_rate"] == top]
-    others = [k for k in done if k not in best]
-    sep = [k for k in others if done[best[0]]["success_ci95"][0] > done[k]["success_ci95"][1]]
-    line = f"outcome: {game} best arm {' = '.join(best)} {top:.3f} {list(done[best[0]]['success_ci95'])}"
-    if others:
-        line += ("; its interval separates from " + (", ".join(sep) if sep else "no other arm")
-                 + ("" if len(sep) == len(others) else "; overlaps " + ", ".join(k for k in others if k not in sep)))
-    lines.append(line)
-    lines += [f"outcome: {what}: {compare(x, done[x], y, done[y])}" for x, y, what in CONTRASTS
-              if x in done and y in done]
-    return lines
+def pooled_eval(rows_by_seed: dict[int, list[dict]], pool: dict) -> dict:
+    """One arm's evaluation pooled over its seeds: :func:`sft.eval.summarize` of every seed's
+    episode rows, its success rate and interval replaced by ``pool``'s (:func:`bench.outcome_stats.pooled`:
+    the mean win share over games and the bootstrap interval over games), plus ``seeds`` and the
+    interval's method."""
+    from sft.eval import summarize
+    s = summarize([r for rows in rows_by_seed.values() for r in rows])
+    return {**{k: s[k] for k in EVAL_KEYS if k in s}, "success_rate": pool["rate"], "success_ci95": pool["ci95"],
+            "seeds": pool["seeds"], "ci_method": "percentile bootstrap over games, seeds pooled"}
 
 
 def machine() -> str:
@@ -426,33 +485,40 @@ def commit() -> str:
 RESULT_FILE = "outcome.json"
 
 
-def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, lines: list[str], timer: Timer) -> str:
+def write_result(a: argparse.Namespace, rows: list[dict], where: dict | None, lines: list[str], timer: Timer,
+                 extra: dict | None = None) -> str:
     """Write ``<root>/outcome.json`` (date, commit, machine, budget, one entry per arm with its run
-    id, eval summary and data figures, where the skills arm cites the bank, the verdict lines,
-    wall times); returns its path."""
-    keep = ("episodes", "wins", "success_rate", "success_ci95", "valid_action_rate", "format_error_rate",
-            "inadmissible_rate", "mean_steps", "mean_reward", "mean_score")
+    id, seeds, eval pooled over its seeds, each seed's eval and the data figures, where the skills
+    arm cites the bank, the verdict lines, wall times, and ``extra``: the pooled and paired figures,
+    the plan); returns its path. Also a dated result file (:func:`bench.results.write_result`),
+    except for ``--quick``."""
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
            "machine": machine(), "game": a.game, "game_params": a.game_params,
            "eval_seeds": [a.eval_seed0, a.eval_seed0 + a.eval_episodes - 1], "fold": "dev",
-           "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "sft_steps", "sft_batch", "sft_lr", "lora_r",
-                                                 "sft_precision", "eval_dtype", "history_length", "distill_steps_per_call",
-                                                 "skills_retries",
-                                                 "eval_episodes", "eval_max_steps", "max_new_tokens", "llm_max_tokens",
-                                                 "threads", "base_model", "llm_base_url", "llm_model")},
+           "budget": {k: getattr(a, k) for k in ("train_tasks", "noise", "seeds", "sft_steps", "sft_batch", "sft_lr",
+                                                 "lora_r", "sft_precision", "eval_dtype", "history_length",
+                                                 "distill_steps_per_call", "skills_retries", "eval_episodes",
+                                                 "eval_max_steps", "max_new_tokens", "llm_max_tokens", "threads",
+                                                 "jobs", "base_model", "llm_base_url", "llm_model", "arms")},
            "arms": [{"name": r["name"], "label": r["label"], "run_id": r["run_id"], "trained": r["trained"],
-                     "eval": {k: r["eval"][k] for k in keep if k in r["eval"]} if r.get("eval") else None,
+                     "usefulness": r.get("usefulness", "off"), "seeds": r.get("seeds") or [],
+                     "eval": {k: v for k, v in r["eval"].items() if k in (*EVAL_KEYS, "seeds", "ci_method")}
+                     if r.get("eval") else None,
+                     "per_seed": [{"seed": k, **{x: v[x] for x in EVAL_KEYS if x in v}}
+                                  for k, v in (r.get("per_seed") or {}).items()],
                      "why": r.get("why", ""), "data": r.get("data")} for r in rows],
-           "where_skills_used": where, "verdict": lines,
+           "where_skills_used": where, "verdict": lines, **(extra or {}),
            "wall_s": {**{name: round(sec) for name, sec in timer.phases}, "total": round(time.monotonic() - timer.t0)}}
     path = os.path.join(a.root, RESULT_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
+        json.dump(doc, f, indent=2, default=str)
     os.replace(tmp, path)
-    from bench.results import write_result as write_dated  # also a dated result file (bench/results.py)
-    write_dated("outcome", {k: doc[k] for k in ("game", "game_params", "eval_seeds", "arms", "where_skills_used",
-                                                 "verdict", "wall_s")}, doc["budget"])
+    if not a.quick:
+        from bench.results import write_result as write_dated  # also a dated result file (bench/results.py)
+        write_dated("outcome", {k: doc[k] for k in ("game", "game_params", "eval_seeds", "arms", "pooled", "paired",
+                                                     "where_skills_used", "where_gated_used", "verdict", "plan",
+                                                     "wall_s") if k in doc}, doc["budget"])
     return path
 
 
@@ -461,108 +527,134 @@ def exported_pairs(results: list) -> int:
     return int(next((r.manifest.get("counts", {}).get("out") or 0 for r in results if r.stage == "export"), 0))
 
 
-def arm_job(a: argparse.Namespace, name: str, run_id: str, pairs: int) -> tuple[list[tuple[str, float]], dict | None]:
-    """The torch part of one arm, run in a worker process: SFT on the export of ``run_id`` then
-    the held-out eval (a trained arm with ``pairs`` > 0), or the eval of the base model (``base``).
-    Returns the worker's timed phases and the eval summary (None: no pair, nothing trained)."""
-    if a.threads:
-        import torch
-        torch.set_num_threads(a.threads)
+def unit_job(a: argparse.Namespace, u: Unit, pairs: int) -> tuple[list[tuple[str, float]], dict | None]:
+    """The torch part of one unit, run in a worker process: SFT seed ``u.seed`` on the export of
+    ``u.run_id`` then its held-out eval (a trained arm with ``pairs`` > 0), or the eval of the base
+    model (``u.seed`` None). Returns the worker's timed phases and the eval summary with
+    ``reused`` (both steps were skipped: unchanged fingerprints); None: no pair, nothing trained."""
     timer = Timer()
-    if name == "base":
-        return timer.phases, timer.run("4 eval base", evaluate, a, "base")
+    if u.seed is None:
+        s = timer.run("4 eval base", evaluate, a, "base", u.run_id)
+        return timer.phases, {**s, "reused": bool(s.get("skipped"))}
     if not pairs:
-        print(f"--- {name}: the export has no SFT pair; no SFT, no eval", flush=True)
+        print(f"--- {u.label}: the export has no SFT pair; no SFT, no eval", flush=True)
         return timer.phases, None
-    timer.run(f"3 SFT ({name})", sft, a, run_id)
-    return timer.phases, timer.run(f"4 eval {name}", evaluate, a, layout.SFT_STEP, run_id)
+    fit = timer.run(f"3 SFT ({u.label})", sft, a, u.run_id, u.seed)
+    s = timer.run(f"4 eval {u.label}", evaluate, a, layout.SFT_STEP, u.run_id, u.seed)
+    return timer.phases, {**s, "reused": bool(fit.get("skipped")) and bool(s.get("skipped"))}
 
 
-#: Deadline of one arm's worker process (SFT plus 60-game eval took at most 36 min on 2 cores).
+#: Deadline of one unit's worker process (SFT plus 60-game eval took at most 36 min on 2 cores).
 ARM_JOB_TIMEOUT_S = 4 * 3600.0
 
 
-def run_arm_jobs(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str, int]]) -> dict[str, dict | None]:
-    """:func:`arm_job` of each ``(name, run_id, pairs)``, ``a.jobs`` at a time, each in a child
-    ``python bench/outcome.py --arm-job FILE`` (one after the other in this process when
-    ``a.jobs`` is 1); returns each arm's eval summary. The workers' phases join ``timer`` and a
-    ``3-4 arms`` phase records the wall time of all of them (the phases of parallel workers
-    overlap). Raises ``RuntimeError`` naming the arm when a worker fails, and
-    :class:`pipeline.core.waits.WaitTimeout` when one runs past :data:`ARM_JOB_TIMEOUT_S`
-    (then every worker is killed)."""
+def run_units(a: argparse.Namespace, timer: Timer, jobs: list[tuple[Unit, int]],
+              progress: plan.Progress | None = None) -> dict[str, dict | None]:
+    """:func:`unit_job` of each ``(unit, pairs)``, ``a.jobs`` at a time, each in a child ``python
+    bench/outcome.py --arm-job FILE`` (one after the other in this process when ``a.jobs`` is 1);
+    returns each unit's eval summary by :attr:`Unit.label`. The workers' phases join ``timer`` and
+    a ``3-4 arms (wall)`` phase records the wall time of all of them (the phases of parallel
+    workers overlap); ``progress`` hears each unit start and finish. Raises ``RuntimeError`` naming
+    the unit when a worker fails, and :class:`pipeline.core.waits.WaitTimeout` when one runs past
+    :data:`ARM_JOB_TIMEOUT_S` (then every worker is killed)."""
     t0 = time.monotonic()
     out: dict[str, dict | None] = {}
     if a.jobs <= 1 or len(jobs) <= 1:
-        for name, run_id, pairs in jobs:
-            phases, out[name] = arm_job(a, name, run_id, pairs)
+        for u, pairs in jobs:
+            progress and progress.start(u.label)
+            phases, out[u.label] = unit_job(a, u, pairs)
             timer.phases += phases
+            progress and progress.finish(u.label, bool((out[u.label] or {}).get("reused")))
     else:
-        out = _arm_workers(a, timer, jobs)
+        out = _unit_workers(a, timer, jobs, progress)
     timer.phases.append(("3-4 arms (wall)", time.monotonic() - t0))
     return out
 
 
-def _arm_workers(a: argparse.Namespace, timer: Timer, jobs: list[tuple[str, str, int]]) -> dict[str, dict | None]:
-    """:func:`run_arm_jobs` with child processes: each gets a job file (the options and its arm)
-    and writes its result next to it."""
+def _unit_workers(a: argparse.Namespace, timer: Timer, jobs: list[tuple[Unit, int]],
+                  progress: plan.Progress | None) -> dict[str, dict | None]:
+    """:func:`run_units` with child processes: each gets a job file (the options and its unit) and
+    writes its result next to it. A worker's torch threads come from ``OMP_NUM_THREADS``
+    (``a.threads``), so a unit whose steps are reused never imports torch to set them."""
     import tempfile
     from pipeline.core.waits import WaitTimeout, wait_exit
     os.makedirs(a.root, exist_ok=True)
     work = tempfile.mkdtemp(prefix="arm-jobs-", dir=a.root)
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
+                            if a.threads else {})}
     todo, running, out = list(jobs), {}, {}
     try:
         while todo or running:
             while todo and len(running) < a.jobs:
-                name, run_id, pairs = todo.pop(0)
-                path = os.path.join(work, f"{name}.json")
+                u, pairs = todo.pop(0)
+                path = os.path.join(work, f"{u.arm}-{u.seed}.json")
                 with open(path, "w", encoding="utf-8") as f:
-                    json.dump({"args": vars(a), "name": name, "run_id": run_id, "pairs": pairs}, f)
-                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--arm-job", path])
-                running[name] = (proc, path, time.monotonic())
-            for name, (proc, path, started) in list(running.items()):
+                    json.dump({"args": vars(a), "unit": dataclasses.asdict(u), "pairs": pairs}, f)
+                progress and progress.start(u.label)
+                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--arm-job", path], env=env)
+                running[u.label] = (proc, path, time.monotonic())
+            for label, (proc, path, started) in list(running.items()):
                 if proc.poll() is None:
                     if time.monotonic() - started > ARM_JOB_TIMEOUT_S:
-                        raise WaitTimeout(f"outcome arm job {name}", proc.pid, ARM_JOB_TIMEOUT_S)
+                        raise WaitTimeout(f"outcome unit {label}", proc.pid, ARM_JOB_TIMEOUT_S)
                     continue
-                del running[name]
+                del running[label]
                 if proc.returncode != 0:
-                    raise RuntimeError(f"the {name} arm's worker failed (exit status {proc.returncode}); its "
+                    raise RuntimeError(f"the worker of {label} failed (exit status {proc.returncode}); its "
                                        f"output is above")
                 with open(path + ".out", encoding="utf-8") as f:
                     res = json.load(f)
                 timer.phases += [tuple(p) for p in res["phases"]]
-                out[name] = res["eval"]
-            time.sleep(1.0)
+                out[label] = res["eval"]
+                progress and progress.finish(label, bool((res["eval"] or {}).get("reused")))
+            time.sleep(0.2 if not running else 1.0)
     finally:
         for proc, _, _ in running.values():  # an error or a deadline: leave no worker behind
             proc.kill()
-            wait_exit(proc, "outcome arm job", 30, killed=True)
+            wait_exit(proc, "outcome unit job", 30, killed=True)
         shutil.rmtree(work, ignore_errors=True)
     return out
 
 
 def arm_job_main(path: str) -> int:
-    """Entry of one worker (``--arm-job FILE``): :func:`arm_job` of the job file's arm, its result
+    """Entry of one worker (``--arm-job FILE``): :func:`unit_job` of the job file's unit, its result
     written to ``FILE.out``."""
     with open(path, encoding="utf-8") as f:
         job = json.load(f)
-    phases, summary = arm_job(argparse.Namespace(**job["args"]), job["name"], job["run_id"], job["pairs"])
+    phases, summary = unit_job(argparse.Namespace(**job["args"]), Unit(**job["unit"]), job["pairs"])
     with open(path + ".out", "w", encoding="utf-8") as f:
         json.dump({"phases": phases, "eval": summary}, f, default=str)
     return 0
 
 
-def skills_citations(a: argparse.Namespace, bank_rows: list[dict]) -> dict | None:
-    """:func:`bench.outcome_arms.where_skills_used` of the skills arm's eval episodes (None when
-    it was not evaluated)."""
+def arm_results(a: argparse.Namespace, chosen: list[Arm], evals: dict[str, dict | None]
+                ) -> dict[str, dict[int, list[dict]] | None]:
+    """Each chosen arm's evaluation rows by SFT seed (the base model's under seed 0), read from the
+    eval artifacts of the units that were evaluated; None for an arm none of whose units was."""
+    out: dict[str, dict[int, list[dict]] | None] = {}
+    for w in chosen:
+        seeds = [None] if not w.trained else w.seeds(a.seeds)
+        got = {0 if k is None else k: steps.eval_rows(a.root, w.run_id(a.run_id), k) for k in seeds
+               if evals.get(Unit(w.name, k, "").label)}
+        out[w.name] = {k: v for k, v in got.items() if v is not None} or None
+    return out
+
+
+def citations(a: argparse.Namespace, which: Arm, rows_by_seed: dict[int, list[dict]] | None) -> dict | None:
+    """:func:`bench.outcome_arms.where_skills_used` of ``which``'s evaluation episodes over all its
+    seeds, against the bank its run shows (None when it was not evaluated)."""
     from pipeline.core.artifacts import ArtifactStore
-    art = ArtifactStore(a.root, a.run_id).load(layout.eval_stage(layout.SFT_STEP))
-    return where_skills_used(art.read_rows(), bank_rows, "textworld") if art else None
+    if not rows_by_seed:
+        return None
+    bank = ArtifactStore(a.root, which.run_id(a.run_id)).load("skills")
+    episodes = [r for rows in rows_by_seed.values() for r in rows]
+    return where_skills_used(episodes, bank.read_rows() if bank else [], "textworld")
 
 
-def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q: dict, timer: Timer) -> None:
-    """Print the data-quality metrics of the skills arm's export, the four-arm table, where the
-    skills arm cites the bank, and the wall times."""
+def print_report(a: argparse.Namespace, rows: list[dict], where: dict[str, dict | None], q: dict, timer: Timer,
+                 lines: list[str]) -> None:
+    """Print the data-quality metrics of the skills arm's export, the arms' table, each seed's
+    result, where the skills and gated arms cite their bank, the wall times and the verdict."""
     print("\n== data-quality metrics (skills arm's export manifest) ==")
     if not q:
         print("  (the export manifest has no data-quality metrics)")
@@ -573,76 +665,132 @@ def print_report(a: argparse.Namespace, rows: list[dict], where: dict | None, q:
         if d.get("quarantine_distill_reasons") or d.get("quarantine_pairs_reasons"):
             print(f"  {r['name']}: quarantined by distill {d.get('quarantine_distill_reasons')}, "
                   f"by build_pairs {d.get('quarantine_pairs_reasons')}")
-    print(f"\n== four arms: {a.game} ({a.game_params}), held-out dev seeds {a.eval_seed0}.."
-          f"{a.eval_seed0 + a.eval_episodes - 1}, greedy, <= {a.eval_max_steps} actions; data: "
+    print(f"\n== arms: {a.game} ({a.game_params}), the same held-out dev seeds {a.eval_seed0}.."
+          f"{a.eval_seed0 + a.eval_episodes - 1} for every arm and seed, greedy, <= {a.eval_max_steps} actions; data: "
           f"{a.train_tasks} training games, SFT {a.sft_steps} steps, history {a.history_length} ==")
     for line in arm_table(rows):
         print("  " + line)
-    print("  (skill use: share of the pairs' thinks sharing >= 2 content words with a bank skill shown for the "
-          "task, beyond task/observation/action; q distill / q pairs: share quarantined)")
-    print("\n== where the skills arm's thinks cite the bank (eval steps; descriptive) ==")
-    if where is None:
-        print("  (the skills arm was not evaluated)")
-    else:
-        print(f"  steps citing a skill: {where['citing_steps']}/{where['steps']} = {_fmt(where['step_rate'])}")
-        print(f"  success of episodes with a citation: {where['wins_citing']}/{where['episodes_citing']} = "
-              f"{_fmt(where['success_citing'])}; without: {where['wins_not_citing']}/{where['episodes_not_citing']}"
-              f" = {_fmt(where['success_not_citing'])}")
+    print("  (success: wins/(seeds x games), 95% CI: percentile bootstrap over games, seeds pooled; skill use: "
+          "share of the pairs' thinks sharing >= 2 content words with a bank skill shown for the task, beyond "
+          "task/observation/action; q distill / q pairs / q useful: share quarantined by distill, build_pairs, "
+          "usefulness; bank: items in the arm's bank, gated: items its gate dropped)")
+    print("\n== each seed (Wilson 95% interval over its games) ==")
+    for r in rows:
+        for k, s in (r.get("per_seed") or {}).items():
+            lo, hi = s["success_ci95"]
+            print(f"  {r['name']:8s} {'seed ' + str(k) if r['trained'] else '':8s} {s['wins']}/{s['episodes']} = "
+                  f"{s['success_rate']:.3f} [{lo:.3f}, {hi:.3f}]{' (reused)' if s.get('reused') else ''}")
+    for name, w in where.items():
+        print(f"\n== where the {name} arm's thinks cite its bank (eval steps, all seeds; descriptive) ==")
+        if w is None:
+            print(f"  (the {name} arm was not evaluated)")
+            continue
+        print(f"  steps citing a skill: {w['citing_steps']}/{w['steps']} = {_fmt(w['step_rate'])}")
+        print(f"  success of episodes with a citation: {w['wins_citing']}/{w['episodes_citing']} = "
+              f"{_fmt(w['success_citing'])}; without: {w['wins_not_citing']}/{w['episodes_not_citing']}"
+              f" = {_fmt(w['success_not_citing'])}")
     print("\n== wall time ==")
     for name, sec in timer.phases:
-        print(f"  {name:28s} {sec:7.0f} s")
-    print(f"  {'total (wall)':28s} {time.monotonic() - timer.t0:7.0f} s")
+        print(f"  {name:34s} {sec:7.0f} s")
+    print(f"  {'total (wall)':34s} {time.monotonic() - timer.t0:7.0f} s")
+    print("\n== verdict (paired: per game, the win share over seeds of one arm minus the other's; mean over games "
+          "with a seeded 95% percentile bootstrap interval over games) ==")
+    for line in lines:
+        print(line, flush=True)
+
+
+def cores() -> int:
+    """CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def start_plan(a: argparse.Namespace, chosen: list[Arm]) -> tuple[list[tuple[str, float]], list[Unit], int, dict]:
+    """Print the plan and its estimate (:mod:`bench.outcome_plan`); returns ``(phases, units,
+    parallel, the plan's figures for the result file)``."""
+    t = plan.timings()
+    phases, units, parallel = plan.estimate(a, plan.plan_units(chosen, a.run_id, a.seeds), t, cores())
+    for line in plan.plan_text(a, chosen, phases, units, t, parallel, a.budget_minutes):
+        print(line, flush=True)
+    return phases, units, parallel, {"timings_from": t.source, "estimate_min": round(sum(s for _, s in phases) / 60, 1),
+                                     "units": [u.label for u in units]}
+
+
+def data_phases(a: argparse.Namespace, chosen: list[Arm], timer: Timer, progress: plan.Progress) -> dict[str, list]:
+    """Steps 1-2b with a progress line per phase: the rollouts, the skills arm's data, each other
+    trained arm's; returns each trained arm's ``run_pipeline`` results (skipped stages included)."""
+    def phase(name: str, fn, *args):
+        progress.start(name)
+        t0 = time.monotonic()
+        out = fn(*args)
+        timer.phases.append((name, time.monotonic() - t0))
+        progress.finish(name, bool(out.get("skipped") if isinstance(out, dict) else all(r.skipped for r in out)))
+        return out
+
+    phase("1 gold/noisy rollouts", rollouts, a)
+    results = {"skills": phase("2 data pipeline (skills arm)", pipeline, a)}
+    for w in chosen:
+        if w.trained and w.name != "skills":
+            results[w.name] = phase(f"2b data ({w.name} arm)", arm_data, a, w)
+    return results
+
+
+def arm_rows(a: argparse.Namespace, chosen: list[Arm], by_arm: dict, pools: dict, evals: dict) -> list[dict]:
+    """One row per chosen arm for the table and the result file: its seeds, the evaluation pooled
+    over them (:func:`pooled_eval`), each seed's summary, and a trained arm's data figures."""
+    from pipeline.core.artifacts import ArtifactStore
+    bank = ArtifactStore(a.root, a.run_id).load("skills")
+    bank_rows = bank.read_rows() if bank else []
+    rows = []
+    for w in chosen:
+        run_id, got = w.run_id(a.run_id), by_arm[w.name]
+        row = {"name": w.name, "label": w.label, "run_id": run_id, "trained": w.trained, "usefulness": w.usefulness,
+               "seeds": w.seeds(a.seeds), "eval": pooled_eval(got, pools[w.name]) if got else None,
+               "per_seed": {k: evals[Unit(w.name, k if w.trained else None, "").label] for k in (got or {})}}
+        if w.trained:
+            row["data"] = data_figures(a.root, run_id, bank_rows)
+            row["why"] = "" if got else "no SFT pair"
+        rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the arms named by ``--arms`` and print the table; returns the exit code."""
-    from pipeline.core.artifacts import ArtifactStore
+    """Run the arms named by ``--arms`` and print the tables; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--arm-job"] and len(argv) == 2:  # a worker of run_arm_jobs
+    if argv[:1] == ["--arm-job"] and len(argv) == 2:  # a worker of run_units
         return arm_job_main(argv[1])
     a = parse_args(argv)
-    if a.threads:
-        import torch
-        torch.set_num_threads(a.threads)
+    chosen = [w for w in ARMS if w.name in a.arms]
+    phases, units, parallel, plan_doc = start_plan(a, chosen)
+    if a.dry_run:
+        return 0
     os.makedirs(a.root, exist_ok=True)
     print("outcome experiment:", json.dumps(vars(a)), flush=True)
-    timer = Timer()
-    timer.run("1 gold/noisy rollouts", rollouts, a)
-    results = {"skills": timer.run("2 data pipeline (skills arm)", pipeline, a)}
-    for name in a.arms:
-        if name not in ("base", "skills"):
-            results[name] = timer.run(f"2b data ({name} arm)", arm_data, a, arm(name))
-    bank = ArtifactStore(a.root, a.run_id).load("skills")
-    bank_rows = bank.read_rows() if bank else []
-    chosen = [w for w in ARMS if w.name in a.arms]
-    # the longest jobs first (SFT then eval), the base eval last, so two workers finish together
-    jobs = [(w.name, w.run_id(a.run_id), exported_pairs(results[w.name])) for w in chosen if w.trained]
-    jobs += [(w.name, w.run_id(a.run_id), 0) for w in chosen if not w.trained]
-    evals = run_arm_jobs(a, timer, jobs)
-    rows = []
-    for which in chosen:
-        row = {"name": which.name, "label": which.label, "run_id": which.run_id(a.run_id), "trained": which.trained}
-        if which.trained:
-            row["data"] = data_figures(a.root, row["run_id"], bank_rows)
-            row["why"] = "" if evals[which.name] else "no SFT pair"
-        row["eval"] = evals[which.name]
-        rows.append(row)
-    trained = {k: v for k, v in evals.items() if v is not None and k != "base"}
+    timer, progress = Timer(), plan.Progress(phases[:-1], units, parallel)
+    results = data_phases(a, chosen, timer, progress)
+    if a.threads and a.jobs <= 1:  # the units run in this process
+        import torch
+        torch.set_num_threads(a.threads)
+    evals = run_units(a, timer, [(u, exported_pairs(results[u.arm]) if u.seed is not None else 0) for u in units],
+                      progress)
+    by_arm = arm_results(a, chosen, evals)
+    lines, pools, pairs = stats.verdict(a.game, {w.name: None if by_arm[w.name] is None else
+                                                 {k: stats.per_game(v) for k, v in by_arm[w.name].items()}
+                                                 for w in chosen}, a.bootstrap)
+    rows = arm_rows(a, chosen, by_arm, pools, evals)
+    trained = {w.name: pools[w.name]["rate"] for w in chosen if w.trained and w.name in pools}
     if a.grpo and trained:
-        best = max(trained, key=lambda k: trained[k]["success_rate"])
+        best = max(trained, key=trained.get)
         run_id = arm(best).run_id(a.run_id)
         timer.run(f"5 GRPO ({best})", grpo, a, run_id)
         s = timer.run(f"5b eval {best}+GRPO", evaluate, a, layout.GRPO_STEP, run_id)
-        rows.append({"name": f"{best}+grpo", "label": f"{arm(best).label}, then GRPO", "run_id": run_id,
-                     "trained": True, "eval": s, "data": None})
-        evals[f"{best}+grpo"] = s
-    where = skills_citations(a, bank_rows) if evals.get("skills") else None
-    print_report(a, rows, where, quality(a), timer)
-    lines = verdict(a.game, evals)
-    path = write_result(a, rows, where, lines, timer)
+        rows.append({"name": f"{best}+grpo", "label": f"{arm(best).label}, seed 0, then GRPO", "run_id": run_id,
+                     "trained": True, "seeds": [0], "eval": s, "data": None})
+    where = {w.name: citations(a, w, by_arm[w.name]) for w in chosen if w.name in ("skills", "gated")}
+    print_report(a, rows, where, quality(a), timer, lines)
+    path = write_result(a, rows, where.get("skills"), lines, timer,
+                        {"pooled": pools, "paired": pairs, "where_gated_used": where.get("gated"), "plan": plan_doc,
+                         "bootstrap": {"resamples": a.bootstrap, "seed": stats.BOOT_SEED, "level": 0.95}})
     print(f"\nresult file: {path}")
-    for line in lines:
-        print(line, flush=True)
     return 0
 
 

@@ -1,28 +1,44 @@
-"""The four arms of the outcome experiment (bench/outcome.py) and the skill-use figures.
+"""The five arms of the outcome experiment (bench/outcome.py) and the skill-use figures.
 
-Every arm trains (or not) the same student on the same trajectories, memories and skill bank;
-the arms differ in two switches only:
+Every arm trains (or not) the same student on the same trajectories and memories; the arms
+differ in three switches (the think, the skills block, the usefulness gate) and in how many SFT
+seeds they get:
 
-=============  ==================  =====================================  ===========================
-arm            think in target     skills block (distill + SFT + eval)    run id
-=============  ==================  =====================================  ===========================
-base           (no SFT)            yes (the skills arm's prompts)          ``<run-id>``
-actions        empty               yes                                     ``<run-id>-actions``
-thinks         distilled by LLM    no (empty bank: ``prompt.skills``)      ``<run-id>-noskills``
-skills         distilled by LLM    yes (SkillRL's setting)                 ``<run-id>``
-=============  ==================  =====================================  ===========================
+=======  ================  =================================  ==========  =====================  =====
+arm      think in target   skills block (distill, SFT, eval)  usefulness  run id                 seeds
+=======  ================  =================================  ==========  =====================  =====
+base     (no SFT)          yes: the ungated bank              off         ``<run-id>``           -
+actions  empty             yes: the ungated bank              off         ``<run-id>-actions``   N
+thinks   distilled by LLM  no (``prompt.skills: false``)      off         ``<run-id>-noskills``  1
+skills   distilled by LLM  yes: the ungated bank              off         ``<run-id>``           N
+gated    distilled by LLM  yes: the gated bank                quarantine  ``<run-id>-gated``     N
+=======  ================  =================================  ==========  =====================  =====
 
-So actions vs skills isolates the distilled think (same prompt), thinks vs skills isolates the
-skill bank (both distilled by the same LLM; the thinks arm's distill prompt reads ``(none)``
-where the skills would be, and its SFT and eval prompts have no experience section), and base
-vs any SFT arm is what training adds. The base model is evaluated with the skills arm's
-prompts (the bank in the prompt, as SkillRL serves it).
+(N = ``--seeds``, default 3; the SFT seed changes data order and LoRA init.)
+
+The question is decided by actions vs skills vs gated, all three with the same prompts shape:
+actions vs skills isolates the distilled think, gated vs skills isolates the usefulness gate
+(``usefulness.policy: quarantine``: the skills stage drops bank items with no measured gain
+before distill writes thinks with the bank, and the usefulness stage drops thinks with no gain),
+gated vs actions asks whether thinks and a bank that passed the gate beat plain demonstrations.
+The other arms run with the gate off: the actions arm's thinks are empty (the usefulness stage
+scores no empty think) and its bank only sits in the prompt, so the gate would change nothing but
+the bank block, which would then differ from the ungated arm it is compared with; the thinks arm
+has no bank and is kept as earlier runs had it (ungated thinks), so its figures stay comparable
+with them and it loads no scorer; base is not trained. thinks vs skills isolates the bank (both
+distilled by the same LLM; the thinks arm's distill prompt reads ``(none)`` where the skills
+would be, and its SFT and eval prompts have no experience section), base vs any SFT arm is what
+training adds. The base model is evaluated with the skills arm's prompts (the ungated bank).
+
+Data: the skills arm runs every stage; actions and thinks copy its artifacts up to the skill
+bank and run :data:`ARM_STAGES`; gated copies them up to ``memory`` (same trajectories and
+memories) and runs ``skills`` and :data:`ARM_STAGES` with the gate on (:attr:`Arm.own_stages`).
 
 Skill use is measured by wording (:func:`pipeline.quality.metrics.uses_skill`): a think uses a
 skill when it shares at least ``min_shared`` content words with the skill's text (title,
 principle, when-to-apply) that are not in the step's context (task, observation, action). Every
-arm is measured against the skills the skills arm shows for the same category, so the thinks
-arm's rate is the chance overlap of a think written without the bank.
+arm's pairs are measured against the skills the skills arm shows for the same category, so the
+thinks arm's rate is the chance overlap of a think written without the bank.
 """
 from __future__ import annotations
 
@@ -38,31 +54,50 @@ from pipeline.core.records import Trajectory
 from pipeline.quality.metrics import uses_skill
 
 
+#: The data stages an arm other than skills runs itself on its copy of the skills arm's artifacts.
+ARM_STAGES = ("distill", "build_pairs", "usefulness", "export")
+
+
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """One arm: ``trained`` (SFT or the base model as is), ``reasoning`` (``distill.reasoning``:
     ``llm`` | ``none``), ``skills`` (``prompt.skills``: the bank in distill, SFT and eval
-    prompts) and the suffix of its run id."""
+    prompts), ``usefulness`` (``usefulness.policy``: ``off`` | ``quarantine``), the suffix of its
+    run id, ``seeded`` (trained with ``--seeds`` SFT seeds, else one) and ``own_stages`` (the data
+    stages it runs itself; the earlier ones are copied from the skills arm's run)."""
     name: str
     label: str
     trained: bool
     reasoning: str
     skills: bool
     suffix: str
+    usefulness: str = "off"
+    seeded: bool = False
+    own_stages: tuple[str, ...] = ARM_STAGES
 
     def run_id(self, run_id: str) -> str:
-        """The run whose artifacts and checkpoint hold this arm (base: the skills arm's run)."""
+        """The run whose artifacts and checkpoints hold this arm (base: the skills arm's run)."""
         return run_id + self.suffix
+
+    def seeds(self, n: int) -> list[int]:
+        """The SFT seeds this arm trains with when the deciding arms get ``n``: ``0..n-1`` for a
+        seeded arm, ``[0]`` for another trained arm, ``[]`` for the base model (not trained)."""
+        return list(range(n)) if self.seeded and self.trained else [0] if self.trained else []
 
 
 ARMS = (
-    Arm("base", "base model", False, "llm", True, ""),
-    Arm("actions", "action-only SFT", True, "none", True, "-actions"),
+    Arm("base", "base model", False, "llm", True, "", own_stages=()),
+    Arm("actions", "action-only SFT", True, "none", True, "-actions", seeded=True),
     Arm("thinks", "distilled thinks, no skills", True, "llm", False, "-noskills"),
-    Arm("skills", "distilled thinks + skill bank", True, "llm", True, ""),
+    Arm("skills", "distilled thinks + ungated bank", True, "llm", True, "", seeded=True,
+        own_stages=("parse", "remove_loops", "verify", "split", "memory", "skills", *ARM_STAGES)),
+    Arm("gated", "distilled thinks + gated bank", True, "llm", True, "-gated", "quarantine", seeded=True,
+        own_stages=("skills", *ARM_STAGES)),
 )
 #: Arms by name.
 BY_NAME = {a.name: a for a in ARMS}
+#: The arms whose comparison decides the question (each trained with ``--seeds`` seeds).
+DECIDING = tuple(a.name for a in ARMS if a.seeded)
 
 
 def arm(name: str) -> Arm:
@@ -74,12 +109,14 @@ def arm(name: str) -> Arm:
 
 def arm_config(a: Arm, base: PipelineConfig | None = None) -> PipelineConfig:
     """The pipeline config of arm ``a``: a copy of ``base`` (the skills arm's config; default
-    :class:`PipelineConfig`) with ``distill.reasoning``, ``prompt.skills`` and, for empty
-    thinks, ``build_pairs.empty_think = flag`` (an empty think is the point of that arm, not a
-    defect). ``base`` is not changed."""
+    :class:`PipelineConfig`) with ``distill.reasoning``, ``prompt.skills``,
+    ``usefulness.policy`` (set in every arm: its default follows ``$SKILLPIPE_USEFULNESS_POLICY``)
+    and, for empty thinks, ``build_pairs.empty_think = flag`` (an empty think is the point of that
+    arm, not a defect). ``base`` is not changed."""
     cfg = copy.deepcopy(base) if base is not None else PipelineConfig()
     cfg.distill.reasoning = a.reasoning
     cfg.prompt.skills = a.skills
+    cfg.usefulness.policy = a.usefulness
     if a.reasoning == "none":
         cfg.build_pairs.empty_think = "flag"
     return cfg

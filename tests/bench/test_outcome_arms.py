@@ -1,5 +1,6 @@
-"""The outcome experiment's four arms differ only where they should (config, distill prompt, SFT
-prompt and target on one state), and the skill-use figures count thinks by their wording."""
+"""The outcome experiment's five arms differ only where they should (config, distill prompt, SFT
+prompt and target on one state), get the SFT seeds they should, and the skill-use figures count
+thinks by their wording."""
 from types import SimpleNamespace
 
 import pytest
@@ -46,24 +47,42 @@ def _diff(a, b):
     return {k: (fa[k], fb[k]) for k in fa if fa[k] != fb[k]}
 
 
-def test_four_arms_with_distinct_runs_and_unknown_arm_error():
-    assert [a.name for a in oa.ARMS] == ["base", "actions", "thinks", "skills"]
-    assert [a.run_id("r") for a in oa.ARMS] == ["r", "r-actions", "r-noskills", "r"]
-    assert [a.trained for a in oa.ARMS] == [False, True, True, True]
-    with pytest.raises(ValueError, match="unknown arm 'skill'; known: base, actions, thinks, skills"):
+def test_five_arms_with_distinct_runs_and_unknown_arm_error():
+    assert [a.name for a in oa.ARMS] == ["base", "actions", "thinks", "skills", "gated"]
+    assert [a.run_id("r") for a in oa.ARMS] == ["r", "r-actions", "r-noskills", "r", "r-gated"]
+    assert [a.trained for a in oa.ARMS] == [False, True, True, True, True]
+    assert oa.DECIDING == ("actions", "skills", "gated")
+    with pytest.raises(ValueError, match="unknown arm 'skill'; known: base, actions, thinks, skills, gated"):
         oa.arm("skill")
 
 
-def test_arm_configs_differ_only_in_think_and_skills_switches():
+def test_seed_plan_of_each_arm():
+    assert {a.name: a.seeds(3) for a in oa.ARMS} == {"base": [], "actions": [0, 1, 2], "thinks": [0],
+                                                     "skills": [0, 1, 2], "gated": [0, 1, 2]}
+    assert oa.arm("gated").seeds(1) == [0] and oa.arm("thinks").seeds(5) == [0]
+
+
+def test_own_stages_gated_reruns_the_bank_the_others_share_it():
+    assert oa.arm("actions").own_stages == oa.arm("thinks").own_stages == (
+        "distill", "build_pairs", "usefulness", "export")
+    assert oa.arm("gated").own_stages == ("skills", "distill", "build_pairs", "usefulness", "export")
+    assert oa.arm("skills").own_stages[0] == "parse" and oa.arm("base").own_stages == ()
+
+
+def test_arm_configs_differ_only_in_think_skills_and_gate_switches():
     base = PipelineConfig()
     base.llm.max_tokens, base.llm.retry_failed = 400, False  # the run's own settings are kept in every arm
+    base.usefulness.policy = "quarantine"  # the default outside the test suite: every arm sets its own
     cfgs = {a.name: oa.arm_config(a, base) for a in oa.ARMS}
     assert base.distill.reasoning == "llm" and base.prompt.skills  # the base config is not changed
+    assert base.usefulness.policy == "quarantine"
     skills = cfgs["skills"]
+    assert skills.usefulness.policy == "off" and cfgs["gated"].usefulness.policy == "quarantine"
     assert _diff(cfgs["base"], skills) == {}
     assert _diff(cfgs["actions"], skills) == {"distill.reasoning": ("none", "llm"),
                                               "build_pairs.empty_think": ("flag", "quarantine")}
     assert _diff(cfgs["thinks"], skills) == {"prompt.skills": (False, True)}
+    assert _diff(cfgs["gated"], skills) == {"usefulness.policy": ("quarantine", "off")}
     assert all(c.llm.max_tokens == 400 and c.llm.retry_failed is False for c in cfgs.values())
 
 
@@ -88,6 +107,7 @@ def test_distill_prompts_differ_only_in_the_skills_block():
     shown = render_skills_block(BANK[:2])
     assert shown in skills[1] and skills[1].replace(shown, "(none)") == thinks[1]
     assert actions == [] and job_a.item.given == {0: "", 1: ""} and job_a.item.given_by == "none"
+    assert _distill_user(oa.arm("gated"))[1] == skills  # the gate acts on the bank, not on distill's prompt
 
 
 def test_sft_prompts_and_targets_differ_only_in_think_and_skills_block():
@@ -95,6 +115,7 @@ def test_sft_prompts_and_targets_differ_only_in_think_and_skills_block():
     got = {a.name: oa.sft_prompt(a, t, 2, BANK, "The coin is here, so taking it ends the task.") for a in oa.ARMS}
     skills = got["skills"]["messages"]
     assert got["base"]["messages"] == skills and got["actions"]["messages"] == skills
+    assert got["gated"] == got["skills"]  # on the same bank: the gate changes the bank, not the prompt
     thinks = got["thinks"]["messages"]
     assert thinks[1] == skills[1]  # the step prompt (history, observation, admissible list)
     assert EXPERIENCE_HEADING not in thinks[0]["content"]
