@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pipeline.core.artifacts import ArtifactStore, StageArtifact
 from pipeline.core.lineage import content_hash, step_id
+from pipeline.core.recorder import counts
 from pipeline.core.records import SFT_PAIR_SCHEMA, to_table
 
 HEADER = "You are an expert agent operating in the ALFRED Embodied Environment."
@@ -77,5 +78,5 @@ def write_demo_export(root: str, run_id: str = "sft-demo", repeat: int = 1) -> S
     rows = [dict(r, pair_id=f"{r['pair_id']}-{k}") for k in range(repeat) for r in demo_rows()]
     store = ArtifactStore(root, run_id)
     manifest = {"stage": "export", "fingerprint": content_hash("demo-export", repeat, rows),
-                "rows_in": len(rows), "rows_out": len(rows), "quarantined": 0}
+                "counts": counts(len(rows), len(rows), where="export")}
     return store.write("export", to_table(rows, SFT_PAIR_SCHEMA), [], manifest)

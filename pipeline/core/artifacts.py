@@ -80,8 +80,10 @@ class StageArtifact:
         return self.manifest.get("content_sha256") or content_sha256(self.path, self.manifest)
 
     def read_table(self, quarantine: bool = False) -> pa.Table:
-        """The stage's rows (or its quarantine rows) as one table; raises :class:`ArtifactError`."""
-        return read_parquet_dir(quarantine_dir(self.path) if quarantine else self.path)
+        """The stage's rows (or its quarantine rows) as one table; raises :class:`ArtifactError`.
+        The quarantine of a sharded stage whose older shards were written before the ``kind``
+        column reads with ``kind`` null in their rows (a unit)."""
+        return read_parquet_dir(quarantine_dir(self.path), promote=True) if quarantine else read_parquet_dir(self.path)
 
     def read_rows(self, quarantine: bool = False) -> list[dict[str, Any]]:
         """:meth:`read_table` as a list of row dicts (column -> value); raises :class:`ArtifactError`."""
@@ -132,14 +134,15 @@ def parquet_parts(folder: str) -> list[str]:
     return [p for d in shard_dirs(folder) for p in parquet_parts(d)]
 
 
-def read_parquet_dir(folder: str) -> pa.Table:
-    """Read all Parquet parts of an artifact folder (:func:`parquet_parts`) into one table.
+def read_parquet_dir(folder: str, promote: bool = False) -> pa.Table:
+    """Read all Parquet parts of an artifact folder (:func:`parquet_parts`) into one table;
+    ``promote``: parts whose schemas differ by a missing column are read with it null.
 
     Raises :class:`ArtifactError` when there are none."""
     parts = parquet_parts(folder)
     if not parts:
         raise ArtifactError(f"no Parquet parts in {folder}")
-    return pa.concat_tables([pq.read_table(p) for p in parts])
+    return pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default" if promote else "none")
 
 
 def _write_sliced(folder: str, table: pa.Table, name_of) -> list[str]:

@@ -224,8 +224,19 @@ SFT_PAIR_SCHEMA = pa.schema([
     pa.field("usefulness", THINK_USEFULNESS_TYPE, metadata=OPTIONAL),  # set by the usefulness stage
 ])
 
+#: What a quarantine row counts (its ``kind``), so its folder reconciles with the manifest's counts:
+#: ``unit``: a unit of the stage it could not use (the manifest's ``counts.quarantined``: units in =
+#: out + quarantined); ``item``: a part of a unit that went on without it (a bank item dropped by a
+#: content rule, for its sources or its usefulness); ``rejected_answer``: a model answer rejected and
+#: asked again (the retry's outcome is recorded on its own); ``request``: a failed LLM request whose
+#: raw output no ``unit`` row keeps; ``demotion``: a unit kept in the rows but taken off a
+#: downstream path (verify: a success demoted to a failure). ``counts.quarantine_kinds`` counts
+#: every kind.
+QUARANTINE_KINDS = ("unit", "item", "rejected_answer", "request", "demotion")
+
 QUARANTINE_SCHEMA = pa.schema([
     ("stage", pa.string()),
+    ("kind", pa.string()),                  # what the row counts: one of QUARANTINE_KINDS
     ("reason", pa.string()),                # short machine-readable reason, e.g. "not_admissible"
     ("detail", TEXT),                       # human-readable explanation
     ("item_id", pa.string()),               # trajectory/pair/memory id, or "" for unreadable input
@@ -237,7 +248,8 @@ QUARANTINE_SCHEMA = pa.schema([
 
 @dataclass
 class QuarantineRow:
-    """A row that a stage could not use, kept with the reason (nothing is dropped silently)."""
+    """A row that a stage could not use, kept with the reason (nothing is dropped silently);
+    ``kind`` says what it counts (:data:`QUARANTINE_KINDS`; a unit unless said otherwise)."""
     stage: str
     reason: str
     detail: str = ""
@@ -245,6 +257,7 @@ class QuarantineRow:
     source_uri: str = ""
     line: int | None = None
     raw: str = ""
+    kind: str = "unit"
 
 
 def _check_value(value: Any, typ: pa.DataType, where: str) -> None:

@@ -114,8 +114,8 @@ def _manifest(stage: Stage, ctx: StageContext, out: StageOutput, fp: str, facts:
     (:func:`pipeline.core.recorder.counts`), what failed (:meth:`Stage.failure_facts`), counters,
     wall time and LLM figures. Raises :class:`CountMismatch` when units in != units out +
     quarantined, :class:`StageFailed` when the stage refuses its output."""
-    counts = recorder.counts(out.rows_in, rows, quarantine, units_in=out.units_in, units_out=out.units_out,
-                             where=stage.name)
+    counts = recorder.counts(out.rows_in, rows, quarantine, units_in=out.units_in,
+                             units_out=stage.units_out(out, rows), where=stage.name)
     return {
         "stage": stage.name, "run_id": ctx.store.run_id, **facts,
         **stage.failure_facts(ctx, out, fp, counts),
@@ -163,9 +163,11 @@ def run_stage(name: str, ctx: StageContext, model_id: str = "", force: bool = Fa
     if out.stream is not None:  # large stages: bounded memory, rows never all in memory
         art = ctx.store.write_stream(stage.name, stage.schema, out.stream, finish, shard=ctx.shard)
     else:
-        manifest, extra = finish(len(out.rows), recorder.QuarantineTally().add_rows(out.quarantine))
-        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), out.quarantine + out.request_quarantine + out.demoted,
-                              manifest, extra, split_files=stage.split_files, shard=ctx.shard)
+        # the unit rows first, then the other records (requests, demotions...) in the stage's order
+        quarantine = [q for q in out.quarantine if q.kind == "unit"] + [q for q in out.quarantine if q.kind != "unit"]
+        manifest, extra = finish(len(out.rows), recorder.QuarantineTally().add_rows(quarantine))
+        art = ctx.store.write(stage.name, to_table(out.rows, stage.schema), quarantine, manifest, extra,
+                              split_files=stage.split_files, shard=ctx.shard)
     _log_written(f"{stage.name} {ctx.shard}" if ctx.shard else stage.name, art.manifest, log)
     _after_commit(stage, ctx, False, commit)
     return StageResult(stage.name, art.path, art.manifest["counts"]["out"], art.fingerprint, False, art.manifest)

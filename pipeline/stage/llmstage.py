@@ -32,9 +32,10 @@ What :meth:`LLMStage.run` does with them:
    all succeeded becomes ``format_output(item, values, run)`` (its rows, or one quarantine row
    to reject the unit after all); a job with a failed request becomes the unit's quarantine row
    (the first failed request: reason from :func:`pipeline.quality.reason_of`, raw output kept)
-   plus one request row per further failed request (not units: ``StageOutput.request_quarantine``).
-4. The :class:`~pipeline.stage.stage.StageOutput` has ``rows_in`` = number of jobs, every failed
-   result in ``failed_requests`` and the counters of :meth:`LLMStage.counters` (by default the
+   plus one row of kind ``request`` per further failed request (not a unit: it stays out of the
+   count invariant).
+4. The :class:`LLMOutput` has ``rows_in`` = number of jobs, every failed result in
+   ``failed_requests`` and the counters of :meth:`LLMStage.counters` (by default the
    content-rule record of ``run.tally``).
 
 **Failure policy** (:meth:`LLMStage.failure_facts`, called by the runner once the counts
@@ -66,6 +67,14 @@ from pipeline.quality import topic
 #: Quarantine reasons that mean the endpoint failed, not the data: too many fail the stage.
 TRANSPORT_REASONS = ("connection_error", "timeout", "http_error")
 MAX_LISTED_FAILED = 1000  # failed request keys listed one by one in a manifest
+
+
+@dataclass
+class LLMOutput(StageOutput):
+    """What an LLM stage returns: a :class:`~pipeline.stage.stage.StageOutput` plus
+    ``failed_requests``, every request of the run that failed (``JSONResult`` with ``ok=False``,
+    first round and follow-ups), which :meth:`LLMStage.failure_facts` records."""
+    failed_requests: list[JSONResult] = field(default_factory=list)
 
 
 @dataclass
@@ -155,11 +164,13 @@ def _system_text(request: JSONRequest) -> str:
 
 
 def failure_row(stage: str, result: JSONResult, detail: str, item_id: str, source_uri: str = "",
-                line: int | None = None) -> QuarantineRow:
+                line: int | None = None, kind: str = "unit") -> QuarantineRow:
     """The quarantine row of a failed request: reason = the content rule's reason or the
-    client's error (:func:`pipeline.quality.reason_of`), ``raw`` = the model's last output."""
+    client's error (:func:`pipeline.quality.reason_of`), ``raw`` = the model's last output;
+    ``kind``: a ``unit`` (the unit it failed), a ``request`` (a failed request beyond its unit's
+    row) or a ``rejected_answer`` (an answer asked again)."""
     return reject(stage, quality.reason_of(result.error, result.detail), detail, item_id, raw=result.raw,
-                  source_uri=source_uri, line=line)
+                  source_uri=source_uri, line=line, kind=kind)
 
 
 def answers_repeat(llm: Any) -> bool:
@@ -238,9 +249,10 @@ class LLMStage(Stage):
     def counters(self, run: LLMRun, out: StageOutput) -> dict[str, Any]:
         """Manifest counters; by default ``{"quality": ...}``, the content-rule record of
         ``run.tally`` over the jobs and the unit quarantine (:meth:`pipeline.quality.Tally.record`)."""
-        return {"quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine))}
+        return {"quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine
+                                                                   if q.kind == "unit"))}
 
-    def failure_facts(self, ctx: StageContext, out: StageOutput, fingerprint: str,
+    def failure_facts(self, ctx: StageContext, out: LLMOutput, fingerprint: str,
                       counts: dict[str, Any]) -> dict[str, Any]:
         """The LLM failure policy (module docstring): :func:`check_endpoint`, then the failed
         requests of ``out`` recorded by :func:`failed_request_facts` (see
@@ -251,7 +263,7 @@ class LLMStage(Stage):
         return failed_request_facts(out.failed_requests, fingerprint, llm.retry_failed,
                                     bool(out.failed_requests) and answers_repeat(llm))
 
-    def run(self, ctx: StageContext) -> StageOutput:
+    def run(self, ctx: StageContext) -> LLMOutput:
         """:meth:`requests`, :meth:`ask`, :meth:`collect`, then ``failed_requests`` and
         :meth:`counters` on the output (module docstring, steps 1-4); see
         :meth:`~pipeline.stage.stage.Stage.run`."""
@@ -274,12 +286,12 @@ class LLMStage(Stage):
         topic.warm(run.ctx.config.quality.off_topic_threshold)
         send(llm, run.jobs, self.name)
 
-    def collect(self, run: LLMRun) -> StageOutput:
+    def collect(self, run: LLMRun) -> LLMOutput:
         """Rows and quarantine of the jobs (module docstring, step 3): the units rejected before
         asking first, then each answered job's rows or rows of quarantine; ``rows_in`` = number
-        of jobs."""
-        out = StageOutput(rows=[], quarantine=[j.rejected for j in run.jobs if j.rejected is not None],
-                          rows_in=len(run.jobs))
+        of jobs. An override returns an :class:`LLMOutput` too."""
+        out = LLMOutput(rows=[], quarantine=[j.rejected for j in run.jobs if j.rejected is not None],
+                        rows_in=len(run.jobs))
         for job in run.jobs:
             if job.rejected is not None:
                 continue
@@ -287,8 +299,8 @@ class LLMStage(Stage):
                 first, *rest = job.failed
                 out.quarantine.append(failure_row(self.name, first, self.unit_detail(job, first), job.item_id,
                                                   job.source_uri, job.line))
-                out.request_quarantine += [failure_row(self.name, r, f"call {r.key} failed: {r.detail}", r.key,
-                                                       job.source_uri, job.line) for r in rest]
+                out.quarantine += [failure_row(self.name, r, f"call {r.key} failed: {r.detail}", r.key,
+                                               job.source_uri, job.line, kind="request") for r in rest]
             else:
                 got = self.format_output(job.item, job.values, run)
                 if isinstance(got, QuarantineRow):

@@ -34,8 +34,10 @@ put it in ``pipeline/stages/shorten.py`` and add its name to ``STAGES`` in ``pip
   (the stage is skipped); otherwise it is computed after running, from
   :meth:`Stage.facts_after_run` (a stage that learned its input facts while reading, as parse
   hashes its files as it reads them, hands those back so nothing is read twice);
-* **count invariant** after running: units in = units out + quarantined (``StageOutput``, counted
-  by :func:`pipeline.core.recorder.counts`), else :class:`CountMismatch` and nothing is written;
+* **count invariant** after running: units in = units out + quarantined (``StageOutput``; the
+  quarantined are its ``unit`` rows, the rows of other kinds, such as a demotion or a failed
+  request, are counted beside them: :func:`pipeline.core.recorder.counts`), else
+  :class:`CountMismatch` and nothing is written;
   :meth:`Stage.failure_facts` then records what failed (an LLM stage: its failed requests) or
   refuses the output (:class:`StageFailed`);
 * **atomic write** of the Parquet parts and the quarantine, then the manifest, written last by the
@@ -72,13 +74,15 @@ class StageFailed(RuntimeError):
 
 
 def reject(stage: str, reason: str, detail: str = "", item_id: str = "", raw: str = "",
-           source_uri: str = "", line: int | None = None) -> QuarantineRow:
+           source_uri: str = "", line: int | None = None, kind: str = "unit") -> QuarantineRow:
     """The one way to quarantine a unit: ``reason`` is a short snake_case code counted in the
     manifest (``quarantine_reasons``), ``detail`` a human sentence, ``raw`` what the unit or the
     model's answer was (kept so nothing is lost), ``item_id`` the unit's id (trajectory, memory,
-    pair...)."""
+    pair...). ``kind``: what the row counts (:data:`pipeline.core.records.QUARANTINE_KINDS`): a
+    ``unit`` by default; a record that is no unit (``item``, ``rejected_answer``, ``request``,
+    ``demotion``) goes to the same quarantine but stays out of the count invariant."""
     return QuarantineRow(stage=stage, reason=reason, detail=detail, item_id=item_id, source_uri=source_uri,
-                         line=line, raw=raw)
+                         line=line, raw=raw, kind=kind)
 
 
 class Stage:
@@ -127,6 +131,13 @@ class Stage:
         instead, so nothing is read twice."""
         return self.input_facts(ctx)
 
+    def units_out(self, out: "StageOutput", rows: int) -> int:
+        """How many of the stage's units went into its output, for the count invariant (units in
+        = units out + quarantined). Default ``rows``, the rows written: one row per unit. A stage
+        whose rows are not its units overrides it (skills: its rows are skills, its units the
+        memories they were made from)."""
+        return rows
+
     def failure_facts(self, ctx: "StageContext", out: "StageOutput", fingerprint: str,
                       counts: dict[str, Any]) -> dict[str, Any]:
         """The manifest entries that record what failed in this run, given the run's
@@ -163,34 +174,25 @@ class Stage:
 class StageOutput:
     """What a stage returns.
 
-    ``units_in`` counts what the stage consumed after any expansion (e.g. build_pairs expands
-    trajectories into candidate pairs); ``units_out`` counts how many of those ended up used
-    (defaults to ``len(rows)``; skills reports memories used, since its rows are skills).
+    ``quarantine`` holds every row of the quarantine artifact, each with its ``kind``: the
+    ``unit`` rows are the quarantined units (the count invariant), the others records beside them
+    (a demotion, a failed request...); the runner writes the unit rows first, the others after them
+    in the order given. ``units_in`` counts what the stage consumed after any expansion (e.g.
+    build_pairs expands trajectories into candidate pairs; default ``rows_in``); how many of those
+    ended up used is :meth:`Stage.units_out`. What one stage alone needs lives with it (a subclass:
+    parse's input facts, an LLM stage's failed requests, skills' memories used).
     """
     rows: list[dict[str, Any]]
     quarantine: list[QuarantineRow]
     rows_in: int
     units_in: int | None = None
-    units_out: int | None = None
     counters: dict[str, Any] = field(default_factory=dict)
     extra_files: dict[str, bytes | str] = field(default_factory=dict)
     # Streaming alternative to rows/quarantine: an iterator of (rows, quarantine) batches (see
     # ArtifactStore.write_stream for the accepted forms, incl. worker-encoded Parquet parts). The
-    # stage may update rows_in/units_in/units_out/counters while it is consumed; the runner
-    # reads them only after the last batch.
+    # stage may update rows_in/units_in/counters while it is consumed; the runner reads them
+    # only after the last batch.
     stream: Iterator[tuple[Any, Any]] | None = None
-    # Every LLM request of this run that failed (``JSONResult`` with ``ok=False``), and one
-    # quarantine row for each failed request whose raw output no unit's row in ``quarantine``
-    # keeps (e.g. skills' mistakes call when its memories also fed a successful call).
-    # Request rows go to the quarantine artifact but are not units: they stay out of the count
-    # invariant. A stage with failed requests is recorded as incomplete (see run_stage).
-    failed_requests: list[Any] = field(default_factory=list)
-    request_quarantine: list[QuarantineRow] = field(default_factory=list)
-    # Records of units that stay in ``rows`` but leave a downstream path (verify: a success
-    # demoted to a failure, off the SFT path). Written to the quarantine artifact so each says
-    # why; not units, so they stay out of the count invariant (the stage counts them itself).
-    # Written with ``rows``/``quarantine`` (a streaming stage has none).
-    demoted: list[QuarantineRow] = field(default_factory=list)
 
 
 @dataclass

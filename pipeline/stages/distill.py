@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from pipeline import envs, prompts, quality, rules
 from pipeline.core.config import QualityConfig
-from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row, send
+from pipeline.stage.llmstage import Job, LLMOutput, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import DISTILLED_SCHEMA, QuarantineRow, Trajectory
 from pipeline.stage.stage import StageContext, StageOutput, reject
 from pipeline.llm import jsonparse
@@ -592,19 +592,21 @@ class DistillStage(LLMStage):
                 job.results[k] = JSONResult(job.results[k].key, True, value={"thinks": thinks},
                                             raw=json.dumps({"thinks": thinks}))
 
-    def collect(self, run: LLMRun) -> StageOutput:
-        """See :meth:`LLMStage.collect`; adds a request quarantine row for each chunk answer that
-        one-step calls replaced (its raw output and the rule that rejected it) and for each
-        failed one-step call."""
+    def collect(self, run: LLMRun) -> LLMOutput:
+        """See :meth:`LLMStage.collect`; adds a ``rejected_answer`` row for each chunk answer that
+        one-step calls replaced (its raw output and the rule that rejected it) and for each failed
+        sampled retry, and a row for each failed greedy one-step call: a ``rejected_answer`` when a
+        sampled retry replaced it, else a ``request`` (it is one of the run's failed requests)."""
         out = super().collect(run)
-        out.request_quarantine += [failure_row(self.name, r, f"call {r.key}: {r.detail} (replaced: its rejected "
-                                               "steps were asked again one per call)", r.key, j.source_uri, j.line)
-                                   for j, r in run.notes.get("superseded", [])]
-        out.request_quarantine += [failure_row(self.name, r, f"one-step call {r.key}: {r.detail}", r.key,
-                                               j.source_uri, j.line) for j, r in run.notes.get("greedy_failed", [])]
-        out.request_quarantine += [failure_row(self.name, r, f"sampled retry of {r.key}: {r.detail}", r.key,
-                                               j.source_uri, j.line) for j in run.notes.get("sampled", [])
-                                   for r in j.failed]
+        out.quarantine += [failure_row(self.name, r, f"call {r.key}: {r.detail} (replaced: its rejected "
+                                       "steps were asked again one per call)", r.key, j.source_uri, j.line,
+                                       kind="rejected_answer") for j, r in run.notes.get("superseded", [])]
+        out.quarantine += [failure_row(self.name, r, f"one-step call {r.key}: {r.detail}", r.key, j.source_uri, j.line,
+                                       kind="request" if any(r is x for x in j.results) else "rejected_answer")
+                           for j, r in run.notes.get("greedy_failed", [])]
+        out.quarantine += [failure_row(self.name, r, f"sampled retry of {r.key}: {r.detail}", r.key, j.source_uri,
+                                       j.line, kind="rejected_answer") for j in run.notes.get("sampled", [])
+                           for r in j.failed]
         return out
 
     def unit_detail(self, job: Job, result: JSONResult) -> str:

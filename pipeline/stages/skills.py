@@ -49,7 +49,7 @@ from pipeline.bank import rows as skillbank
 from pipeline.bank.store import BankStore
 from pipeline.core.artifacts import StageArtifact, parquet_parts
 from pipeline.core.config import QualityConfig, SkillsConfig
-from pipeline.stage.llmstage import Job, LLMRun, LLMStage, failure_row, send
+from pipeline.stage.llmstage import Job, LLMOutput, LLMRun, LLMStage, failure_row, send
 from pipeline.core.records import SKILL_SCHEMA, QuarantineRow, Trajectory
 from pipeline.core.split import read_assignment
 from pipeline.stage.stage import StageContext, StageOutput, reject
@@ -301,9 +301,11 @@ def sampled_retries(llm: Any, jobs: list[Job], rounds: int, temperature: float, 
     return superseded, tries_all
 
 
-def call_failure_row(call: Call, result, item_id: str) -> QuarantineRow:
-    """The quarantine row of a failed call, for ``item_id`` (a memory it was fed, or the call's key)."""
-    return failure_row(NAME, result, f"{call.kind} call {call.request.key} failed: {result.detail}", item_id)
+def call_failure_row(call: Call, result, item_id: str, kind: str = "unit") -> QuarantineRow:
+    """The quarantine row of a failed call, for ``item_id``: a memory it was fed (a ``unit``), or the
+    call's key (a ``request``)."""
+    return failure_row(NAME, result, f"{call.kind} call {call.request.key} failed: {result.detail}", item_id,
+                       kind=kind)
 
 
 def unused_quarantine(memories: list[dict[str, Any]], jobs: list[Job]) -> tuple[set[str], list[QuarantineRow]]:
@@ -419,6 +421,13 @@ def bank_files(banks: dict[str, tuple[list, list]], env: str, version: str, pare
     return extra
 
 
+@dataclass
+class SkillsOutput(LLMOutput):
+    """What skills returns: an :class:`~pipeline.stage.llmstage.LLMOutput` whose rows are skills,
+    plus ``memories_used``, the memories (its units) that fed an answered call."""
+    memories_used: int = 0
+
+
 class SkillsStage(LLMStage):
     """The skill bank of the run's train memories (module docstring). Its units are memories;
     its jobs are calls (each fed by several memories)."""
@@ -527,28 +536,34 @@ class SkillsStage(LLMStage):
         run.notes.setdefault("usefulness", {})[env] = record
         return kept, dropped
 
-    def collect(self, run: LLMRun) -> StageOutput:
-        """Bank rows (versioned; registered after the commit), the SkillRL JSON files, one quarantine row per
-        unused or held-out memory, and one request row per failed call (a failed mistakes call
-        whose memories also fed their category's call leaves no memory row to keep its raw
-        output) plus one per skill dropped for its sources."""
+    def collect(self, run: LLMRun) -> "SkillsOutput":
+        """Bank rows (versioned; registered after the commit), the SkillRL JSON files, one ``unit``
+        row per unused or held-out memory, one ``request`` row per failed call (a failed mistakes
+        call whose memories also fed their category's call leaves no memory row to keep its raw
+        output), one ``rejected_answer`` row per answer a sampled retry replaced or failed retry,
+        and one ``item`` row per bank item a rule dropped or dropped for its sources or usefulness."""
         rows, banks = self.env_banks(run)
         version = skillbank.bank_version(rows)
         for r in rows:
             r["bank_version"] = version
         parent = bank_parent(run.ctx, version, bool(rows))
         used, quarantine = unused_quarantine(run.notes["memories"], run.jobs)
-        request_rows = [call_failure_row(j.item, j.failed[0], j.item.request.key) for j in run.jobs if j.failed]
+        records = [call_failure_row(j.item, j.failed[0], j.item.request.key, "request") for j in run.jobs if j.failed]
         # the rejected answers that a sampled retry replaced, and the failed retries: kept with their rule
-        request_rows += [failure_row(NAME, r, f"{j.item.kind} call {r.key}: {r.detail} (replaced by a sampled "
-                                     "retry)", r.key) for j, r in run.notes.get("superseded", [])]
-        request_rows += [failure_row(NAME, r, f"sampled retry of {j.item.kind} call {r.key}: {r.detail}", r.key)
-                         for j in run.notes.get("sampled", []) for r in j.failed]
+        records += [failure_row(NAME, r, f"{j.item.kind} call {r.key}: {r.detail} (replaced by a sampled "
+                                "retry)", r.key, kind="rejected_answer") for j, r in run.notes.get("superseded", [])]
+        records += [failure_row(NAME, r, f"sampled retry of {j.item.kind} call {r.key}: {r.detail}", r.key,
+                                kind="rejected_answer") for j in run.notes.get("sampled", []) for r in j.failed]
+        records += [dataclasses.replace(q, kind="item") for q in run.notes["dropped_items"] + run.notes["bad_sources"]]
         n = len(run.notes["all_memories"])
         run.notes.update(version=version, parent=parent)
-        return StageOutput(rows=rows, quarantine=quarantine + run.notes["held_out"], rows_in=n, units_in=n,
-                           units_out=len(used), extra_files=bank_files(banks, run.ctx.env, version, parent, run.model),
-                           request_quarantine=request_rows + run.notes["dropped_items"] + run.notes["bad_sources"])
+        return SkillsOutput(rows=rows, quarantine=quarantine + run.notes["held_out"] + records, rows_in=n, units_in=n,
+                            extra_files=bank_files(banks, run.ctx.env, version, parent, run.model),
+                            memories_used=len(used))
+
+    def units_out(self, out: "SkillsOutput", rows: int) -> int:
+        """Memories that went into the bank (its rows are skills): :attr:`SkillsOutput.memories_used`."""
+        return out.memories_used
 
     def after_commit(self, ctx: StageContext, art: StageArtifact, reused: bool) -> None:
         """Register the committed bank (its rows, with the parent its counters name) as a version of
@@ -581,7 +596,8 @@ class SkillsStage(LLMStage):
                 "usefulness": run.notes.get("usefulness", {}),
                 "sampled_retry": {"calls": len(run.notes.get("sampled", [])),
                                   "saved": len(run.notes.get("superseded", []))},
-                "quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.request_quarantine))}
+                "quality": run.tally.record(len(run.jobs), Counter(q.reason for q in out.quarantine
+                                                                   if q.kind != "unit"))}
 
 
 STAGE = SkillsStage()

@@ -16,9 +16,10 @@ unreached goal is not a demonstration, but it is still a real failure to learn f
 writes its mistakes, skills' common mistakes learn from it, and distill quarantines it as
 ``not_success`` like every failure, so no SFT pair is built from it. Why it left is one row of
 ``verify/_quarantine`` (reason = the first acting rule in step order; detail = every finding
-with its step and source line), which is a *demotion record*, not a unit: the trajectory is
-counted in ``out``, so units in = out + quarantined holds, and the manifest's counters give the
-demotions (``demoted``, ``demoted_reasons``). Only ``on_flagged: quarantine`` and trajectories
+with its step and source line), which is a *demotion record* (``kind: demotion``), not a unit:
+the trajectory is counted in ``out``, so units in = out + quarantined holds, and the manifest
+counts the demotions (``counts.quarantine_kinds.demotion``; ``counters.demoted``,
+``demoted_reasons``). Only ``on_flagged: quarantine`` and trajectories
 that cannot be checked at all (``malformed_trajectory``: a row that is not a trajectory;
 ``verify_error``: the checker raised) are quarantined units.
 
@@ -84,14 +85,14 @@ def findings_text(d: Decision) -> str:
                      for f in d.findings)
 
 
-def _left_row(d: Decision, raw_row: dict[str, Any], reason_prefix: str) -> QuarantineRow:
-    """The quarantine row of a trajectory that left the SFT path (a unit or a demotion record)."""
+def _left_row(d: Decision, raw_row: dict[str, Any], reason_prefix: str, kind: str = "unit") -> QuarantineRow:
+    """The quarantine row of a trajectory that left the SFT path (a ``unit``, or a ``demotion`` record)."""
     first = d.findings[0]
     line = next((s.line for s in d.traj.steps if s.index == first.index and s.line), d.traj.source_line)
     raw = json.dumps({"findings": [f.to_dict() for f in d.findings], "trajectory": raw_row}, ensure_ascii=False,
                      default=str)
     return reject(NAME, first.rule, reason_prefix + findings_text(d), d.traj.trajectory_id, raw,
-                  d.traj.source_uri, line)
+                  d.traj.source_uri, line, kind=kind)
 
 
 def _malformed(row: Any, why: str) -> QuarantineRow:
@@ -135,7 +136,8 @@ def verify_row(row: Any, checkers: list, ctx_cfg, options: dict[str, Any], tally
     if d.action == "quarantined":
         return None, _left_row(d, row, "quarantined (verify.on_flagged: quarantine): "), None
     demotion = _left_row(d, row, f"demoted to failure: left the SFT path, kept for memory and skills as a "
-                                 f"failure ({traj.outcome} -> failure): ") if d.action == "demoted" else None
+                                 f"failure ({traj.outcome} -> failure): ", "demotion") \
+        if d.action == "demoted" else None
     return d.traj.to_row(), None, demotion
 
 
@@ -153,7 +155,7 @@ class Verify(Stage):
         options = {**to_dict(cfg), "success_threshold": ctx.config.parse.success_threshold}
         checkers = [cls() for cls in checker_classes() if cfg.textworld_replay or cls.name != "textworld"]
         upstream = ctx.upstream("remove_loops").read_rows()
-        rows, quarantine, demoted, tally = [], [], [], Tally()
+        rows, quarantine, tally = [], [], Tally()
         try:
             for row in upstream:
                 out, qrow, demotion = verify_row(row, checkers, cfg, options, tally)
@@ -161,12 +163,12 @@ class Verify(Stage):
                     rows.append(out)
                 if qrow is not None:
                     quarantine.append(qrow)
-                if demotion is not None:
-                    demoted.append(demotion)
+                if demotion is not None:  # a record beside the units (written after them)
+                    quarantine.append(demotion)
         finally:
             for c in checkers:
                 c.close()
-        return StageOutput(rows, quarantine, rows_in=len(upstream), counters=tally.counters(), demoted=demoted)
+        return StageOutput(rows, quarantine, rows_in=len(upstream), counters=tally.counters())
 
 
 STAGE = Verify()

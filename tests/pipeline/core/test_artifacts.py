@@ -3,6 +3,7 @@ import json
 import os
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.core import artifacts
@@ -25,8 +26,9 @@ def test_write_then_load_roundtrip(tmp_path):
     assert loaded.fingerprint == "fp1" and loaded.manifest["status"] == "complete"
     assert loaded.manifest["files"] == ["_quarantine/part-00000.parquet", "notes/a.txt", "part-00000.parquet"]
     assert loaded.read_rows() == rows(0, 3)
-    assert loaded.read_rows(quarantine=True) == [{"stage": "s", "reason": "bad_row", "detail": "why", "item_id": "r9",
-                                                  "source_uri": "in.txt", "line": 7, "raw": "raw text"}]
+    assert loaded.read_rows(quarantine=True) == [{"stage": "s", "kind": "unit", "reason": "bad_row",
+                                                  "detail": "why", "item_id": "r9", "source_uri": "in.txt",
+                                                  "line": 7, "raw": "raw text"}]
     with open(os.path.join(art.path, "notes", "a.txt")) as f:
         assert f.read() == "hello"
 
@@ -82,8 +84,9 @@ def test_part_encoder_splits_at_part_rows_and_counts_reasons(monkeypatch):
     assert [p.rows for p in parts] == [4, 2] and [p.reasons for p in parts] == [None, None]
     assert decode_part(parts[0]).to_pylist() + decode_part(parts[1]).to_pylist() == rows(0, 6)
     qenc = PartEncoder(QUARANTINE_SCHEMA)
-    qenc.write(to_table([QuarantineRow("s", r).__dict__ for r in ("a", "b", "a")], QUARANTINE_SCHEMA))
-    assert [p.reasons for p in qenc.finish()] == [{"a": 2, "b": 1}]
+    qenc.write(to_table([QuarantineRow("s", r).__dict__ for r in ("a", "b", "a")]
+                        + [QuarantineRow("s", "c", kind="request").__dict__], QUARANTINE_SCHEMA))
+    assert [(p.reasons, p.kinds) for p in qenc.finish()] == [({"a": 2, "b": 1}, {"unit": 3, "request": 1})]
     with pytest.raises(ArtifactError, match="differs from the declared schema"):
         PartEncoder(SCHEMA).write(to_table([{"id": "x"}], pa.schema([("id", pa.string())])))
 
@@ -195,3 +198,12 @@ def test_content_hash_names_no_location_and_follows_the_bytes(tmp_path):
     assert other.content_sha256 != art.content_sha256
     requarantined = store.write("s", to_table(rows(0, 4), SCHEMA), [], {"fingerprint": "f"})
     assert requarantined.content_sha256 == other.content_sha256  # downstream never reads the quarantine
+
+
+def test_a_quarantine_part_written_before_the_kind_column_still_reads(tmp_path):
+    """A sharded stage may keep an older shard's quarantine (no ``kind`` column) beside a new one."""
+    store = ArtifactStore(str(tmp_path), "r1")
+    art = store.write("s", to_table(rows(0, 1), SCHEMA), [QuarantineRow("s", "new", kind="request")], {"fingerprint": "f"})
+    old = to_table([QuarantineRow("s", "old").__dict__], QUARANTINE_SCHEMA).drop_columns(["kind"])
+    pq.write_table(old, os.path.join(art.path, "_quarantine", "part-00001.parquet"))
+    assert [(r["reason"], r["kind"]) for r in art.read_rows(quarantine=True)] == [("new", "request"), ("old", None)]

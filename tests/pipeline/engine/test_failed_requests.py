@@ -52,12 +52,13 @@ def test_failed_mistakes_call_is_quarantined_and_retried_on_rerun(tmp_path, caps
     assert len(stub.requests) == 4 and _bank(first)["common_mistakes"] == []
     # mem-4 also fed the (successful) cool call, so no memory is quarantined for it: the request row is
     [q] = store.require("skills").read_rows(quarantine=True)
-    assert (q["stage"], q["reason"], q["item_id"], q["raw"]) == ("skills", "length", "alfworld/mistake/", TRUNCATED)
+    assert (q["stage"], q["kind"], q["reason"], q["item_id"], q["raw"]) == ("skills", "request", "length",
+                                                                           "alfworld/mistake/", TRUNCATED)
     assert "mistake call alfworld/mistake/ failed" in q["detail"]
     failed = first.manifest["failed_requests"]
     assert (failed["total"], failed["by_reason"], failed["keys"]) == (1, {"length": 1}, ["alfworld/mistake/"])
     c = first.manifest["counts"]  # request rows are not units: the count invariant is unchanged
-    assert (c["units_in"], c["units_out"], c["quarantined"]) == (4, 4, 0)
+    assert (c["units_in"], c["units_out"], c["quarantined"], c["quarantine_kinds"]) == (4, 4, 0, {"request": 1})
     assert first.manifest["fingerprint_complete"] != first.fingerprint  # recorded as incomplete
     print_summary([first], 0.1)  # the CLI exits 0 (the stage was written) but says it is incomplete
     out = capsys.readouterr().out
@@ -90,9 +91,10 @@ def test_every_failed_distill_chunk_keeps_its_raw_output(tmp_path):
         cfg.distill.max_steps_per_call = 2  # two chunks: traj-A#0 and traj-A#1
         res = run_stage("distill", stage_ctx(store, cfg), model_id="stub-model", log=lambda s: None)
     rows = store.require("distill").read_rows(quarantine=True)
-    assert [(q["item_id"], q["reason"], q["raw"]) for q in rows] == [("traj-A", "not_json", "no1"),
-                                                                     ("traj-A#1", "not_json", "no3")]
+    assert [(q["item_id"], q["kind"], q["reason"], q["raw"]) for q in rows] == [
+        ("traj-A", "unit", "not_json", "no1"), ("traj-A#1", "request", "not_json", "no3")]
     assert res.manifest["counts"]["quarantined"] == 1  # units: trajectories
+    assert res.manifest["counts"]["quarantine_kinds"] == {"request": 1, "unit": 1}  # = the folder's rows by kind
     assert res.manifest["failed_requests"] == {"total": 2, "by_reason": {"not_json": 2},
                                                "keys": ["traj-A#0", "traj-A#1"], "final": 0}
 

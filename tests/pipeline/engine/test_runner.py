@@ -82,6 +82,21 @@ def test_count_mismatch_raises_and_writes_nothing(ctx, monkeypatch):
     assert ctx.store.load("remove_loops") is None
 
 
+def test_quarantine_rows_say_what_they_count_and_units_come_first(ctx, monkeypatch):
+    """Rows that are no units (a demotion, a failed request) go to the same quarantine, after the
+    units, and are counted by kind beside them: the folder reconciles with the manifest."""
+    q = [QuarantineRow("remove_loops", "not_admissible", item_id="a", kind="demotion"),
+         QuarantineRow("remove_loops", "too_short", item_id="b"),
+         QuarantineRow("remove_loops", "not_json", item_id="b#1", kind="request")]
+    use(monkeypatch, fake_stage([], lambda: StageOutput(rows=[{"id": "a"}], quarantine=q, rows_in=2)))
+    res = run_stage("remove_loops", ctx, log=lambda m: None)
+    rows = ctx.store.require("remove_loops").read_rows(quarantine=True)
+    assert [(r["item_id"], r["kind"]) for r in rows] == [("b", "unit"), ("a", "demotion"), ("b#1", "request")]
+    c = res.manifest["counts"]
+    assert (c["quarantined"], c["quarantine_reasons"], c["quarantine_kinds"]) == (
+        1, {"too_short": 1}, {"demotion": 1, "request": 1, "unit": 1})
+
+
 def test_streaming_stage_counts_and_reasons(ctx, monkeypatch):
     def make():
         out = StageOutput(rows=[], quarantine=[], rows_in=0)

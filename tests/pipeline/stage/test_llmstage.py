@@ -51,15 +51,16 @@ def test_the_loop_turns_answers_into_rows_and_failures_into_quarantine():
     assert client.batches == [("echo", ["a#0", "b#0", "b#1", "b#2", "d#0"])]  # one batch, job order
     assert out.rows == [{"unit": "a", "n": 1, "model": "scripted@1"}, {"unit": "c", "n": 0, "model": "scripted@1"}]
     # the unit rejected before asking first; b keeps its first failed request, d was rejected by format_output
-    assert [(q.item_id, q.reason, q.detail, q.raw, q.source_uri, q.line) for q in out.quarantine] == [
+    units = [q for q in out.quarantine if q.kind == "unit"]
+    assert [(q.item_id, q.reason, q.detail, q.raw, q.source_uri, q.line) for q in units] == [
         ("e", "not_wanted", "e is skipped", "", "", None),
         ("b", "not_json", "b#1 bad", "raw b#1", "src.jsonl", 1),
         ("d", "odd_answer", "d answered", "[7]", "", None)]
     # b's second failure is a request row (not a unit), keeping its own raw output
-    assert [(q.item_id, q.reason, q.detail, q.raw) for q in out.request_quarantine] == [
-        ("b#2", "length", "call b#2 failed: b#2 bad", "raw b#2")]
+    assert [(q.item_id, q.reason, q.detail, q.raw, q.kind) for q in out.quarantine if q.kind != "unit"] == [
+        ("b#2", "length", "call b#2 failed: b#2 bad", "raw b#2", "request")]
     assert [r.key for r in out.failed_requests] == ["b#1", "b#2"]
-    assert out.rows_in == 5 and len(out.rows) + len(out.quarantine) == 5
+    assert out.rows_in == 5 and len(out.rows) + len(units) == 5
     assert out.counters == {"quality": {"items": 5, "quarantined": {}, "rate": {}, "rejected_answers": {},
                                         "flagged": {}, "repaired": {}}}
 

@@ -117,10 +117,10 @@ def test_stage_rows_and_quarantine(tmp_path):
     write_trajectories(store, [cool_apple("failure", "traj-f"), cool_apple("success", "traj-s")])
     out = memory.STAGE.run(StageContext(store, PipelineConfig(), llm_factory=OneFailure))
     assert [(r["trajectory_id"], r["model"]) for r in out.rows] == [("traj-f", "m@1")]
-    [q] = out.quarantine
-    assert (q.stage, q.reason, q.detail, q.item_id, q.raw, q.source_uri, q.line) == \
-        ("memory", "not_json", "no JSON", "traj-s", "{oops", "rollouts/env001/test1.txt", 1)
-    assert [r.key for r in out.failed_requests] == ["traj-s"] and out.request_quarantine == []
+    [q] = out.quarantine  # the unit's row keeps the one failed request's raw output: no request row
+    assert (q.stage, q.kind, q.reason, q.detail, q.item_id, q.raw, q.source_uri, q.line) == \
+        ("memory", "unit", "not_json", "no JSON", "traj-s", "{oops", "rollouts/env001/test1.txt", 1)
+    assert [r.key for r in out.failed_requests] == ["traj-s"]
     assert (out.rows_in, out.counters["success"], out.counters["failure"], out.counters["quality"]["items"]) == \
         (2, 0, 1, 2)
 
