@@ -16,7 +16,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
-from pipeline.core.config import QUALITY_RULES  # noqa: E402
+from pipeline.quality import QUALITY_RULES  # noqa: E402
 from pipeline.stages import STAGES  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

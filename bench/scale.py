@@ -37,7 +37,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.reliability_stub import SchemaStub  # noqa: E402
-from pipeline.core.config import QUALITY_RULES  # noqa: E402
+from pipeline.quality import QUALITY_RULES  # noqa: E402
 from pipeline.core.layout import run_dir, stage_manifest_path  # noqa: E402
 from pipeline.core.waits import run_bounded  # noqa: E402
 from bench.cluster import Cluster  # noqa: E402
