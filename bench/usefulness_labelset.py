@@ -125,3 +125,39 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def sheet_entry(item: dict, traj) -> str:
+    """One item as a labeller reads it: the task, the steps before it, the state it was written for,
+    the action and what the game answered (to see what was true), then the think."""
+    k = item["k"]
+    lines = [f"### {item['id']}", f"env: {traj.env} | task: {traj.task}"]
+    for j in range(1, min(k, len(traj.steps))):
+        obs = " ".join((traj.steps[j].observation or "").split())[:300]
+        lines.append(f"  step {j}: > {traj.steps[j].action} -> {obs}")
+    before = " ".join((traj.steps[k - 1].observation or "").split())[:600]
+    lines.append(f"STATE (observation before the action): {before}")
+    adm = [a for a in (traj.steps[k - 1].admissible_actions or []) if a != "help"]
+    if adm:
+        lines.append(f"admissible: {', '.join(adm[:40])}")
+    after = " ".join((traj.steps[k].observation or "").split())[:300] if k < len(traj.steps) else "(episode ends)"
+    lines += [f"ACTION: {item['action']}  -> answer: {after}", f"THINK: {item['think']}", ""]
+    return "\n".join(lines)
+
+
+def write_sheets(unlabelled: str, trajectories: str, out_dir: str, parts: int) -> list[str]:
+    """Labelling sheets of the items that need a reader (teacher thinks and recorded thoughts; the
+    corruptions carry their label), split into ``parts`` files in item order."""
+    from pipeline.core.records import Trajectory
+    with open(trajectories, encoding="utf-8") as f:
+        trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in map(json.loads, f)}
+    with open(unlabelled, encoding="utf-8") as f:
+        items = [i for i in map(json.loads, f) if "label" not in i]
+    size = -(-len(items) // parts)
+    paths = []
+    for p in range(parts):
+        path = os.path.join(out_dir, f"sheet-{p + 1}.md")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(sheet_entry(i, trajs[i["trajectory_id"]]) for i in items[p * size:(p + 1) * size]))
+        paths.append(path)
+    return paths

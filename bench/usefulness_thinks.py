@@ -80,20 +80,29 @@ def think_rules(labelled: list[dict], trajs: dict) -> list[list[str]]:
     return out
 
 
+def raw_cached(a, scorer, items: list[dict], trajs: dict) -> dict[str, dict]:
+    """Raw shares per think id, from ``--cache`` where scored before (same scorer, candidates and
+    text), the rest scored now and added to the cache."""
+    path = os.path.join(a.cache, f"thinks-{os.path.basename(a.scorer.rstrip('/')) or 'base'}-c{a.max_candidates}.json")
+    cache = json.load(open(path)) if os.path.exists(path) else {}
+    key = lambda r: f"{r['id']}|{r['think']}"  # noqa: E731
+    todo = [r for r in items if key(r) not in cache]
+    if todo:
+        for r, rec in zip(todo, think_raw(scorer(), todo, trajs, a.max_candidates)):
+            cache[key(r)] = rec
+        os.makedirs(a.cache, exist_ok=True)
+        json.dump(cache, open(path, "w"))
+    return {r["id"]: cache[key(r)] for r in items}
+
+
 def validate_thinks(a, scorer) -> dict:
     """Score (cached), rule verdicts and the report of the labelled thinks."""
     from bench.usefulness_validate import DATA, load_jsonl, report
     from pipeline.core.records import Trajectory
     labelled = load_jsonl(os.path.join(DATA, "thinks.jsonl"))
     trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in load_jsonl(os.path.join(DATA, "trajectories.jsonl"))}
-    cache = os.path.join(a.cache, f"thinks-{a.tag}.json")
-    if os.path.exists(cache):
-        raw = json.load(open(cache))
-    else:
-        raw = think_raw(scorer(), labelled, trajs, a.max_candidates)
-        os.makedirs(a.cache, exist_ok=True)
-        json.dump(raw, open(cache, "w"))
-    sc = think_scores(raw)
+    raw = raw_cached(a, scorer, labelled, trajs)
+    sc = think_scores(list(raw.values()))
     labels = [r["label"] for r in labelled]
     variants = {k: [sc[r["id"]][k] for r in labelled] for k in ("logratio", "task", "unmasked")}
     return report("thinks", [sc[r["id"]]["default"] for r in labelled], think_rules(labelled, trajs), labels,
