@@ -480,7 +480,8 @@ class DistillStage(LLMStage):
     # in false_game_fact ("before putting it in the fridge, I need to heat it" is no fridge that heats)
     inputs = ("verify", "memory", "skills")
     schema = DISTILLED_SCHEMA
-    config_sections = ("distill", "prompt", "quality")  # best_of's scorer: input_facts
+    # usefulness: the scorer of best-of-n (its weights' hash: input_facts)
+    config_sections = ("distill", "prompt", "quality", "usefulness")
     sharded = True  # one trajectory at a time: runs per shard
 
     def prompt_files(self, ctx: StageContext) -> list[str]:

@@ -34,7 +34,7 @@ def test_a_missing_upstream_stops_before_any_stage_runs_and_names_a_command_that
     root = str(tmp_path)
     code, out, _ = cli("run", "--input", SAMPLES, "--root", root, "--run-id", "x", "--stages", "export,parse")
     assert code == 2
-    assert out == (f"error: --stages export,parse: nothing was run: export reads build_pairs, skills, split, which "
+    assert out == (f"error: --stages export,parse: nothing was run: export reads usefulness, skills, split, which "
                    f"--stages does not include and run x has not written yet. Run them too: skillpipe run --root "
                    f"{root} --run-id x --input {SAMPLES} (every stage)")
     assert not os.path.exists(tmp_path / "runs" / "x" / "parse")  # parse did not run first
