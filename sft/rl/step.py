@@ -101,7 +101,7 @@ def grpo_output(output_dir: str, summary: dict[str, Any]) -> StepOutput:
                                 if summary.get("checkpoint") else [])
     inside = [os.path.relpath(f, output_dir) for f in files if os.path.isfile(f)]
     return StepOutput(m, counts(m["train_episodes"], m["train_episodes"], where=STEP),
-                      files=[f for f in inside if not f.startswith("..")])
+                      files=[f for f in inside if not f.startswith(os.pardir)])
 
 
 def record_standalone(output_dir: str, summary: dict[str, Any]) -> dict[str, Any]:

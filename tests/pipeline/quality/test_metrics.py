@@ -117,6 +117,8 @@ def test_export_writes_the_metrics_to_the_manifest_and_the_card(tmp_path):
              for i, (k, a) in enumerate([(5, "go to countertop 1"), (6, "put apple 1 in/on countertop 1")])]
     store.write("build_pairs", to_table(pairs, SFT_PAIR_SCHEMA), [],
                 {"fingerprint": "v-fp", "counts": {"units_in": 3, "out": 2, "quarantine_reasons": {"short_think": 1}}})
+    store.write("usefulness", to_table(pairs, SFT_PAIR_SCHEMA), [],
+                {"fingerprint": "u-fp", "counts": {"units_in": 2, "out": 2, "quarantine_reasons": {}}})
     store.write("skills", to_table([SKILL], SKILL_SCHEMA), [], {"fingerprint": "a-fp"})
     res = run_stage("export", StageContext(store, PipelineConfig()), log=lambda s: None)
     m = res.manifest["counters"]["quality_metrics"]

@@ -48,12 +48,15 @@ def test_shares_are_a_distribution(scorer):
         assert math.isclose(sum(row), 1.0, abs_tol=1e-9) and min(row) > 0
 
 
-def test_a_think_naming_the_right_goal_raises_the_expert_and_another_action_lowers_it(scorer):
-    right, other = score_thinks(scorer, MESSAGES, [
+def test_a_think_naming_the_right_goal_raises_the_expert_more_than_thinks_toward_other_actions(scorer):
+    # a 135M base scorer lifts every "go to" a little after any think (the empty think favours
+    # "examine"), so the claim is the margin, not the sign of the wrong thinks' gains
+    right, cabinet, fridge = score_thinks(scorer, MESSAGES, [
         "I hold the egg now and it has to be heated before it goes in the garbagecan; the microwave heats food.",
-        "I should open the cabinet and look inside it for more eggs."], "go to microwave 1", "alfworld", CANDIDATES)
-    assert right.gain > 0 > other.gain
-    assert right.share_empty == other.share_empty  # one baseline per step
+        "I should open the cabinet and look inside it for more eggs.",
+        "I should go to the fridge and cool it."], "go to microwave 1", "alfworld", CANDIDATES)
+    assert right.gain > 0.05 + max(cabinet.gain, fridge.gain)
+    assert right.share_empty == cabinet.share_empty == fridge.share_empty  # one baseline per step
 
 
 def test_a_single_candidate_scores_zero(scorer):
