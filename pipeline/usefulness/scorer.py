@@ -70,17 +70,20 @@ class ActionScorer:
     """A causal LM that scores candidate actions after a prompt (module docstring).
 
     Args:
-        model_dir: a local Hugging Face causal-LM folder (``config.json`` + weights + tokenizer).
+        model_dir: a local Hugging Face causal-LM folder (``config.json`` + weights + tokenizer), or
+            a LoRA adapter folder (:func:`load_causal_lm`; the tokenizer then is the base model's).
         threads: torch CPU threads (0 = leave torch's default).
         max_prompt_tokens: a longer prompt keeps its first and last halves of this budget (the
             task stays, the current observation stays).
 
-    Raises ``FileNotFoundError`` when the folder has no ``config.json``.
+    Raises ``FileNotFoundError`` when the folder has neither ``config.json`` nor
+    ``adapter_config.json``.
     """
 
     def __init__(self, model_dir: str, threads: int = 0, max_prompt_tokens: int = 1536):
-        if not os.path.isfile(os.path.join(model_dir, "config.json")):
-            raise FileNotFoundError(f"scorer model {model_dir!r} is not a local Hugging Face folder with config.json")
+        if not any(os.path.isfile(os.path.join(model_dir, name)) for name in ("config.json", "adapter_config.json")):
+            raise FileNotFoundError(f"scorer model {model_dir!r} is not a local Hugging Face model folder "
+                                    "(config.json) or LoRA adapter folder (adapter_config.json)")
         import torch
         from transformers import AutoTokenizer
 

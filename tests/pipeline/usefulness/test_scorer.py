@@ -62,3 +62,24 @@ def test_a_think_naming_the_right_goal_raises_the_expert_more_than_thinks_toward
 def test_a_single_candidate_scores_zero(scorer):
     (s,) = score_thinks(scorer, MESSAGES, ["anything"], "go to microwave 1", "alfworld", ["go to microwave 1"])
     assert s.gain == 0.0 and s.candidates == 1
+
+
+def test_a_lora_adapter_folder_is_a_scorer_merged_into_the_base_model(scorer, tmp_path):
+    """An adapter as ``skillpipe sft fit`` saves one (no config.json, no tokenizer): a fresh LoRA
+    (B = 0) merges into the base unchanged, so its shares are the base scorer's."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.llm.hfmodel import ensure_base_model
+    from pipeline.usefulness.scorer import ActionScorer
+
+    base = AutoModelForCausalLM.from_pretrained(str(ensure_base_model()))
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    adapted = ActionScorer(str(tmp_path), threads=1)
+    texts = [variant("", "alfworld"), variant("The egg must be heated first.", "alfworld")]
+    want = scorer.shares(MESSAGES, texts, CANDIDATES).shares
+    got = adapted.shares(MESSAGES, texts, CANDIDATES).shares
+    assert [[round(x, 5) for x in row] for row in got] == [[round(x, 5) for x in row] for row in want]
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        ActionScorer(str(tmp_path / "missing"))
