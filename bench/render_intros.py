@@ -105,4 +105,17 @@ deployment, (b) the cost of one shard. Details: [Scaling](scaling.md).
 `python bench/reliability.py`: the kill -9 matrix, corrupt inputs, secrets and path escapes, the
 LLM fault storm and the soak. Details: [Reliability](reliability.md).
 """,
+    "usefulness_validation": """
+`python bench/usefulness_validate.py [--scorer FOLDER]`: the usefulness score against the labelled
+set (`tests/data/usefulness/`: 331 thinks, 55 bank items, each *helps*, *empty* or *harmful*).
+AUROC is helps against the rest (in brackets: helps against harmful); precision and recall are
+those of keeping an item (gain above the threshold, 0) against the *helps* label, for the score
+alone and the content rules alone. Targets: AUROC 0.80 on thinks, 0.75 on bank items. What the
+scorer gets wrong: [Usefulness](usefulness.md).
+""",
+    "usefulness_overhead": """
+`python bench/usefulness_overhead.py --run-dir ROOT/runs/RUN_ID` after a run with the usefulness
+gate on: the scoring time (the usefulness stage, and the bank items' held-out steps in the skills
+stage) over the data stages' wall time without it. Target: at most 0.25 on the shipped sample.
+""",
 }

@@ -248,6 +248,33 @@ KINDS: dict[str, Kind] = {
         ("p99 s", f("p99_s")), ("max s", f("max_s")), ("p99/p50", f("p99_over_p50")))),
     **OUTCOME_KINDS,
 }
+
+def auroc_cell(kind: str) -> Cell:
+    """``0.53 (0.54)``: AUROC of ``kind`` (thinks | skills), helps against harmful in brackets."""
+    def cell(d: Doc) -> str:
+        a, h = get(d, f"{kind}.auroc"), get(d, f"{kind}.auroc_harmful")
+        return "-" if a is None else f"{a:.2f} ({h:.2f})" if h is not None else f"{a:.2f}"
+    return cell
+
+
+def keep_cell(kind: str, who: str) -> Cell:
+    """``0.22 / 0.61``: precision / recall of keeping by ``who`` (score | rules) on ``kind``."""
+    def cell(d: Doc) -> str:
+        p, r = get(d, f"{kind}.{who}.precision"), get(d, f"{kind}.{who}.recall")
+        return "-" if p is None else f"{p:.2f} / {r:.2f}"
+    return cell
+
+
+KINDS["usefulness_validation"] = Kind("Usefulness score against labels", INTROS["usefulness_validation"], (
+    ("scorer", lambda d: str((d.get("budget") or {}).get("scorer", "-"))),
+    ("thinks AUROC", auroc_cell("thinks")), ("skills AUROC", auroc_cell("skills")),
+    ("thinks kept, score P / R", keep_cell("thinks", "score")),
+    ("thinks kept, rules P / R", keep_cell("thinks", "rules")),
+    ("skills kept, score P / R", keep_cell("skills", "score")),
+    ("skills kept, rules P / R", keep_cell("skills", "rules"))))
+KINDS["usefulness_overhead"] = Kind("Usefulness scoring cost", INTROS["usefulness_overhead"], (
+    ("overhead", fixed("ratio", ".3f")), ("scoring s", f("scoring_s")), ("thinks s", f("thinks_s")),
+    ("bank s", f("bank_s")), ("data stages s", f("data_stages_s"))))
 KINDS.update({n: Kind(t, INTROS[n], render=plain_run) for n, t in (
     ("teacher", "Teacher comparison"), ("llm_cost", "LLM cost: rate limits, batch and cache"),
     ("llm_stage", "LLM stage throughput"), ("scale", "Scaling out"), ("reliability", "Reliability suite")) if n not in KINDS})
@@ -255,4 +282,4 @@ KINDS.update({n: Kind(t, INTROS[n], render=plain_run) for n, t in (
 #: Section order of docs/benchmarks.md (kinds not listed follow, by name).
 ORDER = ("make_run", "make_install", "sample_rerun", "skills_experiment", "embedded_engine", "teacher", "outcome",
          "outcome_pilot", "outcome_grpo", "outcome_speedup", "verify", "parse_dedupe", "soak", "llm_stage", "llm_cost",
-         "scale", "reliability")
+         "scale", "reliability", "usefulness_validation", "usefulness_overhead")

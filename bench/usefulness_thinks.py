@@ -100,6 +100,9 @@ def validate_thinks(a, scorer) -> dict:
     from bench.usefulness_validate import DATA, load_jsonl, report
     from pipeline.core.records import Trajectory
     labelled = load_jsonl(os.path.join(DATA, "thinks.jsonl"))
+    if getattr(a, "sample", 0) and a.sample < len(labelled):  # a seeded subset, for a slow scorer
+        import random
+        labelled = sorted(random.Random(0).sample(labelled, a.sample), key=lambda r: r["id"])
     trajs = {r["trajectory_id"]: Trajectory.from_row(r) for r in load_jsonl(os.path.join(DATA, "trajectories.jsonl"))}
     raw = raw_cached(a, scorer, labelled, trajs)
     sc = think_scores(list(raw.values()))

@@ -171,6 +171,8 @@ def main(argv=None) -> int:
     p.add_argument("--think-threshold", type=float, default=0.0)
     p.add_argument("--cache", default=os.path.join(ROOT, ".usefulness_cache"), help="raw shares cache folder")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--sample", type=int, default=0,
+                   help="thinks: score a seeded random subset of this many labelled items (0 = all; for a slow scorer)")
     a = p.parse_args(argv)
     import hashlib
     data = b"".join(open(os.path.join(DATA, n), "rb").read() for n in ("skills.jsonl", "thinks.jsonl")
@@ -189,7 +191,16 @@ def main(argv=None) -> int:
     if a.kind in ("thinks", "both") and os.path.exists(os.path.join(DATA, "thinks.jsonl")):
         from bench.usefulness_thinks import validate_thinks
         results["thinks"] = validate_thinks(a, scorer)
-    print(f"\nwall_s={time.time() - t0:.0f}")
+    wall = time.time() - t0
+    print(f"\nwall_s={wall:.0f}")
+    if not a.sample:  # a subset's figures are not the validation's
+        from bench.results import write_result
+        figures = {kind: {k: rep[k] for k in ("n", "labels", "auroc", "auroc_harmful", "rules", "score", "both",
+                                              "variants", "rule_extras")} for kind, rep in results.items()}
+        write_result("usefulness_validation", dict(figures, wall_s=round(wall)),
+                     {"scorer": a.scorer or "student base model (SmolLM2-135M-Instruct)", "steps": a.steps,
+                      "max_candidates": a.max_candidates, "think_threshold": a.think_threshold,
+                      "skill_threshold": a.skill_threshold})
     return 0
 
 

@@ -149,7 +149,7 @@ class GRPOConfig:
     max_new_skills: int = _f(3, "skills the updater may add per category and update", min=0)
     skill_usefulness: str = field(default_factory=default_policy, metadata={
         "help": "the usefulness gate on skills the updater adds, as the skills stage gates the bank "
-                "(usefulness.policy): quarantine | flag | off (default quarantine, or $" + POLICY_ENV + ")",
+                "(usefulness.policy): quarantine | flag | off (default flag, or $" + POLICY_ENV + ")",
         "choices": USEFULNESS_POLICIES})
     max_dynamic_skills: int = _f(6, "cap on evolved skills per category (oldest dropped first, D-R2)", min=0)
     max_failures: int = _f(5, "failed episodes shown to the updater per category", min=0)
