@@ -59,6 +59,12 @@ def test_a_think_naming_the_right_goal_raises_the_expert_more_than_thinks_toward
     assert right.share_empty == cabinet.share_empty == fridge.share_empty  # one baseline per step
 
 
+def test_a_think_naming_another_action_lowers_the_expert(scorer):
+    (other,) = score_thinks(scorer, MESSAGES, ["I will examine the countertop 1 once more."], "go to microwave 1",
+                            "alfworld", CANDIDATES)
+    assert other.gain < 0 and other.share_think < other.share_empty / 2
+
+
 def test_a_single_candidate_scores_zero(scorer):
     (s,) = score_thinks(scorer, MESSAGES, ["anything"], "go to microwave 1", "alfworld", ["go to microwave 1"])
     assert s.gain == 0.0 and s.candidates == 1
