@@ -21,9 +21,8 @@ import re
 from typing import Any, Iterable
 
 from pipeline.core import lineage
+from pipeline.core.records import MISTAKE_FIELDS, SKILL_FIELDS
 
-SKILL_FIELDS = ("title", "principle", "when_to_apply")
-MISTAKE_FIELDS = ("description", "why_it_happens", "how_to_avoid")
 TEXT_FIELDS = SKILL_FIELDS + MISTAKE_FIELDS
 CATEGORY_KEYS = ("task_specific_skills", "query_type_skills")
 

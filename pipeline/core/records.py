@@ -140,6 +140,11 @@ SKILL_USEFULNESS_TYPE = pa.struct([
     ("version", pa.string()),
 ])
 
+#: Text fields of a bank skill and of a common mistake, as the skills answers name them
+#: (schemas/skills.schema.json, schemas/mistakes.schema.json) and the skill rows store them.
+SKILL_FIELDS = ("title", "principle", "when_to_apply")
+MISTAKE_FIELDS = ("description", "why_it_happens", "how_to_avoid")
+
 SKILL_SCHEMA = pa.schema([
     ("skill_id", pa.string()),
     ("env", pa.string()),                   # environment whose bank holds the skill ("" = any)

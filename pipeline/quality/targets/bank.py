@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from pipeline.core.config import QualityConfig
-from pipeline.bank.rows import MISTAKE_FIELDS, SKILL_FIELDS
-from pipeline.core.records import Trajectory
+from pipeline.core.records import MISTAKE_FIELDS, SKILL_FIELDS, Trajectory
 from pipeline.quality import actions as act
 from pipeline.quality import echo
 from pipeline.quality.registry import Example, Registry, Target
