@@ -28,22 +28,29 @@ def _bars(hist: list[tuple[str, int]]) -> list[str]:
     return [f"    {label:>16} {c:4d} {'#' * round(BAR * c / top)}" for label, c in hist]
 
 
+def _capped(u: dict[str, Any]) -> bool:
+    """Whether the action-set check capped this score (its method ends ``+actionset``)."""
+    return "+actionset" in str(u.get("method") or "")
+
+
 def bank_lines(bank_rows: list[dict[str, Any]]) -> list[str]:
     """One table row per scored bank item, lowest score first: kind, title, score (marked when the
     action-set check capped it), the gain's 95 % interval, n."""
     scored = sorted((r for r in bank_rows if r.get("usefulness")), key=lambda r: r["usefulness"]["score"])
+    if not scored:
+        return ["No bank item was scored."]
     lines = ["| item | kind | score | 95 % interval | held-out steps |", "|---|---|---|---|---|"]
     for r in scored:
         u = r["usefulness"]
         name = (r.get("title") or r.get("description") or "")[:60].replace("|", "/")
-        # an item capped by the action-set check scores below its gain's interval: say why
-        capped = " (capped: asks for actions the env lacks)" if "+actionset" in str(u.get("method") or "") else ""
+        # a capped item scores below its gain's interval: say why
+        capped = " (capped: asks for actions the env lacks)" if _capped(u) else ""
         lines.append(f"| {name} | {r['kind']} | {u['score']:+.3f}{capped} | [{u['lo']:+.3f}, {u['hi']:+.3f}] | "
                      f"{u['n']} |")
-    note = ["", "The interval is that of the mean gain; a capped item's score is minus the share of its "
-                "actions the environment does not offer."]
-    return lines + (note if any("+actionset" in str(r["usefulness"].get("method") or "") for r in scored) else []) \
-        if scored else ["No bank item was scored."]
+    if any(_capped(r["usefulness"]) for r in scored):
+        lines += ["", "The interval is that of the mean gain; a capped item's score is minus the share of its "
+                      "actions the environment does not offer."]
+    return lines
 
 
 def usefulness_card(rows: list[dict[str, Any]], bank_rows: list[dict[str, Any]], counts: dict[str, Any],
