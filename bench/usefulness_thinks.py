@@ -29,7 +29,7 @@ def think_raw(scorer, labelled: list[dict], trajs: dict, max_candidates: int) ->
     from pipeline.verify.alfworld import replay
     pcfg = dataclasses.replace(PromptConfig(), skills=False)
     rooms, out = {}, []
-    for n, r in enumerate(labelled):
+    for r in labelled:
         t = trajs[r["trajectory_id"]]
         k = r["k"]
         synth = synthetic_done_admissible(t, 0) if k == len(t.steps) else None
@@ -43,8 +43,6 @@ def think_raw(scorer, labelled: list[dict], trajs: dict, max_candidates: int) ->
         res = scorer.shares(render_step_messages(t, k, "", pcfg, synth), [variant(x, t.env) for x in texts],
                             cands, suffix(t.env))
         out.append({"id": r["id"], "candidates": len(cands), "expert": [row[0] for row in res.shares]})
-        if (n + 1) % 10 == 0:
-            print(f"  thinks {n + 1}/{len(labelled)}", flush=True)
     return out
 
 
@@ -87,11 +85,14 @@ def raw_cached(a, scorer, items: list[dict], trajs: dict) -> dict[str, dict]:
     cache = json.load(open(path)) if os.path.exists(path) else {}
     key = lambda r: f"{r['id']}|{r['think']}"  # noqa: E731
     todo = [r for r in items if key(r) not in cache]
-    if todo:
-        for r, rec in zip(todo, think_raw(scorer(), todo, trajs, a.max_candidates)):
+    model = scorer() if todo else None
+    for start in range(0, len(todo), 10):  # saved every 10 thinks: an interrupted run keeps what it scored
+        chunk = todo[start:start + 10]
+        for r, rec in zip(chunk, think_raw(model, chunk, trajs, a.max_candidates)):
             cache[key(r)] = rec
         os.makedirs(a.cache, exist_ok=True)
         json.dump(cache, open(path, "w"))
+        print(f"  thinks {start + len(chunk)}/{len(todo)} scored", flush=True)
     return {r["id"]: cache[key(r)] for r in items}
 
 
