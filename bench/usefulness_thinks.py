@@ -86,11 +86,11 @@ def raw_cached(a, scorer, items: list[dict], trajs: dict) -> dict[str, dict]:
     key = lambda r: f"{r['id']}|{r['think']}"  # noqa: E731
     todo = [r for r in items if key(r) not in cache]
     model = scorer() if todo else None
+    os.makedirs(a.cache, exist_ok=True)
     for start in range(0, len(todo), 10):  # saved every 10 thinks: an interrupted run keeps what it scored
         chunk = todo[start:start + 10]
         for r, rec in zip(chunk, think_raw(model, chunk, trajs, a.max_candidates)):
             cache[key(r)] = rec
-        os.makedirs(a.cache, exist_ok=True)
         json.dump(cache, open(path, "w"))
         print(f"  thinks {start + len(chunk)}/{len(todo)} scored", flush=True)
     return {r["id"]: cache[key(r)] for r in items}
